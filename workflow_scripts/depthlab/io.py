@@ -1,0 +1,64 @@
+"""Atomic output writing: a killed job never leaves a half-written file or folder."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(final: str | os.PathLike, is_dir: bool = False):
+    """Yield a temporary path beside `final`; rename it onto `final` only if the block succeeds.
+
+    The temporary lives in the same folder so the rename is atomic on one filesystem.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".{final.name}.tmp-"
+    if is_dir:
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=final.parent))
+    else:
+        fd, name = tempfile.mkstemp(prefix=prefix, dir=final.parent, suffix=final.suffix)
+        os.close(fd)
+        tmp = Path(name)
+    try:
+        yield tmp
+        if is_dir and final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | os.PathLike, obj) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_dataframe(path: str | os.PathLike, frame) -> None:
+    """Write a pandas frame as CSV or parquet (by suffix), atomically."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        if path.suffix == ".parquet":
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
+
+
+def save_figure(path: str | os.PathLike, fig) -> None:
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
