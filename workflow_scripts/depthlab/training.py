@@ -1,0 +1,292 @@
+"""Pretraining loop: AdamW, warmup + cosine, resumable, DDP under torchrun, HF checkpoint out.
+
+Data order is a pure function of (seed, step): the batch of step s is drawn from
+`np.random.default_rng([seed, s])`, so resuming needs only the step counter, and any number of
+DDP ranks see the same global batch (each takes its rows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm import tqdm
+from transformers import AutoTokenizer
+
+from . import data as data_lib
+from .io import atomic_path, write_dataframe
+from .models import build_model, make_config, save_checkpoint
+from .provenance import Provenance
+
+LOG_COLUMNS = ["step", "tokens", "split", "loss", "lr", "wall_s"]
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    seq_len: int
+    batch_size: int
+    steps: int
+    lr: float
+    min_lr_ratio: float
+    warmup_steps: int
+    weight_decay: float
+    beta1: float
+    beta2: float
+    grad_clip: float | None
+    eval_every: int
+    log_spaced_evals: int
+    eval_batches: int
+    log_every: int
+    checkpoint_every: int
+    precision: str
+    init_std: float
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TrainSettings":
+        names = {f.name for f in fields(cls)}
+        missing = sorted(names - set(values))
+        if missing:
+            raise KeyError(f"train.{missing[0]}: missing training setting")
+        return cls(**{name: values[name] for name in names})
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+
+def lr_multiplier(step: int, settings: TrainSettings) -> float:
+    """Linear warmup to 1, then cosine decay to min_lr_ratio at the last step."""
+    if settings.warmup_steps and step < settings.warmup_steps:
+        return (step + 1) / settings.warmup_steps
+    decay_steps = max(1, settings.steps - settings.warmup_steps)
+    progress = min(1.0, (step - settings.warmup_steps) / decay_steps)
+    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return settings.min_lr_ratio + (1.0 - settings.min_lr_ratio) * cosine
+
+
+def evaluation_steps(settings: TrainSettings) -> list[int]:
+    """Every eval_every steps, the last step, and log-spaced token counts (scaling-fit D axis)."""
+    steps = set(range(settings.eval_every, settings.steps + 1, settings.eval_every))
+    steps.add(settings.steps)
+    if settings.log_spaced_evals:
+        first = max(1, settings.steps // 64)
+        steps.update(int(s) for s in np.unique(np.round(
+            np.geomspace(first, settings.steps, settings.log_spaced_evals))))
+    return sorted(steps)
+
+
+def train_batch(tokens: np.ndarray, step: int, seed: int, batch_size: int,
+                seq_len: int) -> torch.Tensor:
+    """The global batch of `step`: (batch_size, seq_len + 1) random windows of the train split."""
+    rng = np.random.default_rng([seed, step])
+    starts = rng.integers(0, len(tokens) - seq_len - 1, size=batch_size)
+    return torch.from_numpy(np.stack([tokens[s:s + seq_len + 1] for s in starts]).astype(np.int64))
+
+
+def validation_batches(tokens: np.ndarray, settings: TrainSettings) -> list[torch.Tensor]:
+    """Fixed, evenly spaced windows of the val split (the same for every eval and every model)."""
+    count = settings.eval_batches * settings.batch_size
+    width = settings.seq_len + 1
+    if len(tokens) < width:
+        raise ValueError(f"val split has {len(tokens)} tokens, fewer than seq_len + 1 = {width}")
+    starts = np.linspace(0, len(tokens) - width, count).astype(np.int64)
+    windows = np.stack([tokens[s:s + width] for s in starts]).astype(np.int64)
+    return list(torch.from_numpy(windows).split(settings.batch_size))
+
+
+def language_model_loss(model, window: torch.Tensor, autocast_dtype) -> torch.Tensor:
+    inputs, targets = window[:, :-1], window[:, 1:]
+    with torch.autocast(device_type=inputs.device.type, dtype=autocast_dtype,
+                        enabled=autocast_dtype is not None):
+        logits = model(input_ids=inputs).logits
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+@torch.no_grad()
+def validation_loss(model, batches, device, autocast_dtype) -> float:
+    was_training = model.training
+    model.eval()
+    losses = [language_model_loss(model, b.to(device), autocast_dtype).item() for b in batches]
+    model.train(was_training)
+    return float(np.mean(losses))
+
+
+class Distributed:
+    """Rank/world from torchrun's environment; a single process otherwise."""
+
+    def __init__(self):
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.enabled = self.world_size > 1
+        if torch.cuda.is_available():
+            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+            self.device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device("cpu")
+        if self.enabled and not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def mean(self, value: torch.Tensor) -> torch.Tensor:
+        if self.enabled:
+            value = value.detach().clone()
+            dist.all_reduce(value)
+            value /= self.world_size
+        return value
+
+    def barrier(self):
+        if self.enabled:
+            dist.barrier()
+
+    def close(self):
+        if self.enabled and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_fingerprint(model_decl: dict, seed: int, data_meta: dict, world_size: int) -> str:
+    """Identifies a training run; a saved state from a different run is never resumed."""
+    blob = json.dumps({"model": model_decl, "seed": seed, "data": data_meta,
+                       "world_size": world_size}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def save_state(path: Path, state: dict) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def make_optimizer(model, settings: TrainSettings) -> torch.optim.AdamW:
+    # Norm gains and other 1-D parameters are not decayed (standard for LLaMA-style training).
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": settings.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings.lr, betas=(settings.beta1, settings.beta2), eps=1e-8)
+
+
+def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: str | Path,
+             state_dir: str | Path, seed: int, threads: int, progress: bool = True) -> dict:
+    """Train one declared model and write its HF checkpoint directory atomically to out_dir."""
+    torch.set_num_threads(threads)
+    settings = TrainSettings.from_dict(model_decl["train"])
+    ddp = Distributed()
+    provenance = Provenance("pretrain", config={"model_name": model_name, **model_decl},
+                            inputs=[data_dir], seed=seed)
+    if settings.batch_size % ddp.world_size:
+        raise ValueError(f"train.batch_size: {settings.batch_size} is not divisible by the "
+                         f"{ddp.world_size} processes")
+    autocast_dtype = torch.bfloat16 if settings.precision == "bf16" else None
+
+    meta = data_lib.read_meta(data_dir)
+    train_tokens = data_lib.load_tokens(data_dir, "train")
+    val_batches = validation_batches(data_lib.load_tokens(data_dir, "val"), settings)
+    config = make_config(model_decl["architecture"], model_decl["norm_scheme"],
+                         vocab_size=meta["vocab_size"], max_positions=settings.seq_len,
+                         init_std=settings.init_std, bos_token_id=meta.get("bos_id"),
+                         eos_token_id=meta.get("eos_id"), pad_token_id=meta.get("pad_id"))
+    model = build_model(config, seed).to(ddp.device)
+    optimizer = make_optimizer(model, settings)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_multiplier(step, settings))
+
+    state_path = Path(state_dir) / "state.pt"
+    fingerprint = run_fingerprint(model_decl, seed, meta, ddp.world_size)
+    step, log_rows, wall_offset = 0, [], 0.0
+    if state_path.exists():
+        state = torch.load(state_path, map_location=ddp.device, weights_only=False)
+        if state["fingerprint"] == fingerprint:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            torch.set_rng_state(state["torch_rng"])
+            step, log_rows, wall_offset = state["step"], state["log_rows"], state["wall_s"]
+            print(f"[{model_name}] resumed from step {step} ({state_path})", file=sys.stderr)
+        else:
+            print(f"[{model_name}] ignoring {state_path}: saved by a different run "
+                  f"configuration", file=sys.stderr)
+
+    train_model = model
+    if ddp.enabled:
+        train_model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[ddp.device.index] if ddp.device.type == "cuda" else None)
+    rows_per_rank = settings.batch_size // ddp.world_size
+    eval_at = set(evaluation_steps(settings))
+    n_params = sum(p.numel() for p in model.parameters())
+    if ddp.is_main:
+        print(f"[{model_name}] {model_decl['norm_scheme']} {config.num_hidden_layers}x"
+              f"{config.hidden_size}, {n_params / 1e6:.2f}M params, {settings.steps} steps x "
+              f"{settings.tokens_per_step} tokens, device {ddp.device}, threads {threads}, "
+              f"world {ddp.world_size}", file=sys.stderr)
+
+    started = time.perf_counter()
+    bar = tqdm(total=settings.steps, initial=step, disable=not (progress and ddp.is_main),
+               desc=model_name, file=sys.stderr, mininterval=5)
+    model.train()
+    while step < settings.steps:
+        window = train_batch(train_tokens, step, seed, settings.batch_size, settings.seq_len)
+        local = window[ddp.rank * rows_per_rank:(ddp.rank + 1) * rows_per_rank].to(ddp.device)
+        loss = language_model_loss(train_model, local, autocast_dtype)
+        loss.backward()
+        mean_loss = ddp.mean(loss).item()
+        step += 1
+        if not math.isfinite(mean_loss):
+            raise FloatingPointError(f"[{model_name}] loss is {mean_loss} at step {step}; "
+                                     f"stopping (lower train.lr or set train.grad_clip)")
+        if settings.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        wall = wall_offset + time.perf_counter() - started
+        tokens = step * settings.tokens_per_step
+        if step % settings.log_every == 0 or step == settings.steps:
+            log_rows.append([step, tokens, "train", mean_loss, lr, round(wall, 3)])
+            bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens / max(wall, 1e-9):.0f}")
+        if step in eval_at:
+            val = validation_loss(model, val_batches, ddp.device, autocast_dtype)
+            log_rows.append([step, tokens, "val", val, lr, round(wall, 3)])
+            if ddp.is_main:
+                print(f"[{model_name}] step {step} tokens {tokens} val_loss {val:.4f} "
+                      f"tok/s {tokens / max(wall, 1e-9):.0f}", file=sys.stderr)
+        if ddp.is_main and step % settings.checkpoint_every == 0 and step < settings.steps:
+            save_state(state_path, {
+                "fingerprint": fingerprint, "step": step, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(), "log_rows": log_rows,
+                "wall_s": wall})
+        bar.update(1)
+    bar.close()
+
+    summary = {"final_val_loss": next((r[3] for r in reversed(log_rows) if r[2] == "val"), None),
+               "tokens": settings.steps * settings.tokens_per_step,
+               "tokens_per_s": settings.steps * settings.tokens_per_step / max(wall, 1e-9),
+               "params": n_params, "world_size": ddp.world_size}
+    if ddp.is_main:
+        tokenizer = AutoTokenizer.from_pretrained(Path(data_dir) / "tokenizer")
+        with atomic_path(out_dir, is_dir=True) as tmp:
+            save_checkpoint(model, tokenizer, tmp)
+            write_dataframe(tmp / "train_log.csv", pd.DataFrame(log_rows, columns=LOG_COLUMNS))
+            provenance.extra["summary"] = summary
+            provenance.write(tmp / "provenance.json")
+        state_path.unlink(missing_ok=True)
+    ddp.barrier()
+    ddp.close()
+    return summary
