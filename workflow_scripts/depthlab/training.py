@@ -7,6 +7,7 @@ DDP ranks see the same global batch (each takes its rows).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -51,6 +52,7 @@ class TrainSettings:
     checkpoint_every: int
     precision: str
     init_std: float
+    micro_batch_size: int | None  # per-process rows per forward; None = the whole share
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainSettings":
@@ -226,6 +228,11 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
         train_model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[ddp.device.index] if ddp.device.type == "cuda" else None)
     rows_per_rank = settings.batch_size // ddp.world_size
+    micro_rows = settings.micro_batch_size or rows_per_rank
+    if rows_per_rank % micro_rows:
+        raise ValueError(f"train.micro_batch_size: {micro_rows} does not divide the "
+                         f"{rows_per_rank} rows each process gets per step")
+    accumulation = rows_per_rank // micro_rows
     eval_at = set(evaluation_steps(settings))
     n_params = sum(p.numel() for p in model.parameters())
     if ddp.is_main:
@@ -241,8 +248,14 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
     while step < settings.steps:
         window = train_batch(train_tokens, step, seed, settings.batch_size, settings.seq_len)
         local = window[ddp.rank * rows_per_rank:(ddp.rank + 1) * rows_per_rank].to(ddp.device)
-        loss = language_model_loss(train_model, local, autocast_dtype)
-        loss.backward()
+        loss = torch.zeros((), device=ddp.device)
+        for index, micro in enumerate(local.split(micro_rows)):
+            # Gradients are all-reduced once per step, on the last micro-batch.
+            sync = index == accumulation - 1 or not ddp.enabled
+            with contextlib.nullcontext() if sync else train_model.no_sync():
+                micro_loss = language_model_loss(train_model, micro, autocast_dtype) / accumulation
+                micro_loss.backward()
+            loss += micro_loss.detach()
         mean_loss = ddp.mean(loss).item()
         step += 1
         if not math.isfinite(mean_loss):
