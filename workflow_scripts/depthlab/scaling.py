@@ -618,6 +618,29 @@ def held_out_validation(frame: pd.DataFrame, law: Law | str, settings: FitSettin
 # ---------------------------------------------------------------------------------------------
 # One configured fit, end to end
 
+FIT_SPEC_KEYS = ("law", "source", "columns", "objective", "huber_delta", "optimizer",
+                 "exponent_bounds", "start_grid", "n_refine", "depth_offset", "drop_highest",
+                 "ties", "min_tokens", "bootstrap", "validation")
+NESTED_SPEC_KEYS = ("start_grid", "bootstrap", "validation", "columns")
+
+
+def merge_fit_spec(defaults: dict, fit: dict) -> dict:
+    """`scaling.fit` defaults overridden by one `scaling.fits` entry (nested dicts merged)."""
+    for where, spec in (("scaling.fit", defaults), ("scaling.fits.<name>", fit)):
+        unknown = sorted(set(spec) - set(FIT_SPEC_KEYS))
+        if unknown:
+            raise ValueError(f"{where}.{unknown[0]}: unknown fit key "
+                             f"(known: {', '.join(FIT_SPEC_KEYS)})")
+    merged = {**defaults, **fit}
+    for key in NESTED_SPEC_KEYS:
+        if isinstance(defaults.get(key), dict) and isinstance(fit.get(key), dict):
+            merged[key] = {**defaults[key], **fit[key]}
+    if "law" not in merged:
+        raise ValueError("scaling.fits.<name>.law: missing (decomposed or reference)")
+    if merged["law"] not in LAWS:
+        raise ValueError(f"law: '{merged['law']}' is not one of {', '.join(LAWS)}")
+    return merged
+
 
 def run_fit(frame: pd.DataFrame, spec: dict, seed: int = 0, source: str = "points") -> tuple:
     """Apply one config fit spec (law, drop_highest, ties, fit settings, bootstrap, validation)

@@ -1,0 +1,532 @@
+"""Data stage: a text corpus, a byte-level BPE tokenizer and flat token arrays per split.
+
+Sources (``data.source``):
+  docstrings   English docstrings of installed packages, read with `ast` (nothing is imported)
+               over a sorted walk of each package's .py files; offline and deterministic for a
+               pinned environment.
+  text_files   local files or glob patterns: a .jsonl file holds one {"text": ...} document per
+               line, any other file is one document (UTF-8).
+  hf_dataset   `datasets.load_dataset(name, config_name, split=..., streaming=...)`; a local
+               builder is named like a hub dataset ("json", "parquet", "text") with `data_files`.
+
+Every source yields documents in a fixed order; exact duplicates, whitespace-only documents and
+documents shorter than ``min_document_chars`` are dropped. A document goes to the validation split
+when sha256(text) maps below ``val_fraction``, so its split never depends on the other documents
+(an hf_dataset may name its own ``val_split`` instead).
+
+Output folder (written atomically):
+  tokenizer/     HF tokenizer (AutoTokenizer.from_pretrained loads it)
+  train.bin      flat token ids of the train documents, each followed by eos_id (dtype in meta)
+  val.bin        the same for the validation documents
+  val.jsonl      one {"text": ...} per validation document, in val.bin order
+  meta.json      dtype, vocab_size, eos/pad/bos ids, per-split token and document counts, source
+  provenance.json
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import hashlib
+import importlib.metadata
+import importlib.util
+import itertools
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .io import atomic_path
+from .provenance import Provenance
+
+EOS_TOKEN = "<|endoftext|>"  # also bos, as in GPT-2
+PAD_TOKEN = "<|pad|>"
+SPLITS = ("train", "val")
+ENCODE_BATCH_DOCUMENTS = 2048  # documents per encode_batch call: bounds memory, keeps rayon busy
+
+
+class DataError(ValueError):
+    """Bad data config or input; the message starts with the offending key."""
+
+
+def _require(section: dict | None, key: str, where: str):
+    if not isinstance(section, dict) or section.get(key) is None:
+        raise DataError(f"{where}.{key}: required (see config/default.yaml for the defaults)")
+    return section[key]
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 holds ids 0..65535, so it serves every vocabulary of at most 65536 entries."""
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+def is_validation(text: str, val_fraction: float) -> bool:
+    """Stable split: the first 8 bytes of sha256(text) as a fraction of 2**64 (not Python hash())."""
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64 < val_fraction
+
+
+# --------------------------------------------------------------------------- docstrings source
+
+
+def package_source_files(name: str, exclude_dirs=()) -> list[Path]:
+    """A package's .py files in sorted relative-path order, located without importing it.
+
+    Dotted names (``scipy.stats``) are resolved under the top-level package's folder because
+    `find_spec` on a dotted name would import the parent.
+    """
+    where = "data.docstrings.packages"
+    top, *rest = name.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise DataError(f"{where}: package '{name}' is not installed")
+    if spec.submodule_search_locations:  # a package (several folders for a namespace package)
+        roots = [Path(p) for p in spec.submodule_search_locations]
+    else:
+        origin = spec.origin
+        if origin == "frozen":  # e.g. `os` in Python 3.11: the source file is still on disk
+            origin = getattr(spec.loader_state, "filename", None)
+        if not origin or not origin.endswith(".py") or rest:
+            raise DataError(f"{where}: '{name}' has no Python source to read docstrings from")
+        return [Path(origin)]
+    if rest:
+        candidates = []
+        for root in roots:
+            sub = root.joinpath(*rest)
+            if sub.is_dir():
+                candidates.append(sub)
+            elif sub.with_suffix(".py").is_file():
+                return [sub.with_suffix(".py")]
+        if not candidates:
+            raise DataError(f"{where}: package '{name}' is not installed")
+        roots = candidates
+    exclude = set(exclude_dirs)
+    files = []
+    for root in sorted(roots):
+        found = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d not in exclude and d != "__pycache__")
+            found.extend(Path(dirpath, f) for f in filenames if f.endswith(".py"))
+        files.extend(sorted(found, key=lambda p: p.relative_to(root).as_posix()))
+    return files
+
+
+def module_docstrings(path: str | os.PathLike) -> list[str]:
+    """Docstrings of a module, its classes and functions, in source order; [] if unparsable."""
+    try:
+        source = Path(path).read_bytes()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes etc. in third-party sources
+            tree = ast.parse(source, filename=str(path))
+    except (SyntaxError, ValueError, RecursionError, OSError, MemoryError):
+        return []
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docstrings, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, documented):
+            text = ast.get_docstring(node, clean=True)
+            if text:
+                docstrings.append(text)
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+    return docstrings
+
+
+def _ascii_fraction(text: str) -> float:
+    return len(text.encode("ascii", "ignore")) / len(text)
+
+
+def _package_version(name: str) -> str:
+    top = name.split(".")[0]
+    dists = importlib.metadata.packages_distributions().get(top)
+    if dists:
+        try:
+            return f"{dists[0]} {importlib.metadata.version(dists[0])}"
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    if top in sys.stdlib_module_names:
+        return f"python {platform.python_version()} stdlib"
+    return "unknown version"
+
+
+def docstring_documents(cfg: dict, min_chars: int, threads: int = 1, counts: dict | None = None):
+    """Deduplicated English-ish docstrings of the configured packages, up to max_megabytes.
+
+    Parsing is the cost (~3 MB of source per second per core), so with threads > 1 files are
+    parsed in worker processes; results are consumed in walk order, so the corpus is identical.
+    """
+    where = "data.docstrings"
+    packages = _require(cfg, "packages", where)
+    if not packages:
+        raise DataError(f"{where}.packages: empty list")
+    max_bytes = float(_require(cfg, "max_megabytes", where)) * 1e6
+    min_ascii = float(_require(cfg, "min_ascii_fraction", where))
+    exclude_dirs = _require(cfg, "exclude_dirs", where)
+    files = []
+    for name in packages:  # resolve all first: a typo fails before any parsing
+        files.extend(package_source_files(name, exclude_dirs))
+    counts = counts if counts is not None else {}
+
+    pool = None
+    if threads > 1 and len(files) > 1:
+        # fork: workers only parse, and start in milliseconds (spawn would re-import everything)
+        pool = multiprocessing.get_context("fork").Pool(threads)
+        per_file = pool.imap(module_docstrings, files, chunksize=8)
+    else:
+        per_file = map(module_docstrings, files)
+    seen, documents, total = set(), [], 0
+    try:
+        for docstrings in per_file:
+            for text in docstrings:
+                if not _keep(text, min_chars, seen, counts):
+                    continue
+                if _ascii_fraction(text) < min_ascii:
+                    counts["not_ascii"] = counts.get("not_ascii", 0) + 1
+                    continue
+                documents.append(text)
+                total += len(text.encode("utf-8"))
+                if total >= max_bytes:
+                    break
+            if total >= max_bytes:
+                break
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    description = {
+        "kind": "docstrings",
+        "packages": {name: _package_version(name) for name in packages},
+        "max_megabytes": cfg["max_megabytes"],
+        "reached_max_megabytes": total >= max_bytes,
+    }
+    return documents, description
+
+
+def _keep(text: str, min_chars: int, seen: set, counts: dict) -> bool:
+    """Length filter and exact deduplication shared by every source."""
+    if len(text) < max(min_chars, 1) or not text.strip():
+        counts["too_short"] = counts.get("too_short", 0) + 1
+        return False
+    if text in seen:
+        counts["duplicate"] = counts.get("duplicate", 0) + 1
+        return False
+    seen.add(text)
+    return True
+
+
+# --------------------------------------------------------------------------- text files source
+
+
+def resolve_text_files(paths: list[str]) -> list[Path]:
+    where = "data.text_files.paths"
+    if not paths:
+        raise DataError(f"{where}: empty list (name files or glob patterns)")
+    files = []
+    for pattern in paths:
+        if glob.has_magic(pattern):
+            matches = sorted(Path(p) for p in glob.glob(pattern, recursive=True)
+                             if Path(p).is_file())
+            if not matches:
+                raise DataError(f"{where}: pattern '{pattern}' matches no file")
+            files.extend(matches)
+        else:
+            if not Path(pattern).is_file():
+                raise DataError(f"{where}: file '{pattern}' does not exist")
+            files.append(Path(pattern))
+    return files
+
+
+def text_file_documents(cfg: dict, min_chars: int, counts: dict | None = None):
+    files = resolve_text_files(_require(cfg, "paths", "data.text_files"))
+    counts = counts if counts is not None else {}
+    seen, documents = set(), []
+    for path in files:
+        if path.suffix == ".jsonl":
+            with open(path, encoding="utf-8") as handle:
+                for number, line in enumerate(handle, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError as error:
+                        raise DataError(f"data.text_files.paths: {path}:{number}: not JSON "
+                                        f"({error})") from None
+                    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                        raise DataError(f"data.text_files.paths: {path}:{number}: no string "
+                                        f"'text' field")
+                    if _keep(record["text"], min_chars, seen, counts):
+                        documents.append(record["text"])
+        else:
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(f"data.text_files.paths: {path}: not UTF-8 text ({error})") from None
+            if _keep(text, min_chars, seen, counts):
+                documents.append(text)
+    description = {"kind": "text_files", "files": [str(p) for p in files]}
+    return documents, description, files
+
+
+# --------------------------------------------------------------------------- hf_dataset source
+
+
+def _hf_documents(cfg: dict, split: str, limit: int, min_chars: int, seen: set, counts: dict):
+    import datasets
+
+    where = "data.hf_dataset"
+    name = cfg["name"]
+    field = cfg["text_field"]
+    kwargs = {"split": split, "streaming": cfg["streaming"]}
+    if cfg.get("data_files") is not None:
+        kwargs["data_files"] = cfg["data_files"]
+    try:
+        dataset = datasets.load_dataset(name, cfg.get("config_name"), **kwargs)
+    except (FileNotFoundError, ValueError) as error:
+        raise DataError(f"{where}.name: cannot load dataset '{name}' split '{split}': "
+                        f"{error}") from None
+    documents = []
+    for record in dataset:
+        if field not in record:
+            raise DataError(f"{where}.text_field: '{field}' is not a field of dataset '{name}' "
+                            f"(fields: {', '.join(sorted(record))})")
+        text = record[field]
+        if not isinstance(text, str):
+            raise DataError(f"{where}.text_field: '{field}' of dataset '{name}' is not text")
+        if _keep(text, min_chars, seen, counts):
+            documents.append(text)
+            if len(documents) >= limit:
+                break
+    return documents
+
+
+def hf_dataset_documents(cfg: dict, min_chars: int, counts: dict | None = None):
+    """(documents, val_documents or None, description); streamed datasets stop after the cap."""
+    where = "data.hf_dataset"
+    for key in ("name", "split", "text_field", "max_documents", "streaming"):
+        _require(cfg, key, where)
+    counts = counts if counts is not None else {}
+    seen: set = set()
+    val_documents = None
+    if cfg.get("val_split") is not None:
+        max_val = _require(cfg, "max_val_documents", where)
+        val_documents = _hf_documents(cfg, cfg["val_split"], max_val, min_chars, seen, counts)
+    # val first, so a train document equal to a val document counts as a duplicate (no leak)
+    documents = _hf_documents(cfg, cfg["split"], cfg["max_documents"], min_chars, seen, counts)
+    description = {"kind": "hf_dataset", "name": cfg["name"], "config_name": cfg.get("config_name"),
+                   "split": cfg["split"], "val_split": cfg.get("val_split"),
+                   "data_files": cfg.get("data_files")}
+    try:
+        description["datasets_version"] = importlib.metadata.version("datasets")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return documents, val_documents, description
+
+
+def _local_data_files(data_files) -> list[str]:
+    if data_files is None:
+        return []
+    if isinstance(data_files, str):
+        data_files = [data_files]
+    if isinstance(data_files, dict):
+        data_files = list(itertools.chain.from_iterable(
+            [v] if isinstance(v, str) else v for v in data_files.values()))
+    return sorted({p for pattern in data_files for p in glob.glob(pattern) if Path(p).is_file()})
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+def train_bpe(documents: list[str], vocab_size: int):
+    """Byte-level BPE (GPT-2 pre-tokenization) with eos/bos and pad as special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[EOS_TOKEN, PAD_TOKEN], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # every byte encodable
+    tokenizer.train_from_iterator(documents, trainer, length=len(documents))
+    return tokenizer
+
+
+def hf_tokenizer(tokenizer):
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token=EOS_TOKEN, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
+        clean_up_tokenization_spaces=False)  # decode must give back the exact text
+
+
+def load_pretrained_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    where = "data.tokenizer.pretrained"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as error:
+        raise DataError(f"{where}: cannot load tokenizer '{name}': {error}") from None
+    if tokenizer.eos_token_id is None:
+        raise DataError(f"{where}: tokenizer '{name}' has no eos token (needed as the document "
+                        f"separator)")
+    return tokenizer
+
+
+def _encode_documents(tokenizer, documents: list[str]):
+    """Token id lists for a batch of documents, without special tokens added."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # Rust batch encode: parallel over documents (RAYON_NUM_THREADS)
+        return [e.ids for e in backend.encode_batch_fast(documents, add_special_tokens=False)]
+    return tokenizer(documents, add_special_tokens=False)["input_ids"]
+
+
+def write_token_array(path: Path, documents: list[str], tokenizer, eos_id: int,
+                      dtype: np.dtype) -> int:
+    """Append each document's ids and eos_id to a flat binary file; returns the token count."""
+    total = 0
+    with open(path, "wb") as handle:
+        for start in range(0, len(documents), ENCODE_BATCH_DOCUMENTS):
+            ids = _encode_documents(tokenizer, documents[start:start + ENCODE_BATCH_DOCUMENTS])
+            count = sum(len(i) for i in ids) + len(ids)
+            flat = np.fromiter(itertools.chain.from_iterable(
+                itertools.chain(i, (eos_id,)) for i in ids), dtype=dtype, count=count)
+            flat.tofile(handle)
+            total += count
+    return total
+
+
+# --------------------------------------------------------------------------- the stage
+
+
+def _collect(data_config: dict, threads: int, counts: dict):
+    """(documents, val_documents or None, source description, input files)."""
+    source = _require(data_config, "source", "data")
+    min_chars = int(_require(data_config, "min_document_chars", "data"))
+    if source == "docstrings":
+        docs, description = docstring_documents(data_config.get("docstrings"), min_chars,
+                                                threads, counts)
+        return docs, None, description, []
+    if source == "text_files":
+        docs, description, files = text_file_documents(data_config.get("text_files"), min_chars,
+                                                       counts)
+        return docs, None, description, files
+    if source == "hf_dataset":
+        cfg = data_config.get("hf_dataset")
+        docs, val_docs, description = hf_dataset_documents(cfg, min_chars, counts)
+        return docs, val_docs, description, _local_data_files(cfg.get("data_files"))
+    raise DataError(f"data.source: unknown source '{source}' "
+                    f"(docstrings, text_files or hf_dataset)")
+
+
+def prepare_corpus(data_config: dict, out_dir: str | os.PathLike, seed: int,
+                   threads: int = 1) -> dict:
+    """Build the data stage's output folder atomically; returns its meta.json content.
+
+    `seed` is recorded only: the split hashes each document and BPE training is deterministic,
+    so the validation set is the same for every seed (models trained with different seeds are
+    compared on the same text).
+    """
+    out_dir = Path(out_dir)
+    val_fraction = float(_require(data_config, "val_fraction", "data"))
+    tok_cfg = _require(data_config, "tokenizer", "data")
+    pretrained = tok_cfg.get("pretrained")
+    vocab_size = None if pretrained else int(_require(tok_cfg, "vocab_size", "data.tokenizer"))
+
+    provenance = Provenance("data", config=data_config, seed=seed)
+    counts: dict = {}
+    documents, val_documents, source, input_files = _collect(data_config, threads, counts)
+    provenance.inputs = [str(p) for p in input_files]
+    if not documents:
+        raise DataError(f"data.source: the '{data_config['source']}' corpus is empty after "
+                        f"filtering (dropped: {counts or 'nothing'})")
+
+    with atomic_path(out_dir, is_dir=True) as tmp:
+        tokenizer = load_pretrained_tokenizer(pretrained) if pretrained else None
+        # A document spelling out a special token would tokenize differently in val.jsonl's
+        # re-tokenization than in the arrays, and would fake a document boundary: drop it.
+        specials = sorted(set(tokenizer.all_special_tokens)) if tokenizer else [EOS_TOKEN,
+                                                                                PAD_TOKEN]
+
+        def clean(docs):
+            kept = [d for d in docs if not any(s in d for s in specials)]
+            if len(kept) < len(docs):
+                counts["contains_special_token"] = (counts.get("contains_special_token", 0)
+                                                    + len(docs) - len(kept))
+            return kept
+
+        documents = clean(documents)
+        if val_documents is None:
+            split = {"train": [], "val": []}
+            for doc in documents:
+                split["val" if is_validation(doc, val_fraction) else "train"].append(doc)
+        else:
+            split = {"train": documents, "val": clean(val_documents)}
+        val_key = "data.val_fraction" if val_documents is None else "data.hf_dataset.val_split"
+        for name, key in (("train", "data.val_fraction"), ("val", val_key)):
+            if not split[name]:
+                raise DataError(f"{key}: the {name} split is empty ({len(documents)} documents "
+                                f"in all); use a larger corpus or another val_fraction")
+
+        if tokenizer is None:
+            tokenizer = hf_tokenizer(train_bpe(split["train"], vocab_size))
+            tokenizer_info = {"kind": "byte_level_bpe", "trained_on": "train split",
+                              "vocab_size_requested": vocab_size}
+        else:
+            tokenizer_info = {"kind": "pretrained", "name": pretrained}
+        tokenizer.save_pretrained(tmp / "tokenizer")
+
+        vocab = len(tokenizer)
+        dtype = token_dtype(vocab)
+        eos_id = tokenizer.eos_token_id
+        bos_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else eos_id
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
+        splits = {}
+        for name in SPLITS:
+            tokens = write_token_array(tmp / f"{name}.bin", split[name], tokenizer, eos_id, dtype)
+            splits[name] = {"documents": len(split[name]), "tokens": tokens,
+                            "bytes": sum(len(d.encode("utf-8")) for d in split[name])}
+        with open(tmp / "val.jsonl", "w", encoding="utf-8") as handle:
+            for doc in split["val"]:
+                handle.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
+
+        meta = {
+            "format": "flat token ids per split, each document followed by eos_id",
+            "dtype": dtype.name,
+            "vocab_size": vocab,
+            "eos_id": eos_id,
+            "bos_id": bos_id,
+            "pad_id": pad_id,
+            "splits": splits,
+            "split_rule": ("source val_split" if val_documents is not None else
+                           f"sha256(text) < val_fraction={val_fraction}"),
+            "source": source,
+            "tokenizer": tokenizer_info,
+            "dropped_documents": dict(sorted(counts.items())),
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        provenance.extra["threads"] = threads
+        provenance.write(tmp / "provenance.json")
+    return meta
+
+
+def read_meta(data_dir: str | os.PathLike) -> dict:
+    path = Path(data_dir) / "meta.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no meta.json (is {data_dir} a data stage output?)")
+    return json.loads(path.read_text())
+
+
+def load_tokens(data_dir: str | os.PathLike, split: str) -> np.memmap:
+    """A split's flat token ids as a read-only 1-D memory map (dtype from meta.json)."""
+    if split not in SPLITS:
+        raise ValueError(f"split: '{split}' is not one of {', '.join(SPLITS)}")
+    meta = read_meta(data_dir)
+    return np.memmap(Path(data_dir) / f"{split}.bin", dtype=np.dtype(meta["dtype"]), mode="r")

@@ -1,0 +1,91 @@
+"""Figures of the scaling stage: a fitted law against its points, residuals, bootstrap spread."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .scaling import LAWS  # noqa: E402
+
+# The term each law's first panel isolates: x axis, its coefficient/exponent, the other terms.
+FOCUS = {"decomposed": ("depth", "c_l", "a_l", "depth l"),
+         "reference": ("params", "A", "alpha", "parameters N")}
+
+
+def _term(estimates: dict, coefficient: str, exponent: str, values: np.ndarray) -> np.ndarray:
+    return np.exp(estimates[f"log_{coefficient}"] - estimates[exponent] * np.log(values))
+
+
+def plot_scaling_fit(record: dict, samples: pd.DataFrame, title: str = ""):
+    """Three panels: loss against depth (or N) with every other term held at its reference value,
+    residuals of log loss, and the bootstrap distribution of the depth (or N) exponent."""
+    law = LAWS[record["law"]]
+    est = record["estimates"]
+    points = pd.DataFrame(record["points"])
+    refs = record["feature_refs"]
+    focus, coef, expo, label = FOCUS[law.name]
+    offset = record.get("depth_offset", 0.0) if focus == "depth" else 0.0
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+
+    # (a) Partial-residual collapse: move each point to the reference width/data (or data),
+    # keeping its own depth (or N), so every point should sit on the fitted curve.
+    adjusted = points["loss"].to_numpy(float).copy()
+    at_reference = est.get(law.floor, 0.0)
+    for feature, c, a in zip(law.features, law.coefficients, law.exponents):
+        if feature == focus:
+            continue
+        values = points[feature].to_numpy(float)
+        adjusted += _term(est, c, a, np.array([refs[feature]])) - _term(est, c, a, values)
+        at_reference += float(_term(est, c, a, np.array([refs[feature]]))[0])
+    x = points[focus].to_numpy(float)
+    colour_by = points["width"] if focus == "depth" else points["tokens"]
+    scatter = axes[0].scatter(x, adjusted, c=np.log10(colour_by.to_numpy(float)), s=14,
+                              cmap="viridis", alpha=0.8)
+    fig.colorbar(scatter, ax=axes[0], label="log10 width m" if focus == "depth"
+                 else "log10 tokens D")
+    grid = np.geomspace(x.min(), x.max(), 200)
+    curve = at_reference + _term(est, coef, expo, grid - offset)
+    axes[0].plot(grid, curve, "k-", lw=2,
+                 label=f"fit: {expo} = {est[expo]:.3g}" + (f", offset {offset:g}" if offset else ""))
+    axes[0].set_xscale("log")
+    axes[0].set_yscale("log")
+    held = ", ".join(f"{f} = {refs[f]:.3g}" for f in law.features if f != focus)
+    axes[0].set_title(f"loss vs {label} at {held}", fontsize=9)
+    axes[0].set_xlabel(label)
+    axes[0].set_ylabel("loss (other terms moved to the reference)")
+    axes[0].legend(fontsize=8)
+
+    # (b) Residuals of log loss against the prediction.
+    axes[1].scatter(points["predicted"], points["residual_log"], s=12, alpha=0.8)
+    axes[1].axhline(0.0, color="k", lw=1)
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("predicted loss")
+    axes[1].set_ylabel("log L - log L_hat")
+    axes[1].set_title(f"residuals ({record['objective']}, n = {record['n_points_used']}, "
+                      f"RMSE {record['rmse_log']:.3g})", fontsize=9)
+
+    # (c) Bootstrap distribution of the focus exponent.
+    if expo in samples.columns and len(samples):
+        axes[2].hist(samples[expo].dropna(), bins=40, color="tab:blue", alpha=0.8)
+        interval = record["intervals"].get(expo)
+        if interval:
+            for edge in (interval["low"], interval["high"]):
+                axes[2].axvline(edge, color="k", ls="--", lw=1)
+        axes[2].axvline(est[expo], color="tab:red", lw=2, label=f"estimate {est[expo]:.3g}")
+        axes[2].legend(fontsize=8)
+    boot = record["bootstrap"]
+    axes[2].set_title(f"bootstrap of {expo} ({boot['resamples']} resamples of "
+                      f"{boot['unit']}, {int(boot['confidence'] * 100)}% interval)", fontsize=9)
+    axes[2].set_xlabel(expo)
+
+    paper = ("Liu et al. (2026), decomposed law fit: loss vs depth, residuals, bootstrap of a_l"
+             if law.name == "decomposed" else
+             "Hoffmann et al. (2022) / Besiroglu et al. (2024) reference-form fit")
+    fig.suptitle(f"{title}: {law.equation}\nReproduces {paper}", fontsize=10)
+    fig.tight_layout()
+    return fig

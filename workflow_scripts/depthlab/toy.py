@@ -1,0 +1,323 @@
+"""Teacher-student toy residual networks of Liu et al. (2026), "Inverse Depth Scaling From Most
+Layers Being Similar".
+
+A residual MLP network h <- h + MLP(rmsnorm(h)), MLP = W_out relu(W_in x + b)^2, reads a fixed
+random embedding of Gaussian inputs and ends in rmsnorm and a linear head. A deep *teacher*
+(output projections scaled by 1/sqrt(L)) has either independent layers or one layer tied across
+depth (a smooth, ODE-like map). Students of several depths (output projections and head zeroed
+at init) learn the teacher's tempered distribution softmax(logits / T) by KL divergence on
+fresh Gaussian inputs every step (infinite data). The paper's finding: loss ~ 1/l (ensemble
+averaging) against independent teachers, ~ 1/l^3 against tied ones once converged.
+
+The embedding is a frozen Gaussian matrix shared by teacher and students, so both read the same
+coordinates (with input size = width this is the paper's rmsnorm(x) up to a rotation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+TEACHER_KINDS = ("independent", "tied")
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyShape:
+    width: int
+    hidden: int
+    input_size: int
+    output_size: int
+
+
+def rmsnorm(x: torch.Tensor) -> torch.Tensor:
+    return F.rms_norm(x, (x.size(-1),))
+
+
+class ToyMLP(nn.Module):
+    def __init__(self, shape: ToyShape):
+        super().__init__()
+        self.fc_in = nn.Linear(shape.width, shape.hidden, bias=True)
+        self.fc_out = nn.Linear(shape.hidden, shape.width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc_out(F.relu(self.fc_in(x)) ** 2)  # ReLU^2
+
+
+class ToyBlock(nn.Module):
+    def __init__(self, shape: ToyShape):
+        super().__init__()
+        self.mlp = ToyMLP(shape)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + self.mlp(rmsnorm(h))
+
+
+class ToyResNet(nn.Module):
+    """Embedding (frozen buffer) -> rmsnorm -> residual MLP blocks -> rmsnorm -> linear head."""
+
+    def __init__(self, shape: ToyShape, depth: int, embedding: torch.Tensor,
+                 tied: bool = False):
+        super().__init__()
+        self.shape = shape
+        self.register_buffer("embedding", embedding.clone())
+        if tied:  # one block reused at every depth: the same parameters, listed once
+            block = ToyBlock(shape)
+            self.layers = nn.ModuleList([block] * depth)
+        else:
+            self.layers = nn.ModuleList(ToyBlock(shape) for _ in range(depth))
+        self.head = nn.Linear(shape.width, shape.output_size, bias=False)
+
+    @property
+    def depth(self) -> int:
+        return len(self.layers)
+
+    def forward(self, inputs: torch.Tensor, temperature: float = 1.0,
+                return_hidden: bool = False):
+        h = rmsnorm(inputs @ self.embedding)
+        hidden = [h]
+        for layer in self.layers:
+            h = layer(h)
+            if return_hidden:
+                hidden.append(h)
+        logits = self.head(rmsnorm(h)) / temperature
+        return (logits, hidden) if return_hidden else logits
+
+
+def make_embedding(shape: ToyShape, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(shape.input_size, shape.width, generator=generator) / math.sqrt(
+        shape.input_size)
+
+
+def build_teacher(shape: ToyShape, depth: int, kind: str, seed: int) -> ToyResNet:
+    """A random teacher; output projections scaled by 1/sqrt(depth) keep the stream O(1)."""
+    if kind not in TEACHER_KINDS:
+        raise ValueError(f"teacher kind '{kind}' is not one of {', '.join(TEACHER_KINDS)}")
+    generator = torch.Generator().manual_seed(seed)
+    embedding = make_embedding(shape, generator)
+    torch.manual_seed(seed)
+    teacher = ToyResNet(shape, depth, embedding, tied=kind == "tied")
+    with torch.no_grad():
+        for block in dict.fromkeys(teacher.layers):  # each distinct block once
+            block.mlp.fc_out.weight.mul_(1.0 / math.sqrt(depth))
+    teacher.requires_grad_(False)
+    return teacher.eval()
+
+
+def build_student(shape: ToyShape, depth: int, embedding: torch.Tensor, seed: int) -> ToyResNet:
+    """A student: output projections and head start at zero (the stream starts as the input)."""
+    torch.manual_seed(seed)
+    student = ToyResNet(shape, depth, embedding, tied=False)
+    with torch.no_grad():
+        for block in student.layers:
+            block.mlp.fc_out.weight.zero_()
+        student.head.weight.zero_()
+    return student
+
+
+def successive_update_angles(hidden: list[torch.Tensor]) -> np.ndarray:
+    """Mean angle (degrees) between successive residual updates dh_l = h_{l+1} - h_l and dh_{l+1},
+    per pair of adjacent layers, averaged over samples: one value per l = 0..L-2. Smooth (tied)
+    dynamics give small angles; independent layers give near-orthogonal updates."""
+    states = torch.stack([h.double() for h in hidden])        # (L+1, B, width)
+    updates = states[1:] - states[:-1]                        # (L, B, width)
+    if updates.shape[0] < 2:
+        return np.array([])
+    cos = F.cosine_similarity(updates[:-1], updates[1:], dim=-1, eps=1e-30)
+    angles = torch.rad2deg(torch.arccos(cos.clamp(-1.0, 1.0)))
+    return angles.mean(dim=1).numpy()
+
+
+def kl_to_teacher(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """KL(p_teacher || p_student), mean over the batch."""
+    return F.kl_div(F.log_softmax(student_logits, -1), F.log_softmax(teacher_logits, -1),
+                    reduction="batchmean", log_target=True)
+
+
+@torch.no_grad()
+def evaluate(student: ToyResNet, teacher: ToyResNet, temperature: float, batches: int,
+             batch_size: int, seed: int) -> float:
+    generator = torch.Generator().manual_seed(seed)
+    total = 0.0
+    for _ in range(batches):
+        inputs = torch.randn(batch_size, teacher.shape.input_size, generator=generator)
+        total += kl_to_teacher(student(inputs), teacher(inputs, temperature)).item()
+    return total / batches
+
+
+def train_student(teacher: ToyResNet, depth: int, temperature: float, steps: int,
+                  batch_size: int, lr: float, seed: int, eval_batches: int,
+                  eval_seed: int) -> dict:
+    """Adam on KL to the teacher's tempered output, fresh Gaussian inputs each step."""
+    student = build_student(teacher.shape, depth, teacher.embedding, seed)
+    optimizer = torch.optim.Adam(student.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed + 1)
+    losses = []
+    for _ in range(steps):
+        inputs = torch.randn(batch_size, teacher.shape.input_size, generator=generator)
+        with torch.no_grad():
+            target = teacher(inputs, temperature)
+        loss = kl_to_teacher(student(inputs), target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if not math.isfinite(losses[-1]):
+            raise FloatingPointError(f"student depth {depth}, temperature {temperature}: loss "
+                                     f"became {losses[-1]}; lower toy.lr")
+    test_loss = evaluate(student, teacher, temperature, eval_batches, batch_size, eval_seed)
+    with torch.no_grad():
+        probe = torch.randn(batch_size, teacher.shape.input_size,
+                            generator=torch.Generator().manual_seed(eval_seed + 1))
+        _, hidden = student(probe, return_hidden=True)
+    angles = successive_update_angles(hidden)
+    tail = losses[-max(1, steps // 10):]
+    return {"test_loss": test_loss, "final_train_loss": float(np.mean(tail)),
+            "student_angle_deg": float(angles.mean()) if len(angles) else float("nan")}
+
+
+def temperature_grid(spec) -> list[float]:
+    """A list of temperatures, or {min, max, count}: `count` values log-spaced in [min, max]."""
+    if isinstance(spec, dict):
+        if spec["count"] < 1 or not 0 < spec["min"] <= spec["max"]:
+            raise ValueError(f"toy.temperatures: bad log-spaced grid {spec}")
+        return [float(t) for t in np.geomspace(spec["min"], spec["max"], spec["count"])]
+    temperatures = [float(t) for t in spec]
+    if not temperatures or min(temperatures) <= 0:
+        raise ValueError(f"toy.temperatures: {spec} must be positive numbers")
+    return temperatures
+
+
+def toy_shape(settings: dict) -> ToyShape:
+    return ToyShape(width=settings["width"], hidden=settings["hidden"],
+                    input_size=settings.get("input_size") or settings["width"],
+                    output_size=settings["output_size"])
+
+
+def run_teacher_kind(kind: str, settings: dict, seed: int, log=print) -> tuple[pd.DataFrame, dict]:
+    """Train every student (replicate x temperature x depth) against one teacher kind.
+
+    Returns the losses frame and the teacher's successive-update angle statistic."""
+    shape = toy_shape(settings)
+    temperatures = temperature_grid(settings["temperatures"])
+    rows, teachers = [], []
+    kind_index = TEACHER_KINDS.index(kind)
+    for replicate in range(settings["replicates"]):
+        teacher_seed = seed * 10_000 + replicate * 100 + kind_index
+        teacher = build_teacher(shape, settings["teacher_layers"], kind, teacher_seed)
+        with torch.no_grad():
+            probe = torch.randn(settings["angle_samples"], shape.input_size,
+                                generator=torch.Generator().manual_seed(teacher_seed + 7))
+            _, hidden = teacher(probe, return_hidden=True)
+        per_layer = successive_update_angles(hidden)
+        teachers.append({"replicate": replicate, "seed": teacher_seed,
+                         "mean_angle_deg": float(per_layer.mean()),
+                         "angle_deg_per_layer": per_layer.tolist()})
+        for t_index, temperature in enumerate(temperatures):
+            for depth in settings["student_depths"]:
+                student_seed = teacher_seed * 1000 + t_index * 100 + depth
+                out = train_student(teacher, depth, temperature, settings["steps"],
+                                    settings["batch_size"], settings["lr"], student_seed,
+                                    settings["eval_batches"], eval_seed=teacher_seed + 13)
+                rows.append({"teacher_kind": kind, "replicate": replicate,
+                             "temperature": temperature, "student_depth": depth, **out})
+                log(f"[toy {kind}] replicate {replicate} T={temperature:.4g} depth {depth}: "
+                    f"test KL {out['test_loss']:.4g}")
+    angles = {"teacher_kind": kind, "teacher_layers": settings["teacher_layers"],
+              "mean_angle_deg": float(np.mean([t["mean_angle_deg"] for t in teachers])),
+              "replicates": teachers}
+    return pd.DataFrame(rows), angles
+
+
+def fit_depth_exponent(depths, losses, form: str = "power", exponent_bounds=(0.0, 10.0)) -> dict:
+    """Depth exponent a of one loss-vs-student-depth curve.
+
+    form="power": L = c / l^a, ordinary least squares of log L on log l (a may come out
+        negative when deeper students are further from converged); standard error from OLS.
+    form="power_offset": L = c / l^a + L0 with the scaling-law fitter (least squares on log L);
+        needs at least 3 points; standard error from the Jacobian.
+    """
+    depths = np.asarray(depths, float)
+    losses = np.asarray(losses, float)
+    if (losses <= 0).any() or (depths <= 0).any():
+        raise ValueError("fit_depth_exponent: depths and losses must be positive")
+    if len(np.unique(depths)) < 2:
+        raise ValueError("fit_depth_exponent: needs at least two distinct student depths")
+    x, y = np.log(depths), np.log(losses)
+    if form == "power":
+        design = np.stack([np.ones_like(x), -x], axis=1)
+        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+        resid = y - design @ coef
+        dof = len(y) - 2
+        se = (float(np.sqrt(resid @ resid / dof * np.linalg.inv(design.T @ design)[1, 1]))
+              if dof > 0 else float("nan"))
+        return {"form": form, "a": float(coef[1]), "a_se": se, "c": float(np.exp(coef[0])),
+                "L0": 0.0, "rmse_log": float(np.sqrt(np.mean(resid ** 2))), "n": len(y)}
+    if form == "power_offset":
+        from .scaling import Law, FitResult, FitSettings, fit_centred
+
+        law = Law("toy_depth", "L = c/l^a + L0", ("depth",), ("c",), ("a",), "L0")
+        settings = FitSettings(exponent_bounds=tuple(exponent_bounds),
+                               start_exponents=(0.5, 1.0, 2.0, 3.0))
+        log_ref = np.array([x.mean()])
+        X = (x - log_ref[0])[:, None]
+        out = fit_centred(X, y, settings, floor=True)
+        result = FitResult(law, settings, out["theta"], log_ref, X, y,
+                           pd.DataFrame({"depth": depths, "loss": losses}), out["objective"],
+                           out["converged"], out["n_starts"], out["n_starts_at_best"])
+        est = result.estimates
+        return {"form": form, "a": est["a"],
+                "a_se": result.jacobian_standard_errors().get("a", float("nan")),
+                "c": est["c"], "L0": est["L0"],
+                "rmse_log": float(np.sqrt(np.mean(result.residuals ** 2))), "n": len(y)}
+    raise ValueError(f"toy.fit_form: '{form}' is not power or power_offset")
+
+
+def fit_toy_exponents(losses: pd.DataFrame, form: str = "power",
+                      exponent_bounds=(0.0, 10.0)) -> list[dict]:
+    """One depth-exponent fit per (teacher kind, temperature), on all replicates' test losses."""
+    fits = []
+    for (kind, temperature), group in losses.groupby(["teacher_kind", "temperature"], sort=True):
+        fit = fit_depth_exponent(group["student_depth"], group["test_loss"], form,
+                                 exponent_bounds)
+        fits.append({"teacher_kind": kind, "temperature": float(temperature), **fit})
+    return fits
+
+
+def plot_toy(losses: pd.DataFrame, fits: list[dict], angles: dict[str, dict]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = [k for k in TEACHER_KINDS if k in set(losses["teacher_kind"])]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.5 * len(kinds), 4.4), squeeze=False)
+    temperatures = sorted(losses["temperature"].unique())
+    colours = plt.cm.viridis(np.linspace(0, 0.9, len(temperatures)))
+    for ax, kind in zip(axes[0], kinds):
+        for colour, temperature in zip(colours, temperatures):
+            group = losses[(losses["teacher_kind"] == kind)
+                           & (losses["temperature"] == temperature)]
+            fit = next(f for f in fits if f["teacher_kind"] == kind
+                       and np.isclose(f["temperature"], temperature))
+            ax.scatter(group["student_depth"], group["test_loss"], color=colour, s=18)
+            grid = np.geomspace(group["student_depth"].min(), group["student_depth"].max(), 100)
+            ax.plot(grid, fit["c"] / grid ** fit["a"] + fit["L0"], color=colour,
+                    label=f"T = {temperature:.3g}: a = {fit['a']:.2f}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("student depth l")
+        ax.set_ylabel("test KL to teacher")
+        angle = angles.get(kind, {}).get("mean_angle_deg")
+        ax.set_title(f"{kind} teacher ({angles.get(kind, {}).get('teacher_layers', '?')} "
+                     f"layers, successive-update angle {angle:.1f} deg)", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle("Reproduces Liu et al. (2026) teacher-student toy model: loss vs student depth "
+                 "(independent teacher a ~ 1, tied teacher a ~ 3 when converged)", fontsize=10)
+    fig.tight_layout()
+    return fig
