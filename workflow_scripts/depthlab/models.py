@@ -165,10 +165,19 @@ def make_config(architecture: dict, norm_scheme: str, vocab_size: int, max_posit
                 init_std: float = 0.02, bos_token_id=None, eos_token_id=None,
                 pad_token_id=None) -> DepthlabConfig:
     """DepthlabConfig from a config-file `architecture:` block (see config/schema.yaml)."""
+    if norm_scheme not in NORM_SCHEMES:
+        raise ValueError(f"norm_scheme: unknown scheme '{norm_scheme}' "
+                         f"(known: {', '.join(NORM_SCHEMES)})")
     num_layers = architecture["num_layers"]
-    post_fraction = architecture.get("mix_ln_post_fraction")
-    if norm_scheme == "mix_ln" and post_fraction is None:
-        raise ValueError("architecture.mix_ln_post_fraction: required for norm_scheme mix_ln")
+    mix_ln_post_layers = 0
+    if norm_scheme == "mix_ln":
+        post_fraction = architecture.get("mix_ln_post_fraction")
+        if post_fraction is None:
+            raise ValueError("architecture.mix_ln_post_fraction: required for norm_scheme mix_ln")
+        mix_ln_post_layers = math.floor(post_fraction * num_layers + 0.5)  # round half up
+        if mix_ln_post_layers == 0:
+            raise ValueError(f"architecture.mix_ln_post_fraction: {post_fraction} of "
+                             f"{num_layers} layers rounds to no Post-LN layer (that is pre_ln)")
     return DepthlabConfig(
         vocab_size=vocab_size,
         hidden_size=architecture["hidden_size"],
@@ -186,8 +195,7 @@ def make_config(architecture: dict, norm_scheme: str, vocab_size: int, max_posit
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
         norm_scheme=norm_scheme,
-        mix_ln_post_layers=int(round((post_fraction or 0.0) * num_layers))
-        if norm_scheme == "mix_ln" else 0,
+        mix_ln_post_layers=mix_ln_post_layers,
     )
 
 

@@ -130,7 +130,7 @@ def successive_update_angles(hidden: list[torch.Tensor]) -> np.ndarray:
         return np.array([])
     cos = F.cosine_similarity(updates[:-1], updates[1:], dim=-1, eps=1e-30)
     angles = torch.rad2deg(torch.arccos(cos.clamp(-1.0, 1.0)))
-    return angles.mean(dim=1).numpy()
+    return angles.mean(dim=1).cpu().numpy()
 
 
 def kl_to_teacher(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
@@ -146,39 +146,65 @@ def evaluate(student: ToyResNet, teacher: ToyResNet, temperature: float, batches
     total = 0.0
     for _ in range(batches):
         inputs = torch.randn(batch_size, teacher.shape.input_size, generator=generator)
+        inputs = inputs.to(teacher.embedding.device)
         total += kl_to_teacher(student(inputs), teacher(inputs, temperature)).item()
     return total / batches
 
 
-def train_student(teacher: ToyResNet, depth: int, temperature: float, steps: int,
-                  batch_size: int, lr: float, seed: int, eval_batches: int,
-                  eval_seed: int) -> dict:
-    """Adam on KL to the teacher's tempered output, fresh Gaussian inputs each step."""
-    student = build_student(teacher.shape, depth, teacher.embedding, seed)
-    optimizer = torch.optim.Adam(student.parameters(), lr=lr)
-    generator = torch.Generator().manual_seed(seed + 1)
-    losses = []
-    for _ in range(steps):
+def train_students(teacher: ToyResNet, depths, temperatures, steps: int, batch_size: int,
+                   lr: float, seed: int, eval_batches: int, eval_seed: int,
+                   temperature_offset: int = 0) -> list[dict]:
+    """Adam on KL to the teacher's tempered output, fresh Gaussian inputs each step.
+
+    All students (temperature x depth) train in lockstep on the same input stream, so the
+    teacher's forward pass is computed once per step and shared; each student has its own init
+    seed and optimizer, so the result equals training them one after another on that stream.
+    """
+    device = teacher.embedding.device
+    runs = []
+    for t_index, temperature in enumerate(temperatures, start=temperature_offset):
+        for depth in depths:
+            student = build_student(teacher.shape, depth, teacher.embedding.cpu(),
+                                    seed * 1000 + t_index * 100 + depth).to(device)
+            runs.append({"temperature": temperature, "depth": depth, "student": student,
+                         "optimizer": torch.optim.Adam(student.parameters(), lr=lr),
+                         "losses": []})
+    # One input stream shared by every student: it depends only on `seed`, so a job that trains
+    # one temperature reproduces that slice of a job that trains all of them.
+    generator = torch.Generator().manual_seed(seed)
+    for step in range(steps):
         inputs = torch.randn(batch_size, teacher.shape.input_size, generator=generator)
+        inputs = inputs.to(device)
         with torch.no_grad():
-            target = teacher(inputs, temperature)
-        loss = kl_to_teacher(student(inputs), target)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-        if not math.isfinite(losses[-1]):
-            raise FloatingPointError(f"student depth {depth}, temperature {temperature}: loss "
-                                     f"became {losses[-1]}; lower toy.lr")
-    test_loss = evaluate(student, teacher, temperature, eval_batches, batch_size, eval_seed)
-    with torch.no_grad():
-        probe = torch.randn(batch_size, teacher.shape.input_size,
-                            generator=torch.Generator().manual_seed(eval_seed + 1))
-        _, hidden = student(probe, return_hidden=True)
-    angles = successive_update_angles(hidden)
-    tail = losses[-max(1, steps // 10):]
-    return {"test_loss": test_loss, "final_train_loss": float(np.mean(tail)),
-            "student_angle_deg": float(angles.mean()) if len(angles) else float("nan")}
+            teacher_logits = teacher(inputs)
+        for run in runs:
+            loss = kl_to_teacher(run["student"](inputs), teacher_logits / run["temperature"])
+            run["optimizer"].zero_grad(set_to_none=True)
+            loss.backward()
+            run["optimizer"].step()
+            run["losses"].append(loss.detach())  # no per-step host sync on a GPU
+        if step % 100 == 99 or step == steps - 1:
+            for run in runs:
+                if not torch.isfinite(run["losses"][-1]):
+                    raise FloatingPointError(
+                        f"student depth {run['depth']}, temperature {run['temperature']}: "
+                        f"loss became {run['losses'][-1].item()}; lower toy.lr")
+    results = []
+    probe = torch.randn(batch_size, teacher.shape.input_size,
+                        generator=torch.Generator().manual_seed(eval_seed + 1)).to(device)
+    for run in runs:
+        student = run["student"]
+        test_loss = evaluate(student, teacher, run["temperature"], eval_batches, batch_size,
+                             eval_seed)
+        with torch.no_grad():
+            _, hidden = student(probe, return_hidden=True)
+        angles = successive_update_angles(hidden)
+        tail = torch.stack(run["losses"][-max(1, steps // 10):]).cpu().numpy()
+        results.append({"temperature": run["temperature"], "student_depth": run["depth"],
+                        "test_loss": test_loss, "final_train_loss": float(np.mean(tail)),
+                        "student_angle_deg": float(angles.mean()) if len(angles)
+                        else float("nan")})
+    return results
 
 
 def temperature_grid(spec) -> list[float]:
@@ -199,35 +225,49 @@ def toy_shape(settings: dict) -> ToyShape:
                     output_size=settings["output_size"])
 
 
-def run_teacher_kind(kind: str, settings: dict, seed: int, log=print) -> tuple[pd.DataFrame, dict]:
-    """Train every student (replicate x temperature x depth) against one teacher kind.
+def resolve_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("toy.device: cuda requested but no GPU is available")
+    return torch.device(name)
 
-    Returns the losses frame and the teacher's successive-update angle statistic."""
+
+def run_teacher_kind(kind: str, settings: dict, seed: int, log=print,
+                     temperature_index: int | None = None) -> tuple[pd.DataFrame, dict]:
+    """Train every student (replicate x temperature x depth) against one teacher kind, or only
+    the temperatures[temperature_index] students (same teacher, same streams: a slice of the
+    full run). Returns the losses frame and the teacher's successive-update angle statistic."""
     shape = toy_shape(settings)
     temperatures = temperature_grid(settings["temperatures"])
+    offset = 0
+    if temperature_index is not None:
+        if not 0 <= temperature_index < len(temperatures):
+            raise ValueError(f"temperature index {temperature_index} outside the "
+                             f"{len(temperatures)} configured temperatures")
+        temperatures, offset = [temperatures[temperature_index]], temperature_index
+    device = resolve_device(settings.get("device", "auto"))
     rows, teachers = [], []
     kind_index = TEACHER_KINDS.index(kind)
     for replicate in range(settings["replicates"]):
         teacher_seed = seed * 10_000 + replicate * 100 + kind_index
-        teacher = build_teacher(shape, settings["teacher_layers"], kind, teacher_seed)
+        teacher = build_teacher(shape, settings["teacher_layers"], kind, teacher_seed).to(device)
         with torch.no_grad():
             probe = torch.randn(settings["angle_samples"], shape.input_size,
                                 generator=torch.Generator().manual_seed(teacher_seed + 7))
+            probe = probe.to(device)
             _, hidden = teacher(probe, return_hidden=True)
         per_layer = successive_update_angles(hidden)
         teachers.append({"replicate": replicate, "seed": teacher_seed,
                          "mean_angle_deg": float(per_layer.mean()),
                          "angle_deg_per_layer": per_layer.tolist()})
-        for t_index, temperature in enumerate(temperatures):
-            for depth in settings["student_depths"]:
-                student_seed = teacher_seed * 1000 + t_index * 100 + depth
-                out = train_student(teacher, depth, temperature, settings["steps"],
-                                    settings["batch_size"], settings["lr"], student_seed,
-                                    settings["eval_batches"], eval_seed=teacher_seed + 13)
-                rows.append({"teacher_kind": kind, "replicate": replicate,
-                             "temperature": temperature, "student_depth": depth, **out})
-                log(f"[toy {kind}] replicate {replicate} T={temperature:.4g} depth {depth}: "
-                    f"test KL {out['test_loss']:.4g}")
+        for out in train_students(teacher, settings["student_depths"], temperatures,
+                                  settings["steps"], settings["batch_size"], settings["lr"],
+                                  teacher_seed, settings["eval_batches"], teacher_seed + 13,
+                                  temperature_offset=offset):
+            rows.append({"teacher_kind": kind, "replicate": replicate, **out})
+            log(f"[toy {kind}] replicate {replicate} T={out['temperature']:.4g} depth "
+                f"{out['student_depth']}: test KL {out['test_loss']:.4g}")
     angles = {"teacher_kind": kind, "teacher_layers": settings["teacher_layers"],
               "mean_angle_deg": float(np.mean([t["mean_angle_deg"] for t in teachers])),
               "replicates": teachers}
