@@ -31,6 +31,8 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/pretrain.smk"
 include: "rules/figures.smk"
+include: "rules/scaling.smk"
+include: "rules/toy.smk"
 
 
 rule all:

@@ -27,68 +27,70 @@ def scaling_points(wildcards):
     return str(Path(workflow.basedir) / source)
 
 
-rule collect_sweep:
-    input:
-        models=[model_dir(name) for name in SCALING_SWEEP_MODELS],
-    output:
-        points=f"{RESULTS}/scaling/sweep_points.csv",
-    log:
-        log_file("scaling", "collect_sweep"),
-    benchmark:
-        benchmark_file("scaling", "collect_sweep")
-    threads: stage_threads("scaling")
-    resources:
-        **stage_resources("scaling"),
-    shell:
-        "{PYTHON} {SCRIPTS}/collect_sweep.py --models {input.models} --out {output.points}"
-        " > {log} 2>&1"
+if SCALING:
+
+    rule collect_sweep:
+        input:
+            models=[model_dir(name) for name in SCALING_SWEEP_MODELS],
+        output:
+            points=f"{RESULTS}/scaling/sweep_points.csv",
+        log:
+            log_file("scaling", "collect_sweep"),
+        benchmark:
+            benchmark_file("scaling", "collect_sweep")
+        threads: stage_threads("scaling")
+        resources:
+            **stage_resources("scaling"),
+        shell:
+            "{PYTHON} {SCRIPTS}/collect_sweep.py --models {input.models} --out {output.points}"
+            " > {log} 2>&1"
 
 
-rule fit_scaling:
-    input:
-        points=scaling_points,
-    output:
-        fit=f"{RESULTS}/scaling/{{fit}}/fit.json",
-        samples=f"{RESULTS}/scaling/{{fit}}/bootstrap.csv",
-    params:
-        defaults=as_json(SCALING.get("fit") or {}),
-        fit=lambda wildcards: as_json(SCALING_FITS[wildcards.fit]),
-        seed=config["seed"],
-    wildcard_constraints:
-        fit="|".join(SCALING_FITS) or "^$",
-    log:
-        log_file("scaling", "{fit}"),
-    benchmark:
-        benchmark_file("scaling", "{fit}")
-    threads: stage_threads("scaling") if SCALING else 1
-    resources:
-        **(stage_resources("scaling") if SCALING else {}),
-    shell:
-        "{PYTHON} {SCRIPTS}/fit_scaling.py --points {input.points} --name {wildcards.fit}"
-        " --defaults {params.defaults:q} --fit {params.fit:q} --seed {params.seed}"
-        " --threads {threads} --out-json {output.fit} --out-samples {output.samples} > {log} 2>&1"
+    rule fit_scaling:
+        input:
+            points=scaling_points,
+        output:
+            fit=f"{RESULTS}/scaling/{{fit}}/fit.json",
+            samples=f"{RESULTS}/scaling/{{fit}}/bootstrap.csv",
+        params:
+            defaults=as_json(SCALING.get("fit") or {}),
+            fit=lambda wildcards: as_json(SCALING_FITS[wildcards.fit]),
+            seed=config["seed"],
+        wildcard_constraints:
+            fit="|".join(SCALING_FITS) or "^$",
+        log:
+            log_file("scaling", "{fit}"),
+        benchmark:
+            benchmark_file("scaling", "{fit}")
+        threads: stage_threads("scaling")
+        resources:
+            **stage_resources("scaling"),
+        shell:
+            "{PYTHON} {SCRIPTS}/fit_scaling.py --points {input.points} --name {wildcards.fit}"
+            " --defaults {params.defaults:q} --fit {params.fit:q} --seed {params.seed}"
+            " --threads {threads} --out-json {output.fit} --out-samples {output.samples} > {log} 2>&1"
 
 
-rule plot_scaling:
-    input:
-        fit=rules.fit_scaling.output.fit,
-        samples=rules.fit_scaling.output.samples,
-    output:
-        figure=f"{RESULTS}/figures/scaling/{{fit}}.{config['figures']['format']}",
-    wildcard_constraints:
-        fit="|".join(SCALING_FITS) or "^$",
-    log:
-        log_file("scaling", "plot_{fit}"),
-    benchmark:
-        benchmark_file("scaling", "plot_{fit}")
-    threads: stage_threads("figures")
-    resources:
-        **stage_resources("figures"),
-    shell:
-        "{PYTHON} {SCRIPTS}/plot_scaling.py --fit {input.fit} --samples {input.samples}"
-        " --out {output.figure} > {log} 2>&1"
+    rule plot_scaling:
+        input:
+            fit=rules.fit_scaling.output.fit,
+            samples=rules.fit_scaling.output.samples,
+        output:
+            figure=f"{RESULTS}/figures/scaling/{{fit}}.{config['figures']['format']}",
+        wildcard_constraints:
+            fit="|".join(SCALING_FITS) or "^$",
+        log:
+            log_file("scaling", "plot_{fit}"),
+        benchmark:
+            benchmark_file("scaling", "plot_{fit}")
+        threads: stage_threads("figures")
+        resources:
+            **stage_resources("figures"),
+        shell:
+            "{PYTHON} {SCRIPTS}/plot_scaling.py --fit {input.fit} --samples {input.samples}"
+            " --out {output.figure} > {log} 2>&1"
 
 
-for _fit_name in SCALING_FITS:
-    ALL_TARGETS.append(f"{RESULTS}/scaling/{_fit_name}/fit.json")
-    ALL_TARGETS.append(f"{RESULTS}/figures/scaling/{_fit_name}.{config['figures']['format']}")
+    for _fit_name in SCALING_FITS:
+        ALL_TARGETS.append(f"{RESULTS}/scaling/{_fit_name}/fit.json")
+        ALL_TARGETS.append(f"{RESULTS}/figures/scaling/{_fit_name}.{config['figures']['format']}")

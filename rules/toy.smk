@@ -15,29 +15,29 @@ def toy_temperature_count():
     return temperatures["count"] if isinstance(temperatures, dict) else len(temperatures)
 
 
-rule train_toy:
-    output:
-        run=directory(f"{RESULTS}/toy/{{kind}}/T{{index}}"),
-    params:
-        toy=as_json({key: TOY[key] for key in TOY_TRAIN_KEYS if key in TOY}),
-        seed=config["seed"],
-    wildcard_constraints:
-        kind="independent|tied",
-        index=r"\d+",
-    log:
-        log_file("toy", "{kind}_T{index}"),
-    benchmark:
-        benchmark_file("toy", "{kind}_T{index}")
-    threads: stage_threads("toy") if TOY else 1
-    resources:
-        **(stage_resources("toy") if TOY else {}),
-    shell:
-        "{PYTHON} {SCRIPTS}/train_toy.py --teacher-kind {wildcards.kind}"
-        " --temperature-index {wildcards.index} --toy-config {params.toy:q}"
-        " --seed {params.seed} --threads {threads} --out {output.run} > {log} 2>&1"
-
-
 if TOY:
+
+    rule train_toy:
+        output:
+            run=directory(f"{RESULTS}/toy/{{kind}}/T{{index}}"),
+        params:
+            toy=as_json({key: TOY[key] for key in TOY_TRAIN_KEYS if key in TOY}),
+            seed=config["seed"],
+        wildcard_constraints:
+            kind="independent|tied",
+            index=r"\d+",
+        log:
+            log_file("toy", "{kind}_T{index}"),
+        benchmark:
+            benchmark_file("toy", "{kind}_T{index}")
+        threads: stage_threads("toy")
+        resources:
+            **stage_resources("toy"),
+        shell:
+            "{PYTHON} {SCRIPTS}/train_toy.py --teacher-kind {wildcards.kind}"
+            " --temperature-index {wildcards.index} --toy-config {params.toy:q}"
+            " --seed {params.seed} --threads {threads} --out {output.run} > {log} 2>&1"
+
 
     rule fit_toy:
         input:
@@ -56,12 +56,13 @@ if TOY:
             log_file("toy", "fit_toy"),
         benchmark:
             benchmark_file("toy", "fit_toy")
+        # a CPU fit: the toy stage's resources without its GPU
         threads: stage_threads("toy")
         resources:
-            **stage_resources("toy"),
+            **{k: v for k, v in stage_resources("toy").items() if k not in ("gpu", "gpu_model")},
         shell:
             "{PYTHON} {SCRIPTS}/fit_toy.py --runs {input.runs} --form {params.form}"
             " --exponent-bounds {params.bounds} --out-json {output.fit}"
             " --figure {output.figure} > {log} 2>&1"
 
-    ALL_TARGETS.extend(rules.fit_toy.output)
+    ALL_TARGETS.extend([rules.fit_toy.output.fit, rules.fit_toy.output.figure])

@@ -254,7 +254,7 @@ class ResidualStreamStatistics:
         units = states / _norm(states).clamp_min(TINY).unsqueeze(-1)
         cos = (units @ units.transpose(1, 2)).clamp(-1.0, 1.0)
         self._cos_last += cos.sum(0)
-        self._dist_last += (torch.arccos(cos) / math.pi).sum(0) * 1.00001
+        self._dist_last += (torch.arccos(cos) / math.pi).sum(0)
         if self.all_token_distance:
             units = torch.stack(self._unit_states, dim=1)  # (N, L+1, d)
             for start in range(0, units.shape[0], ALL_TOKEN_CHUNK):
