@@ -1,5 +1,6 @@
 # depthlab: how large language models use their depth, rebuilt as one reproducible workflow.
 # Config: config/default.yaml unless --configfile names another (config/test.yaml, config/paper.yaml).
+import os
 import sys
 from pathlib import Path
 
@@ -12,13 +13,16 @@ min_version("9.0")
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow_scripts"))
 from depthlab.config import ConfigError, resolve_config  # noqa: E402
 
-# --configfile replaces the default config entirely (Snakemake would otherwise deep-merge the
-# default's models into every other config); plain --config overrides apply on top of the default.
+# No `configfile:` directive: Snakemake would deep-merge it under --configfile, adding the
+# default's models to every other config. --config overrides still apply on top of the default.
 if "models" not in config:
     _overrides = dict(config)
     config.clear()
     config.update(yaml.safe_load(Path(workflow.basedir, "config/default.yaml").read_text()))
     update_config(config, _overrides)
+
+# Jobs call `python` from the environment Snakemake runs in (the project's venv), also on Slurm.
+os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 validate(config, "config/schema.yaml")
 try:

@@ -4,8 +4,14 @@ RUN = config["run_name"]
 RESULTS = f"results/{RUN}"
 MODELS = config["resolved_models"]
 PRETRAIN_MODELS = [name for name, model in MODELS.items() if model["kind"] == "pretrain"]
-PYTHON = sys.executable
+PYTHON = sys.executable  # legacy; rules call `python {input.script}` instead
 SCRIPTS = Path(workflow.basedir) / "workflow_scripts"
+ENVIRONMENT = "../environment.yml"  # for --sdm conda; the default is the project venv
+
+
+def script(name):
+    """A stage script, as a rule input (a changed script marks its outputs for rerun)."""
+    return str(Path(workflow.basedir) / "workflow_scripts" / name)
 
 # Each stage's .smk appends the final outputs it contributes; `rule all` builds them all.
 ALL_TARGETS = []

@@ -2,6 +2,8 @@
 
 
 rule prepare_data:
+    input:
+        script=script("prepare_data.py"),
     output:
         directory(f"{RESULTS}/data"),
     params:
@@ -11,11 +13,13 @@ rule prepare_data:
         log_file("data", "prepare_data"),
     benchmark:
         benchmark_file("data", "prepare_data")
+    conda:
+        ENVIRONMENT
     threads: stage_threads("data")
     resources:
         **stage_resources("data"),
     shell:
-        "{PYTHON} {SCRIPTS}/prepare_data.py --data-config {params.data:q} --seed {params.seed}"
+        "python {input.script} --data-config {params.data:q} --seed {params.seed}"
         " --threads {threads} --out {output} > {log} 2>&1"
 
 

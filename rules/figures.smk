@@ -4,17 +4,20 @@
 rule plot_loss_curves:
     input:
         models=[model_dir(name) for name in PRETRAIN_MODELS],
+        script=script("plot_loss_curves.py"),
     output:
         figure=f"{RESULTS}/figures/loss_curves.{config['figures']['format']}",
     log:
         log_file("figures", "loss_curves"),
     benchmark:
         benchmark_file("figures", "loss_curves")
+    conda:
+        ENVIRONMENT
     threads: stage_threads("figures")
     resources:
         **stage_resources("figures"),
     shell:
-        "{PYTHON} {SCRIPTS}/plot_loss_curves.py --models {input.models} --out {output.figure}"
+        "python {input.script} --models {input.models} --out {output.figure}"
         " > {log} 2>&1"
 
 

@@ -4,6 +4,7 @@
 rule pretrain:
     input:
         data=f"{RESULTS}/data",
+        script=script("pretrain.py"),
     output:
         model=directory(f"{RESULTS}/models/{{model}}"),
     params:
@@ -17,11 +18,13 @@ rule pretrain:
         log_file("pretrain"),
     benchmark:
         benchmark_file("pretrain")
+    conda:
+        ENVIRONMENT
     threads: stage_threads("pretrain")
     resources:
         **stage_resources("pretrain"),
     shell:
-        "{PYTHON} {SCRIPTS}/pretrain.py --model-name {wildcards.model} --model-config {params.model:q}"
+        "python {input.script} --model-name {wildcards.model} --model-config {params.model:q}"
         " --data {input.data} --state-dir {params.state} --seed {params.seed}"
         " --threads {threads} --out {output.model} > {log} 2>&1"
 

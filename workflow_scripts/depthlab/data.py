@@ -153,9 +153,9 @@ def _ascii_fraction(text: str) -> float:
     return len(text.encode("ascii", "ignore")) / len(text)
 
 
-def _package_version(name: str) -> str:
+def _package_version(name: str, distributions: dict) -> str:
     top = name.split(".")[0]
-    dists = importlib.metadata.packages_distributions().get(top)
+    dists = distributions.get(top)
     if dists:
         try:
             return f"{dists[0]} {importlib.metadata.version(dists[0])}"
@@ -215,9 +215,10 @@ def docstring_documents(cfg: dict, min_chars: int, threads: int = 1, counts: dic
         if pool is not None:
             pool.terminate()
             pool.join()
+    distributions = importlib.metadata.packages_distributions()  # scans every installed package
     description = {
         "kind": "docstrings",
-        "packages": {name: _package_version(name) for name in packages},
+        "packages": {name: _package_version(name, distributions) for name in packages},
         "megabytes_per_package": {name: round(size / 1e6, 3)
                                   for name, size in per_package.items()},
         "max_megabytes": cfg["max_megabytes"],

@@ -442,11 +442,12 @@ class FitResult:
             cov = np.linalg.inv(jac.T @ jac) * float(r @ r) / dof
         except np.linalg.LinAlgError:
             return {}
-        var = np.diag(cov)
+        # A singular J^T J (a parameter pinned at a bound, an unidentified term) gives no error.
+        var = np.where(np.isfinite(np.diag(cov)) & (np.diag(cov) >= 0), np.diag(cov), np.nan)
         out = {name: float(np.sqrt(var[2 * k + 1])) for k, name in enumerate(self.law.exponents)}
         if floor:  # L0 = exp(e): delta method
             out[self.law.floor] = float(np.exp(self.theta[-1]) * np.sqrt(var[-1]))
-        return out
+        return {k: (v if math.isfinite(v) else None) for k, v in out.items()}
 
 
 def theta_to_estimates(theta: np.ndarray, law: Law, log_refs: np.ndarray) -> dict:
@@ -618,6 +619,19 @@ def held_out_validation(frame: pd.DataFrame, law: Law | str, settings: FitSettin
 # ---------------------------------------------------------------------------------------------
 # One configured fit, end to end
 
+
+def json_safe(obj):
+    """NaN and infinities -> None, numpy scalars -> Python, recursively (strict JSON)."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    return obj
+
 FIT_SPEC_KEYS = ("law", "source", "columns", "objective", "huber_delta", "optimizer",
                  "exponent_bounds", "start_grid", "n_refine", "depth_offset", "drop_highest",
                  "ties", "min_tokens", "bootstrap", "validation")
@@ -681,6 +695,6 @@ def run_fit(frame: pd.DataFrame, spec: dict, seed: int = 0, source: str = "point
         "rmse_log": float(np.sqrt(np.mean(residuals ** 2))),
         "feature_refs": dict(zip(law.features, np.exp(result.log_refs).tolist())),
         "validation": validation,
-        "points": points.replace({np.nan: None}).to_dict(orient="records"),
+        "points": points.to_dict(orient="records"),
     }
-    return record, boot["samples"]
+    return json_safe(record), boot["samples"]

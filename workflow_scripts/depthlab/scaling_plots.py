@@ -16,6 +16,18 @@ FOCUS = {"decomposed": ("depth", "c_l", "a_l", "depth l"),
          "reference": ("params", "A", "alpha", "parameters N")}
 
 
+def plain_log_ticks(axis, ticks=None) -> None:
+    """Log-scaled axis labelled with plain numbers (2, 4, 8 ... not 2 x 10^0)."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    if ticks is not None:
+        axis.set_ticks(ticks)
+    formatter = ScalarFormatter()
+    formatter.set_scientific(False)
+    axis.set_major_formatter(formatter)
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _term(estimates: dict, coefficient: str, exponent: str, values: np.ndarray) -> np.ndarray:
     return np.exp(estimates[f"log_{coefficient}"] - estimates[exponent] * np.log(values))
 
@@ -53,7 +65,8 @@ def plot_scaling_fit(record: dict, samples: pd.DataFrame, title: str = ""):
     axes[0].plot(grid, curve, "k-", lw=2,
                  label=f"fit: {expo} = {est[expo]:.3g}" + (f", offset {offset:g}" if offset else ""))
     axes[0].set_xscale("log")
-    axes[0].set_yscale("log")
+    if focus == "depth":
+        plain_log_ticks(axes[0].xaxis, sorted(set(x.astype(int)))[::max(1, len(set(x)) // 8)])
     held = ", ".join(f"{f} = {refs[f]:.3g}" for f in law.features if f != focus)
     axes[0].set_title(f"loss vs {label} at {held}", fontsize=9)
     axes[0].set_xlabel(label)
@@ -63,7 +76,6 @@ def plot_scaling_fit(record: dict, samples: pd.DataFrame, title: str = ""):
     # (b) Residuals of log loss against the prediction.
     axes[1].scatter(points["predicted"], points["residual_log"], s=12, alpha=0.8)
     axes[1].axhline(0.0, color="k", lw=1)
-    axes[1].set_xscale("log")
     axes[1].set_xlabel("predicted loss")
     axes[1].set_ylabel("log L - log L_hat")
     axes[1].set_title(f"residuals ({record['objective']}, n = {record['n_points_used']}, "

@@ -335,6 +335,8 @@ def plot_toy(losses: pd.DataFrame, fits: list[dict], angles: dict[str, dict]):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .scaling_plots import plain_log_ticks
+
     kinds = [k for k in TEACHER_KINDS if k in set(losses["teacher_kind"])]
     fig, axes = plt.subplots(1, len(kinds), figsize=(5.5 * len(kinds), 4.4), squeeze=False)
     temperatures = sorted(losses["temperature"].unique())
@@ -351,6 +353,7 @@ def plot_toy(losses: pd.DataFrame, fits: list[dict], angles: dict[str, dict]):
                     label=f"T = {temperature:.3g}: a = {fit['a']:.2f}")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        plain_log_ticks(ax.xaxis, sorted(losses["student_depth"].unique()))
         ax.set_xlabel("student depth l")
         ax.set_ylabel("test KL to teacher")
         angle = angles.get(kind, {}).get("mean_angle_deg")
