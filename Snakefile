@@ -37,6 +37,7 @@ include: "rules/pretrain.smk"
 include: "rules/figures.smk"
 include: "rules/scaling.smk"
 include: "rules/toy.smk"
+include: "rules/analysis.smk"
 
 
 rule all:

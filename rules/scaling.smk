@@ -16,15 +16,18 @@ for _fit_name, _fit in SCALING_FITS.items():
         )
 
 
-def scaling_points(wildcards):
-    """A fit's points: the collected sweep CSV, or its CSV (relative to the run folder or the
-    workflow folder)."""
-    source = SCALING_FITS[wildcards.fit]["source"]
-    if source == "sweep":
-        return f"{RESULTS}/scaling/sweep_points.csv"
-    if Path(source).is_absolute() or Path(source).exists():
-        return source
-    return str(Path(workflow.basedir) / source)
+# Each fit's points: the collected sweep CSV, or its CSV (as given if it exists from the run's
+# working directory, else relative to the workflow folder).
+SCALING_POINTS = {
+    name: (
+        f"{RESULTS}/scaling/sweep_points.csv"
+        if fit["source"] == "sweep"
+        else fit["source"]
+        if Path(fit["source"]).is_absolute() or Path(fit["source"]).exists()
+        else str(Path(workflow.basedir) / fit["source"])
+    )
+    for name, fit in SCALING_FITS.items()
+}
 
 
 if SCALING:
@@ -48,7 +51,7 @@ if SCALING:
 
     rule fit_scaling:
         input:
-            points=scaling_points,
+            points=lambda wildcards: SCALING_POINTS[wildcards.fit],
         output:
             fit=f"{RESULTS}/scaling/{{fit}}/fit.json",
             samples=f"{RESULTS}/scaling/{{fit}}/bootstrap.csv",

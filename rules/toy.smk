@@ -10,9 +10,10 @@ TOY_TRAIN_KEYS = (
 )
 
 
-def toy_temperature_count():
-    temperatures = TOY["temperatures"]
-    return temperatures["count"] if isinstance(temperatures, dict) else len(temperatures)
+TOY_TEMPERATURES = TOY.get("temperatures") or []
+TOY_TEMPERATURE_COUNT = (
+    TOY_TEMPERATURES["count"] if isinstance(TOY_TEMPERATURES, dict) else len(TOY_TEMPERATURES)
+)
 
 
 if TOY:
@@ -44,7 +45,7 @@ if TOY:
             runs=expand(
                 f"{RESULTS}/toy/{{kind}}/T{{index}}",
                 kind=TOY["teacher_kinds"],
-                index=range(toy_temperature_count()),
+                index=range(TOY_TEMPERATURE_COUNT),
             ),
         output:
             fit=f"{RESULTS}/toy/fit.json",

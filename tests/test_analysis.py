@@ -184,6 +184,24 @@ def test_streamed_measures_equal_naive_float64_reference(family):
         assert any("no LM head" in note for note in result.notes)
 
 
+def test_logit_lens_stride_reads_every_kth_token_of_the_pass():
+    model = build("gpt2")
+    adapter = adapt(model)
+    batches = two_batches()
+    result = streamed(adapter, batches, logit_lens_stride=3)
+    per_batch = [capture_full(model, adapter, b) for b in batches]
+    masks = [b["attention_mask"].numpy() for b in batches]
+    states = [gather([pb[0][l] for pb in per_batch], masks)[0][::3] for l in range(4)]
+    zeros = [np.zeros_like(states[0])] * 3  # the sublayer measures are not compared here
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected = naive_measures(states, zeros, zeros, float64_readout(adapter))
+    assert result.logit_lens_tokens == 11  # tokens 0, 3, ..., 30 of 33
+    for name in ("logit_lens_kl", "logit_lens_top5"):
+        np.testing.assert_allclose(result.per_state[name], expected[name], **TOL)
+    frame = result.to_frame()
+    assert (frame.query("measure == 'logit_lens_kl'")["count"] == 11).all()
+
+
 def test_measures_are_not_trivially_equal():
     """Guard against a reference that cannot fail: the measures differ between layers and the
     update/adjacent angles are not all zero."""

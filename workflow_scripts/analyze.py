@@ -62,19 +62,21 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--logit-lens", action=argparse.BooleanOptionalAction, default=True,
                         help="logit lens (one vocabulary projection per layer)")
+    parser.add_argument("--logit-lens-stride", type=int, default=1,
+                        help="logit lens on every k-th real token (1: all)")
     parser.add_argument("--all-token-distance", action=argparse.BooleanOptionalAction,
                         default=False, help="angular-distance matrix over all tokens as well")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", required=True, help="output folder")
     args = parser.parse_args()
-    for key in ("max_samples", "max_length", "batch_size", "threads"):
+    for key in ("max_samples", "max_length", "batch_size", "threads", "logit_lens_stride"):
         if getattr(args, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be at least 1")
 
     import torch
     from transformers.utils import logging as hf_logging
 
-    from depthlab.adapter import adapt, load_model, load_tokenizer
+    from depthlab.adapter import adapt, load_model, load_tokenizer, resolve_model_path
     from depthlab.io import atomic_path, write_dataframe, write_json
     from depthlab.measures import analyse
     from depthlab.provenance import Provenance
@@ -85,8 +87,8 @@ def main() -> None:
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available()
                                                           else "cpu")
     inputs = [args.texts_jsonl] if args.texts_jsonl else []
-    if os.path.isdir(args.model):
-        inputs.append(args.model)
+    if os.path.isdir(resolve_model_path(args.model)):
+        inputs.append(resolve_model_path(args.model))
     provenance = Provenance("analysis", config=vars(args), inputs=inputs)
 
     model = load_model(args.model, dtype=args.dtype, device=device, revision=args.revision)
@@ -102,7 +104,8 @@ def main() -> None:
                                  max_tokens=args.max_tokens)
     start = time.perf_counter()
     result = analyse(adapter, batches, logit_lens=args.logit_lens,
-                     all_token_distance=args.all_token_distance)
+                     all_token_distance=args.all_token_distance,
+                     logit_lens_stride=args.logit_lens_stride)
     seconds = time.perf_counter() - start
 
     import pandas as pd
@@ -113,6 +116,7 @@ def main() -> None:
         "samples": result.samples,
         "tokens": result.tokens,
         "logit_lens": bool(args.logit_lens and adapter.has_lm_head),
+        "logit_lens_tokens": result.logit_lens_tokens,
         "all_token_distance": args.all_token_distance,
         "pass_seconds": round(seconds, 3),
         "tokens_per_second": round(result.tokens / seconds, 1),

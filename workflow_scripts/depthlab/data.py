@@ -10,9 +10,14 @@ Sources (``data.source``):
                builder is named like a hub dataset ("json", "parquet", "text") with `data_files`.
 
 Every source yields documents in a fixed order; exact duplicates, whitespace-only documents and
-documents shorter than ``min_document_chars`` are dropped. A document goes to the validation split
-when sha256(text) maps below ``val_fraction``, so its split never depends on the other documents
-(an hf_dataset may name its own ``val_split`` instead).
+documents shorter than ``min_document_chars`` are dropped, and so are documents that spell out one
+of the tokenizer's special tokens (they would fake a document boundary). A document goes to the
+validation split when sha256(text) maps below ``val_fraction``, so its split never depends on the
+other documents (an hf_dataset may name its own ``val_split`` instead).
+
+Documents are streamed to the token arrays in batches, so a hub-scale corpus never sits in
+memory when ``tokenizer.pretrained`` is set; training a BPE keeps the (laptop-scale) corpus in
+memory because the tokenizer must exist before the first document is encoded.
 
 Output folder (written atomically):
   tokenizer/     HF tokenizer (AutoTokenizer.from_pretrained loads it)
@@ -26,6 +31,7 @@ Output folder (written atomically):
 from __future__ import annotations
 
 import ast
+import contextlib
 import glob
 import hashlib
 import importlib.metadata
@@ -35,6 +41,7 @@ import json
 import multiprocessing
 import os
 import platform
+import re
 import sys
 import time
 import warnings
@@ -49,6 +56,7 @@ EOS_TOKEN = "<|endoftext|>"  # also bos, as in GPT-2
 PAD_TOKEN = "<|pad|>"
 SPLITS = ("train", "val")
 ENCODE_BATCH_DOCUMENTS = 2048  # documents per encode_batch call: bounds memory, keeps rayon busy
+LOG_EVERY_DOCUMENTS = 200_000
 
 
 class DataError(ValueError):
@@ -61,6 +69,10 @@ def _require(section: dict | None, key: str, where: str):
     return section[key]
 
 
+def _log(message: str) -> None:
+    print(f"[data] {message}", file=sys.stderr, flush=True)
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 holds ids 0..65535, so it serves every vocabulary of at most 65536 entries."""
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
@@ -70,6 +82,31 @@ def is_validation(text: str, val_fraction: float) -> bool:
     """Stable split: the first 8 bytes of sha256(text) as a fraction of 2**64 (not hash())."""
     digest = hashlib.sha256(text.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64 < val_fraction
+
+
+class DocumentFilter:
+    """Length filter and exact deduplication shared by every source; counts what it drops.
+
+    Deduplication keeps 16-byte digests, not texts, so a streamed hub corpus stays small in memory.
+    """
+
+    def __init__(self, min_chars: int):
+        self.min_chars = max(int(min_chars), 1)
+        self.seen: set[bytes] = set()
+        self.dropped: dict[str, int] = {}
+
+    def drop(self, reason: str) -> bool:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        return False
+
+    def keep(self, text: str) -> bool:
+        if len(text) < self.min_chars or not text.strip():
+            return self.drop("too_short")
+        digest = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+        if digest in self.seen:
+            return self.drop("duplicate")
+        self.seen.add(digest)
+        return True
 
 
 # --------------------------------------------------------------------------- docstrings source
@@ -134,7 +171,7 @@ def module_docstrings(path: str | os.PathLike) -> list[str]:
     except (SyntaxError, ValueError, RecursionError, OSError, MemoryError):
         return []
     docstrings, stack = [], [tree]
-    while stack:  # only statement lists can hold a def/class: never visit expressions (3x faster)
+    while stack:  # only statement lists can hold a def/class: never visit expressions (2x faster)
         node = stack.pop()
         if isinstance(node, _DOCUMENTED):
             text = ast.get_docstring(node, clean=True)
@@ -166,11 +203,13 @@ def _package_version(name: str, distributions: dict) -> str:
     return "unknown version"
 
 
-def docstring_documents(cfg: dict, min_chars: int, threads: int = 1, counts: dict | None = None):
-    """Deduplicated English-ish docstrings of the configured packages, up to max_megabytes.
+def docstring_source(cfg: dict, keep: DocumentFilter, threads: int = 1):
+    """(documents iterator, description): English-ish docstrings of the packages, in order.
 
-    Parsing is the cost (~3 MB of source per second per core), so with threads > 1 files are
+    Parsing is the cost (~3-5 MB of source per second per core), so with threads > 1 files are
     parsed in worker processes; results are consumed in walk order, so the corpus is identical.
+    The iterator stops once max_megabytes of accepted text is reached; the description's
+    megabytes_per_package fills in as it runs.
     """
     where = "data.docstrings"
     packages = _require(cfg, "packages", where)
@@ -184,59 +223,48 @@ def docstring_documents(cfg: dict, min_chars: int, threads: int = 1, counts: dic
         found = package_source_files(name, exclude_dirs)
         files.extend(found)
         owners.extend([name] * len(found))
-    counts = counts if counts is not None else {}
-
-    pool = None
-    if threads > 1 and len(files) > 1:
-        # fork: workers only parse, and start in milliseconds (spawn would re-import everything)
-        pool = multiprocessing.get_context("fork").Pool(threads)
-        per_file = pool.imap(module_docstrings, files, chunksize=8)
-    else:
-        per_file = map(module_docstrings, files)
-    seen, documents, total = set(), [], 0
-    per_package = dict.fromkeys(packages, 0)
-    try:
-        for owner, docstrings in zip(owners, per_file):
-            for text in docstrings:
-                if not _keep(text, min_chars, seen, counts):
-                    continue
-                if _ascii_fraction(text) < min_ascii:
-                    counts["not_ascii"] = counts.get("not_ascii", 0) + 1
-                    continue
-                documents.append(text)
-                size = len(text.encode("utf-8"))
-                total += size
-                per_package[owner] += size
-                if total >= max_bytes:
-                    break
-            if total >= max_bytes:
-                break
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
     distributions = importlib.metadata.packages_distributions()  # scans every installed package
     description = {
         "kind": "docstrings",
         "packages": {name: _package_version(name, distributions) for name in packages},
-        "megabytes_per_package": {name: round(size / 1e6, 3)
-                                  for name, size in per_package.items()},
+        "megabytes_per_package": dict.fromkeys(packages, 0.0),
         "max_megabytes": cfg["max_megabytes"],
-        "reached_max_megabytes": total >= max_bytes,
+        "reached_max_megabytes": False,
     }
-    return documents, description
 
+    def documents():
+        pool = None
+        if threads > 1 and len(files) > 1:
+            # fork: workers only parse, and start in milliseconds (spawn re-imports everything)
+            pool = multiprocessing.get_context("fork").Pool(threads)
+            per_file = pool.imap(module_docstrings, files, chunksize=8)
+        else:
+            per_file = map(module_docstrings, files)
+        per_package = dict.fromkeys(packages, 0)
+        total = 0
+        try:
+            for owner, docstrings in zip(owners, per_file):
+                for text in docstrings:
+                    if not keep.keep(text):
+                        continue
+                    if _ascii_fraction(text) < min_ascii:
+                        keep.drop("not_ascii")
+                        continue
+                    size = len(text.encode("utf-8"))
+                    total += size
+                    per_package[owner] += size
+                    description["megabytes_per_package"][owner] = round(
+                        per_package[owner] / 1e6, 3)
+                    yield text
+                    if total >= max_bytes:
+                        description["reached_max_megabytes"] = True
+                        return
+        finally:
+            if pool is not None:
+                pool.terminate()
+                pool.join()
 
-def _keep(text: str, min_chars: int, seen: set, counts: dict) -> bool:
-    """Length filter and exact deduplication shared by every source."""
-    if len(text) < max(min_chars, 1) or not text.strip():
-        counts["too_short"] = counts.get("too_short", 0) + 1
-        return False
-    if text in seen:
-        counts["duplicate"] = counts.get("duplicate", 0) + 1
-        return False
-    seen.add(text)
-    return True
+    return documents(), description
 
 
 # --------------------------------------------------------------------------- text files source
@@ -261,12 +289,21 @@ def resolve_text_files(paths: list[str]) -> list[Path]:
     return files
 
 
-def text_file_documents(cfg: dict, min_chars: int, counts: dict | None = None):
+def text_file_source(cfg: dict, keep: DocumentFilter):
+    """(documents iterator, description, files): .jsonl = one {"text"} per line, else a file."""
+    where = "data.text_files.paths"
     files = resolve_text_files(_require(cfg, "paths", "data.text_files"))
-    counts = counts if counts is not None else {}
-    seen, documents = set(), []
-    for path in files:
-        if path.suffix == ".jsonl":
+
+    def documents():
+        for path in files:
+            if path.suffix != ".jsonl":
+                try:
+                    text = path.read_text(encoding="utf-8")
+                except UnicodeDecodeError as error:
+                    raise DataError(f"{where}: {path}: not UTF-8 text ({error})") from None
+                if keep.keep(text):
+                    yield text
+                continue
             with open(path, encoding="utf-8") as handle:
                 for number, line in enumerate(handle, 1):
                     if not line.strip():
@@ -274,43 +311,34 @@ def text_file_documents(cfg: dict, min_chars: int, counts: dict | None = None):
                     try:
                         record = json.loads(line)
                     except json.JSONDecodeError as error:
-                        raise DataError(f"data.text_files.paths: {path}:{number}: not JSON "
-                                        f"({error})") from None
+                        raise DataError(f"{where}: {path}:{number}: not JSON ({error})") from None
                     if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                        raise DataError(f"data.text_files.paths: {path}:{number}: no string "
-                                        f"'text' field")
-                    if _keep(record["text"], min_chars, seen, counts):
-                        documents.append(record["text"])
-        else:
-            try:
-                text = path.read_text(encoding="utf-8")
-            except UnicodeDecodeError as error:
-                raise DataError(f"data.text_files.paths: {path}: not UTF-8 text "
-                                f"({error})") from None
-            if _keep(text, min_chars, seen, counts):
-                documents.append(text)
-    description = {"kind": "text_files", "files": [str(p) for p in files]}
-    return documents, description, files
+                        raise DataError(f"{where}: {path}:{number}: no string 'text' field")
+                    if keep.keep(record["text"]):
+                        yield record["text"]
+
+    return documents(), {"kind": "text_files", "files": [str(p) for p in files]}, files
 
 
 # --------------------------------------------------------------------------- hf_dataset source
 
 
-def _hf_documents(cfg: dict, split: str, limit: int, min_chars: int, seen: set, counts: dict):
+def _hf_split(cfg: dict, split: str, limit: int, keep: DocumentFilter):
     import datasets
 
     where = "data.hf_dataset"
-    name = cfg["name"]
-    field = cfg["text_field"]
+    name, field = cfg["name"], cfg["text_field"]
     kwargs = {"split": split, "streaming": cfg["streaming"]}
-    if cfg.get("data_files") is not None:
-        kwargs["data_files"] = cfg["data_files"]
+    for key in ("data_files", "cache_dir"):
+        if cfg.get(key) is not None:
+            kwargs[key] = cfg[key]
     try:
         dataset = datasets.load_dataset(name, cfg.get("config_name"), **kwargs)
-    except (FileNotFoundError, ValueError) as error:
-        raise DataError(f"{where}.name: cannot load dataset '{name}' split '{split}': "
+    except (OSError, ValueError) as error:  # not found, offline, bad config name or split
+        key = "data_files" if cfg.get("data_files") is not None else "name"
+        raise DataError(f"{where}.{key}: cannot load dataset '{name}' split '{split}': "
                         f"{error}") from None
-    documents = []
+    kept = 0
     for record in dataset:
         if field not in record:
             raise DataError(f"{where}.text_field: '{field}' is not a field of dataset '{name}' "
@@ -318,37 +346,15 @@ def _hf_documents(cfg: dict, split: str, limit: int, min_chars: int, seen: set, 
         text = record[field]
         if not isinstance(text, str):
             raise DataError(f"{where}.text_field: '{field}' of dataset '{name}' is not text")
-        if _keep(text, min_chars, seen, counts):
-            documents.append(text)
-            if len(documents) >= limit:
-                break
-    return documents
+        if keep.keep(text):
+            yield text
+            kept += 1
+            if kept >= limit:
+                return
 
 
-def hf_dataset_documents(cfg: dict, min_chars: int, counts: dict | None = None):
-    """(documents, val_documents or None, description); streamed datasets stop after the cap."""
-    where = "data.hf_dataset"
-    for key in ("name", "split", "text_field", "max_documents", "streaming"):
-        _require(cfg, key, where)
-    counts = counts if counts is not None else {}
-    seen: set = set()
-    val_documents = None
-    if cfg.get("val_split") is not None:
-        max_val = _require(cfg, "max_val_documents", where)
-        val_documents = _hf_documents(cfg, cfg["val_split"], max_val, min_chars, seen, counts)
-    # val first, so a train document equal to a val document counts as a duplicate (no leak)
-    documents = _hf_documents(cfg, cfg["split"], cfg["max_documents"], min_chars, seen, counts)
-    description = {"kind": "hf_dataset", "name": cfg["name"], "config_name": cfg.get("config_name"),
-                   "split": cfg["split"], "val_split": cfg.get("val_split"),
-                   "data_files": cfg.get("data_files")}
-    try:
-        description["datasets_version"] = importlib.metadata.version("datasets")
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    return documents, val_documents, description
-
-
-def _local_data_files(data_files) -> list[str]:
+def _local_data_files(data_files) -> list[Path]:
+    """Local files named by data_files (for provenance checksums); hub patterns match nothing."""
     if data_files is None:
         return []
     if isinstance(data_files, str):
@@ -356,7 +362,59 @@ def _local_data_files(data_files) -> list[str]:
     if isinstance(data_files, dict):
         data_files = list(itertools.chain.from_iterable(
             [v] if isinstance(v, str) else v for v in data_files.values()))
-    return sorted({p for pattern in data_files for p in glob.glob(pattern) if Path(p).is_file()})
+    return sorted({Path(p) for pattern in data_files for p in glob.glob(pattern)
+                   if Path(p).is_file()})
+
+
+def hf_dataset_source(cfg: dict, keep: DocumentFilter):
+    """(iterator of (split or None, text), description, local files).
+
+    With val_split, its first max_val_documents come first (split "val"), then the first
+    max_documents new documents of `split` (split "train"): a train document equal to a val
+    document is a duplicate, so nothing leaks. Without val_split the split is None (hash split).
+    """
+    where = "data.hf_dataset"
+    for key in ("name", "split", "text_field", "max_documents", "streaming"):
+        _require(cfg, key, where)
+    val_split = cfg.get("val_split")
+    max_val = _require(cfg, "max_val_documents", where) if val_split is not None else 0
+
+    def documents():
+        if val_split is not None:
+            yield from (("val", text) for text in _hf_split(cfg, val_split, max_val, keep))
+        train_label = "train" if val_split is not None else None
+        yield from ((train_label, text)
+                    for text in _hf_split(cfg, cfg["split"], cfg["max_documents"], keep))
+
+    description = {"kind": "hf_dataset", "name": cfg["name"], "config_name": cfg.get("config_name"),
+                   "split": cfg["split"], "val_split": val_split,
+                   "data_files": cfg.get("data_files")}
+    try:
+        description["datasets_version"] = importlib.metadata.version("datasets")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return documents(), description, _local_data_files(cfg.get("data_files"))
+
+
+def _unlabelled(documents):
+    with contextlib.closing(documents):  # closing this closes the source (its worker pool)
+        for text in documents:
+            yield None, text
+
+
+def open_source(data_config: dict, keep: DocumentFilter, threads: int = 1):
+    """(iterator of (split or None, text), description, input files) for data.source."""
+    source = _require(data_config, "source", "data")
+    if source == "docstrings":
+        docs, description = docstring_source(data_config.get("docstrings"), keep, threads)
+        return _unlabelled(docs), description, []
+    if source == "text_files":
+        docs, description, files = text_file_source(data_config.get("text_files"), keep)
+        return _unlabelled(docs), description, files
+    if source == "hf_dataset":
+        return hf_dataset_source(data_config.get("hf_dataset"), keep)
+    raise DataError(f"data.source: unknown source '{source}' "
+                    f"(docstrings, text_files or hf_dataset)")
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -398,50 +456,54 @@ def load_pretrained_tokenizer(name: str):
     return tokenizer
 
 
-def _encode_documents(tokenizer, documents: list[str]):
-    """Token id lists for a batch of documents, without special tokens added."""
+def _encode_documents(tokenizer, documents: list[str]) -> list[list[int]]:
+    """Token ids of a batch of documents, without special tokens added."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:  # Rust batch encode: parallel over documents (RAYON_NUM_THREADS)
         return [e.ids for e in backend.encode_batch_fast(documents, add_special_tokens=False)]
     return tokenizer(documents, add_special_tokens=False)["input_ids"]
 
 
-def write_token_array(path: Path, documents: list[str], tokenizer, eos_id: int,
-                      dtype: np.dtype) -> int:
-    """Append each document's ids and eos_id to a flat binary file; returns the token count."""
-    total = 0
-    with open(path, "wb") as handle:
-        for start in range(0, len(documents), ENCODE_BATCH_DOCUMENTS):
-            ids = _encode_documents(tokenizer, documents[start:start + ENCODE_BATCH_DOCUMENTS])
-            count = sum(len(i) for i in ids) + len(ids)
-            flat = np.fromiter(itertools.chain.from_iterable(
-                itertools.chain(i, (eos_id,)) for i in ids), dtype=dtype, count=count)
-            flat.tofile(handle)
-            total += count
-    return total
+class SplitWriter:
+    """Streams one split: documents in, `<split>.bin` (ids + eos per document) out in batches."""
+
+    def __init__(self, folder: Path, split: str, tokenizer, eos_id: int, dtype: np.dtype):
+        self.tokenizer, self.eos_id, self.dtype = tokenizer, eos_id, dtype
+        self.bin = open(folder / f"{split}.bin", "wb")
+        self.jsonl = open(folder / "val.jsonl", "w", encoding="utf-8") if split == "val" else None
+        self.pending: list[str] = []
+        self.counts = {"documents": 0, "tokens": 0, "bytes": 0}
+
+    def add(self, text: str) -> None:
+        self.pending.append(text)
+        if len(self.pending) >= ENCODE_BATCH_DOCUMENTS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        ids = _encode_documents(self.tokenizer, self.pending)
+        count = sum(len(i) for i in ids) + len(ids)
+        flat = np.fromiter(itertools.chain.from_iterable(
+            itertools.chain(i, (self.eos_id,)) for i in ids), dtype=self.dtype, count=count)
+        flat.tofile(self.bin)
+        if self.jsonl is not None:
+            self.jsonl.writelines(json.dumps({"text": t}, ensure_ascii=False) + "\n"
+                                  for t in self.pending)
+        self.counts["documents"] += len(self.pending)
+        self.counts["tokens"] += count
+        self.counts["bytes"] += sum(len(t.encode("utf-8")) for t in self.pending)
+        self.pending = []
+
+    def close(self) -> dict:
+        self.flush()
+        self.bin.close()
+        if self.jsonl is not None:
+            self.jsonl.close()
+        return self.counts
 
 
 # --------------------------------------------------------------------------- the stage
-
-
-def _collect(data_config: dict, threads: int, counts: dict):
-    """(documents, val_documents or None, source description, input files)."""
-    source = _require(data_config, "source", "data")
-    min_chars = int(_require(data_config, "min_document_chars", "data"))
-    if source == "docstrings":
-        docs, description = docstring_documents(data_config.get("docstrings"), min_chars,
-                                                threads, counts)
-        return docs, None, description, []
-    if source == "text_files":
-        docs, description, files = text_file_documents(data_config.get("text_files"), min_chars,
-                                                       counts)
-        return docs, None, description, files
-    if source == "hf_dataset":
-        cfg = data_config.get("hf_dataset")
-        docs, val_docs, description = hf_dataset_documents(cfg, min_chars, counts)
-        return docs, val_docs, description, _local_data_files(cfg.get("data_files"))
-    raise DataError(f"data.source: unknown source '{source}' "
-                    f"(docstrings, text_files or hf_dataset)")
 
 
 def prepare_corpus(data_config: dict, out_dir: str | os.PathLike, seed: int,
@@ -452,79 +514,76 @@ def prepare_corpus(data_config: dict, out_dir: str | os.PathLike, seed: int,
     so the validation set is the same for every seed (models trained with different seeds are
     compared on the same text).
     """
-    out_dir = Path(out_dir)
+    provenance = Provenance("data", config=data_config, seed=seed)
     val_fraction = float(_require(data_config, "val_fraction", "data"))
     tok_cfg = _require(data_config, "tokenizer", "data")
     pretrained = tok_cfg.get("pretrained")
     vocab_size = None if pretrained else int(_require(tok_cfg, "vocab_size", "data.tokenizer"))
-
-    provenance = Provenance("data", config=data_config, seed=seed)
-    seconds = {}
-    clock = time.perf_counter()
-    counts: dict = {}
-    documents, val_documents, source, input_files = _collect(data_config, threads, counts)
+    keep = DocumentFilter(_require(data_config, "min_document_chars", "data"))
+    documents, source, input_files = open_source(data_config, keep, threads)
     provenance.inputs = [str(p) for p in input_files]
-    seconds["corpus"] = time.perf_counter() - clock
-    _log(f"corpus: {len(documents)} documents from {source['kind']} in {seconds['corpus']:.1f} s")
-    if not documents:
-        raise DataError(f"data.source: the '{data_config['source']}' corpus is empty after "
-                        f"filtering (dropped: {counts or 'nothing'})")
+    seconds, clock = {}, time.perf_counter()
 
-    with atomic_path(out_dir, is_dir=True) as tmp:
+    with atomic_path(out_dir, is_dir=True) as tmp, contextlib.closing(documents):
         tokenizer = load_pretrained_tokenizer(pretrained) if pretrained else None
-        # A document spelling out a special token would tokenize differently in val.jsonl's
-        # re-tokenization than in the arrays, and would fake a document boundary: drop it.
-        specials = sorted(set(tokenizer.all_special_tokens)) if tokenizer else [EOS_TOKEN,
-                                                                                PAD_TOKEN]
+        specials = (sorted(set(tokenizer.all_special_tokens) - {""}) if tokenizer
+                    else [EOS_TOKEN, PAD_TOKEN])
+        special_pattern = re.compile("|".join(map(re.escape, specials)))  # eos at least
 
-        def clean(docs):
-            kept = [d for d in docs if not any(s in d for s in specials)]
-            if len(kept) < len(docs):
-                counts["contains_special_token"] = (counts.get("contains_special_token", 0)
-                                                    + len(docs) - len(kept))
-            return kept
+        def labelled():
+            """(split, text) after the special-token filter, with the hash split applied."""
+            for number, (split, text) in enumerate(documents, 1):
+                if number % LOG_EVERY_DOCUMENTS == 0:
+                    _log(f"{number} documents read")
+                if special_pattern.search(text):
+                    keep.drop("contains_special_token")
+                    continue
+                if split is None:
+                    split = "val" if is_validation(text, val_fraction) else "train"
+                yield split, text
 
-        documents = clean(documents)
-        if val_documents is None:
-            split = {"train": [], "val": []}
-            for doc in documents:
-                split["val" if is_validation(doc, val_fraction) else "train"].append(doc)
-        else:
-            split = {"train": documents, "val": clean(val_documents)}
-        val_key = "data.val_fraction" if val_documents is None else "data.hf_dataset.val_split"
-        for name, key in (("train", "data.val_fraction"), ("val", val_key)):
-            if not split[name]:
-                raise DataError(f"{key}: the {name} split is empty ({len(documents)} documents "
-                                f"in all); use a larger corpus or another val_fraction")
-
-        clock = time.perf_counter()
+        stream = labelled()
         if tokenizer is None:
-            tokenizer = hf_tokenizer(train_bpe(split["train"], vocab_size))
+            # The BPE must exist before the first document is encoded: hold this corpus.
+            held = list(stream)
+            seconds["corpus"] = time.perf_counter() - clock
+            _log(f"corpus: {len(held)} documents from {source['kind']} in "
+                 f"{seconds['corpus']:.1f} s")
+            clock = time.perf_counter()
+            tokenizer = hf_tokenizer(train_bpe([t for s, t in held if s == "train"], vocab_size))
             tokenizer_info = {"kind": "byte_level_bpe", "trained_on": "train split",
                               "vocab_size_requested": vocab_size}
+            stream = iter(held)
         else:
             tokenizer_info = {"kind": "pretrained", "name": pretrained}
         tokenizer.save_pretrained(tmp / "tokenizer")
         seconds["tokenizer"] = time.perf_counter() - clock
         _log(f"tokenizer: {tokenizer_info['kind']} in {seconds['tokenizer']:.1f} s")
-        clock = time.perf_counter()
 
+        clock = time.perf_counter()
         vocab = len(tokenizer)
         dtype = token_dtype(vocab)
         eos_id = tokenizer.eos_token_id
         bos_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else eos_id
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
-        splits = {}
-        for name in SPLITS:
-            tokens = write_token_array(tmp / f"{name}.bin", split[name], tokenizer, eos_id, dtype)
-            splits[name] = {"documents": len(split[name]), "tokens": tokens,
-                            "bytes": sum(len(d.encode("utf-8")) for d in split[name])}
+        writers = {split: SplitWriter(tmp, split, tokenizer, eos_id, dtype) for split in SPLITS}
+        for split, text in stream:
+            writers[split].add(text)
+        splits = {split: writer.close() for split, writer in writers.items()}
         seconds["encode"] = time.perf_counter() - clock
         _log(f"encode: {splits['train']['tokens'] + splits['val']['tokens']} tokens in "
              f"{seconds['encode']:.1f} s")
-        with open(tmp / "val.jsonl", "w", encoding="utf-8") as handle:
-            for doc in split["val"]:
-                handle.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
+
+        total = splits["train"]["documents"] + splits["val"]["documents"]
+        if total == 0:
+            raise DataError(f"data.source: the '{data_config['source']}' corpus is empty after "
+                            f"filtering (dropped: {keep.dropped or 'nothing'})")
+        for split in SPLITS:
+            if not splits[split]["documents"]:
+                key = ("data.hf_dataset.val_split" if source.get("val_split") is not None
+                       else "data.val_fraction")
+                raise DataError(f"{key}: the {split} split is empty ({total} documents in all); "
+                                f"use a larger corpus or another val_fraction")
 
         meta = {
             "format": "flat token ids per split, each document followed by eos_id",
@@ -534,21 +593,17 @@ def prepare_corpus(data_config: dict, out_dir: str | os.PathLike, seed: int,
             "bos_id": bos_id,
             "pad_id": pad_id,
             "splits": splits,
-            "split_rule": ("source val_split" if val_documents is not None else
+            "split_rule": ("source val_split" if source.get("val_split") is not None else
                            f"sha256(text) < val_fraction={val_fraction}"),
             "source": source,
             "tokenizer": tokenizer_info,
-            "dropped_documents": dict(sorted(counts.items())),
+            "dropped_documents": dict(sorted(keep.dropped.items())),
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         provenance.extra["threads"] = threads
         provenance.extra["phase_seconds"] = {k: round(v, 3) for k, v in seconds.items()}
         provenance.write(tmp / "provenance.json")
     return meta
-
-
-def _log(message: str) -> None:
-    print(f"[data] {message}", file=sys.stderr, flush=True)
 
 
 def read_meta(data_dir: str | os.PathLike) -> dict:

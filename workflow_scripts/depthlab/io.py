@@ -27,6 +27,10 @@ def atomic_path(final: str | os.PathLike, is_dir: bool = False):
         tmp = Path(name)
     try:
         yield tmp
+        # mkdtemp/mkstemp create owner-only entries; results must be as readable as any file.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, (0o777 if is_dir else 0o666) & ~umask)
         if is_dir and final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

@@ -15,7 +15,8 @@ a_l / m_l = attention / MLP update (see depthlab.adapter for their meaning per b
     cos_attn_residual cos(a_l, h_l)   cos_mlp_residual cos(m_l, h_l + a_l)
     cos_update_residual cos(h_{l+1} - h_l, h_l)   cos_adjacent cos(h_{l+1}, h_l)
     logit_lens_kl KL(p_l || p_L), logit_lens_top5 |top5(p_l) & top5(p_L)| / 5,
-                  p_l = softmax(lm_head(norm(h_l)))
+                  p_l = softmax(lm_head(norm(h_l))); on every k-th real token (k =
+                  logit_lens_stride, 1: all), since it costs a vocabulary projection per layer
   Liu et al. (angles, radians, over tokens)
     angle_adjacent theta(h_l, h_{l+1})   angle_update theta(dh_l, dh_{l+1}), dh_l = h_{l+1} - h_l
 
@@ -56,7 +57,8 @@ MEASURE_LABELS = {
 
 ACCUMULATE = torch.float64
 TINY = 1e-300
-LOGIT_CHUNK_ELEMENTS = 1 << 24  # tokens x vocab per logit-lens chunk (64 MiB in fp32)
+# (L+1) x tokens x vocab logits per logit-lens chunk: cache-sized on CPU, large on GPU
+LOGIT_CHUNK_ELEMENTS = {"cpu": 1 << 21, "cuda": 1 << 28}
 ALL_TOKEN_CHUNK = 4096          # tokens per Gram chunk of the all-token distance
 
 
@@ -94,6 +96,7 @@ class AnalysisResult:
     angular_distance_last: np.ndarray       # (L+1, L+1), mean over samples
     cos_last: np.ndarray                    # (L+1, L+1), mean cosine over samples
     angular_distance_all: np.ndarray | None  # (L+1, L+1), mean over tokens
+    logit_lens_tokens: int = 0              # tokens the logit lens averaged over
     notes: list[str] = field(default_factory=list)
 
     def distance_table(self, matrix: np.ndarray) -> list[tuple[int, int, float]]:
@@ -107,7 +110,8 @@ class AnalysisResult:
 
         rows = []
         for name, values in self.per_state.items():
-            rows += [(name, l, None, v, self.tokens) for l, v in enumerate(values)]
+            count = self.logit_lens_tokens if name in LOGIT_LENS_MEASURES else self.tokens
+            rows += [(name, l, None, v, count) for l, v in enumerate(values)]
         for group in (self.per_layer, self.per_update):
             for name, values in group.items():
                 rows += [(name, l, None, v, self.tokens) for l, v in enumerate(values)]
@@ -126,14 +130,20 @@ class AnalysisResult:
 class ResidualStreamStatistics:
     """Streaming consumer of depthlab.residual_stream: accumulates every measure batch by batch.
 
-    readout: h -> logits (adapter.logits) to enable the logit lens, None to skip it.
+    readout: h -> logits (adapter.logits) to enable the logit lens, None to skip it;
+    logit_lens_stride: the lens reads every k-th real token of the pass (1: all of them).
     all_token_distance: also accumulate the angular-distance matrix over every real token; this
     keeps (L+1) unit copies of the batch's real tokens until the batch ends (memory ~ batch).
     """
 
-    def __init__(self, num_layers: int, readout=None, all_token_distance: bool = False):
+    def __init__(self, num_layers: int, readout=None, all_token_distance: bool = False,
+                 logit_lens_stride: int = 1):
+        if logit_lens_stride < 1:
+            raise ValueError(f"logit_lens_stride: must be at least 1, got {logit_lens_stride}")
         self.L = num_layers
         self.readout = readout
+        self.logit_lens_stride = logit_lens_stride
+        self.lens_tokens = 0
         self.all_token_distance = all_token_distance
         self.samples = 0
         self.tokens = 0
@@ -162,6 +172,10 @@ class ResidualStreamStatistics:
             self._init_sums(attention_mask.device)
         batch, length = attention_mask.shape
         self._valid = attention_mask.reshape(-1).nonzero().squeeze(1)
+        if self.readout is not None:
+            # every k-th real token of the whole pass, counted across batches
+            offsets = torch.arange(self._valid.numel(), device=attention_mask.device) + self.tokens
+            self._lens_index = (offsets % self.logit_lens_stride == 0).nonzero().squeeze(1)
         self._last = torch.arange(batch, device=attention_mask.device) * length \
             + last_token_index(attention_mask)
         self._batch = batch
@@ -191,7 +205,9 @@ class ResidualStreamStatistics:
         self._add_state_statistics(layer, h, norm)
         self._last_states.append(self._select(hidden, self._last).to(ACCUMULATE))
         if self.readout is not None:
-            self._lens_states.append(selected)  # model dtype: the head reads what the model would
+            # model dtype: the head reads what the model itself would read
+            self._lens_states.append(selected if self.logit_lens_stride == 1
+                                     else selected.index_select(0, self._lens_index))
         if self.all_token_distance:
             self._unit_states.append(h / norm.clamp_min(TINY).unsqueeze(-1))
         if layer > 0:
@@ -263,27 +279,28 @@ class ResidualStreamStatistics:
                 self._dist_all += (torch.arccos(cos) / math.pi).sum(0)
 
     def _add_logit_lens(self) -> None:
-        L, states, sums = self.L, self._lens_states, self._sums
+        states = torch.stack(self._lens_states)  # (L+1, n, d), model dtype
+        count = states.shape[1]
+        if count == 0:
+            return
         if self._vocab is None:
-            self._vocab = self.readout(states[L][:1]).shape[-1]
+            self._vocab = self.readout(states[-1, :1]).shape[-1]
+        budget = LOGIT_CHUNK_ELEMENTS.get(states.device.type, LOGIT_CHUNK_ELEMENTS["cpu"])
+        chunk = max(1, budget // ((self.L + 1) * self._vocab))
         k = min(5, self._vocab)
-        chunk = max(1, LOGIT_CHUNK_ELEMENTS // self._vocab)
-        for start in range(0, states[0].shape[0], chunk):
-            final_logits = self.readout(states[L][start:start + chunk])
-            dtype = torch.promote_types(final_logits.dtype, torch.float32)  # fp32 at least
-            final_logp = torch.log_softmax(final_logits.to(dtype), dim=-1)
-            final_top = final_logits.topk(k, dim=-1).indices
-            # p_L against itself: KL 0 and overlap 1, without a second projection
-            sums["logit_lens_top5"][L] += final_top.shape[0]
-            for l in range(L):
-                logits = self.readout(states[l][start:start + chunk])
-                logp = torch.log_softmax(logits.to(dtype), dim=-1)
-                p = logp.exp()
-                kl = torch.where(p > 0, p * (logp - final_logp), 0.0).sum(-1)
-                top = logits.topk(k, dim=-1).indices
-                overlap = (top.unsqueeze(2) == final_top.unsqueeze(1)).sum((1, 2)) / k
-                sums["logit_lens_kl"][l] += kl.to(ACCUMULATE).sum()
-                sums["logit_lens_top5"][l] += overlap.to(ACCUMULATE).sum()
+        for start in range(0, count, chunk):
+            logits = self.readout(states[:, start:start + chunk])  # all layers, one projection
+            dtype = torch.promote_types(logits.dtype, torch.float32)  # fp32 at least
+            logits = logits.to(dtype)
+            logp = torch.log_softmax(logits, dim=-1)
+            p = logp.exp()
+            # KL(p_l || p_L), differences first: no cancellation when p_l is close to p_L
+            kl = (p * (logp - logp[-1])).sum(-1)
+            top = logits.topk(k, dim=-1).indices
+            overlap = (top.unsqueeze(-1) == top[-1].unsqueeze(-2)).sum((-2, -1)) / k
+            self._sums["logit_lens_kl"] += kl.to(ACCUMULATE).sum(-1)
+            self._sums["logit_lens_top5"] += overlap.to(ACCUMULATE).sum(-1)
+        self.lens_tokens += count
 
     # -- result ---------------------------------------------------------------------------------
     def result(self) -> AnalysisResult:
@@ -298,7 +315,7 @@ class ResidualStreamStatistics:
         }
         notes = []
         if self.readout is not None:
-            per_state.update({name: to_numpy(sums[name] / tokens)
+            per_state.update({name: to_numpy(sums[name] / max(self.lens_tokens, 1))
                               for name in LOGIT_LENS_MEASURES})
         per_layer = {name: to_numpy(sums[name] / tokens) for name in LAYER_MEASURES}
         per_update = {"angle_update": to_numpy(sums["angle_update"] / tokens)}
@@ -312,17 +329,18 @@ class ResidualStreamStatistics:
             num_layers=self.L, samples=self.samples, tokens=tokens, per_state=per_state,
             per_layer=per_layer, per_update=per_update, angular_distance_last=dist_last,
             cos_last=to_numpy(self._cos_last / self.samples), angular_distance_all=dist_all,
-            notes=notes)
+            logit_lens_tokens=self.lens_tokens, notes=notes)
 
 
-def analyse(adapter, batches, logit_lens: bool = True,
-            all_token_distance: bool = False) -> AnalysisResult:
+def analyse(adapter, batches, logit_lens: bool = True, all_token_distance: bool = False,
+            logit_lens_stride: int = 1) -> AnalysisResult:
     """One streamed pass of `adapter`'s model over `batches`: every measure of this module."""
     from .residual_stream import stream_residuals
 
     readout = adapter.logits if (logit_lens and adapter.has_lm_head) else None
     statistics = ResidualStreamStatistics(adapter.num_layers, readout=readout,
-                                          all_token_distance=all_token_distance)
+                                          all_token_distance=all_token_distance,
+                                          logit_lens_stride=logit_lens_stride)
     stream_residuals(adapter, batches, statistics)
     result = statistics.result()
     result.notes.extend(adapter.notes)

@@ -431,6 +431,17 @@ class FitResult:
         X = design_matrix(frame, self.law, self.settings.depth_offset, self.log_refs)
         return np.exp(predict_log_centred(self.theta, X, self.law.floor is not None))
 
+    def parameters_at_bounds(self) -> list[str]:
+        """Parameters pinned at a bound (an exponent at exponent_bounds, a vanishing term or
+        floor): a sign that the points do not identify them."""
+        floor = self.law.floor is not None
+        lo, hi = _bounds(len(self.law.features), floor, self.y, self.settings)
+        names = [n for pair in zip(self.law.coefficients, self.law.exponents) for n in pair]
+        names += [self.law.floor] if floor else []
+        tol = 1e-6 * np.maximum(1.0, np.abs(self.theta))
+        pinned = (self.theta - lo < tol) | (hi - self.theta < tol)
+        return [name for name, flag in zip(names, pinned) if flag]
+
     def jacobian_standard_errors(self) -> dict:
         """Asymptotic standard errors of the exponents and floor, s^2 (J^T J)^-1 (least squares)."""
         floor = self.law.floor is not None
@@ -690,6 +701,7 @@ def run_fit(frame: pd.DataFrame, spec: dict, seed: int = 0, source: str = "point
         "bootstrap": {k: boot[k] for k in ("resamples", "failures", "unit", "confidence",
                                            "seed")},
         "jacobian_standard_errors": result.jacobian_standard_errors(),
+        "parameters_at_bounds": result.parameters_at_bounds(),
         "objective_value": result.objective, "converged": result.converged,
         "n_starts": result.n_starts, "n_starts_at_best": result.n_starts_at_best,
         "rmse_log": float(np.sqrt(np.mean(residuals ** 2))),

@@ -66,7 +66,8 @@ def plot_scaling_fit(record: dict, samples: pd.DataFrame, title: str = ""):
                  label=f"fit: {expo} = {est[expo]:.3g}" + (f", offset {offset:g}" if offset else ""))
     axes[0].set_xscale("log")
     if focus == "depth":
-        plain_log_ticks(axes[0].xaxis, sorted(set(x.astype(int)))[::max(1, len(set(x)) // 8)])
+        nice = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
+        plain_log_ticks(axes[0].xaxis, [t for t in nice if x.min() <= t <= x.max()] or None)
     held = ", ".join(f"{f} = {refs[f]:.3g}" for f in law.features if f != focus)
     axes[0].set_title(f"loss vs {label} at {held}", fontsize=9)
     axes[0].set_xlabel(label)
