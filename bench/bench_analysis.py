@@ -115,7 +115,8 @@ def peak_memory_child(args) -> None:
             yield {"input_ids": ids, "attention_mask": mask}
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result = analyse(adapt(model), lazy_batches(), logit_lens=True,
+    # the all-token variant runs without the lens, to isolate its own per-batch buffers
+    result = analyse(adapt(model), lazy_batches(), logit_lens=not args.all_token_distance,
                      all_token_distance=args.all_token_distance)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"tokens": result.tokens, "rss_before_pass_mib": round(before, 1),
@@ -170,10 +171,11 @@ def main() -> None:
               f"{seconds / times['plain_forward_backbone']:15.2f}x")
     if args.skip_memory:
         return
-    print("\npeak memory of a fresh process running one pass (logit lens on):")
+    print("\npeak memory of a fresh process running one pass:")
     for all_tokens in (False, True):
         rows = [peak_memory(args, tokens, all_tokens) for tokens in args.memory_tokens]
-        label = "with all-token distance" if all_tokens else "default measures"
+        label = ("all-token distance, logit lens off" if all_tokens
+                 else "every measure, logit lens on (all tokens)")
         print(f"  {label}: " + "; ".join(
             f"{r['tokens']} tokens: peak {r['peak_rss_mib']} MiB (before pass "
             f"{r['rss_before_pass_mib']} MiB)" for r in rows)

@@ -99,10 +99,15 @@ def main() -> None:
     else:
         documents = read_dataset_texts(args.dataset, args.dataset_config, args.split,
                                        args.text_field)
-    batches = iter_token_batches(documents, tokenizer, max_length=args.max_length,
+    # never past the context the model was trained for (RoPE/learned positions beyond it)
+    context = getattr(model.config, "max_position_embeddings", None) or args.max_length
+    max_length = min(args.max_length, context)
+    batches = iter_token_batches(documents, tokenizer, max_length=max_length,
                                  batch_size=args.batch_size, max_samples=args.max_samples,
                                  max_tokens=args.max_tokens)
     start = time.perf_counter()
+    if max_length < args.max_length:
+        print(f"max_length {args.max_length} exceeds the model's context; using {max_length}")
     result = analyse(adapter, batches, logit_lens=args.logit_lens,
                      all_token_distance=args.all_token_distance,
                      logit_lens_stride=args.logit_lens_stride)
@@ -118,6 +123,7 @@ def main() -> None:
         "logit_lens": bool(args.logit_lens and adapter.has_lm_head),
         "logit_lens_tokens": result.logit_lens_tokens,
         "all_token_distance": args.all_token_distance,
+        "max_length": max_length,
         "pass_seconds": round(seconds, 3),
         "tokens_per_second": round(result.tokens / seconds, 1),
         "architecture": adapter.describe(),

@@ -43,11 +43,15 @@ def main() -> None:
     write_dataframe(args.out_samples, samples)
     write_json(args.out_json, record)
     provenance.write(sidecar_path(args.out_json))
+    provenance.write(sidecar_path(args.out_samples))
     est = record["estimates"]
     summary = ", ".join(f"{k} = {est[k]:.4g} [{record['intervals'][k]['low']:.4g}, "
                         f"{record['intervals'][k]['high']:.4g}]"
                         for k in est if not k.startswith("log_") and k in record["intervals"])
     print(f"{args.name}: {record['equation']} on {record['n_points_used']} points: {summary}")
+    if record["parameters_at_bounds"] or record["negligible_terms"]:
+        print(f"{args.name}: not identified by these points: at bounds "
+              f"{record['parameters_at_bounds']}, negligible terms {record['negligible_terms']}")
 
 
 if __name__ == "__main__":

@@ -97,6 +97,8 @@ def _curve_panels(frame, summaries, measures, title, log_y=()):
 def plot_angular_distance(frame, summaries, measure="angular_distance_last"):
     """Heatmaps of d(x^l, x^{l+n}): x = start layer l, y = block size n, one panel per model."""
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     models = [m for m in summaries if (frame[(frame["model"] == m)]["measure"] == measure).any()]
     cols = min(4, max(1, len(models)))
     rows = max(1, math.ceil(len(models) / cols))
@@ -114,6 +116,8 @@ def plot_angular_distance(frame, summaries, measure="angular_distance_last"):
         ax.set_title(f"{model} ({count} samples)", fontsize=9)
         ax.set_xlabel("start layer l")
         ax.set_ylabel("block size n")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in list(axes.flat)[len(models):]:
         ax.axis("off")
     which = "last token" if measure.endswith("last") else "all tokens"

@@ -313,7 +313,6 @@ class ResidualStreamStatistics:
             "h_mean": to_numpy(self._elem_mean),
             "h_var": to_numpy(self._elem_m2 / self._elem_count),
         }
-        notes = []
         if self.readout is not None:
             per_state.update({name: to_numpy(sums[name] / max(self.lens_tokens, 1))
                               for name in LOGIT_LENS_MEASURES})
@@ -329,7 +328,7 @@ class ResidualStreamStatistics:
             num_layers=self.L, samples=self.samples, tokens=tokens, per_state=per_state,
             per_layer=per_layer, per_update=per_update, angular_distance_last=dist_last,
             cos_last=to_numpy(self._cos_last / self.samples), angular_distance_all=dist_all,
-            logit_lens_tokens=self.lens_tokens, notes=notes)
+            logit_lens_tokens=self.lens_tokens)
 
 
 def analyse(adapter, batches, logit_lens: bool = True, all_token_distance: bool = False,

@@ -81,10 +81,6 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
-def _accepts_position_ids(module: torch.nn.Module) -> bool:
-    return "position_ids" in inspect.signature(module.forward).parameters
-
-
 def stream_residuals(adapter: ModelAdapter, batches: Iterable[dict],
                      consumer: ResidualStreamConsumer) -> int:
     """Run the backbone over `batches` (dicts with input_ids and attention_mask) with hooks
@@ -92,17 +88,16 @@ def stream_residuals(adapter: ModelAdapter, batches: Iterable[dict],
     wants logits (the logit lens) applies `adapter.logits` itself."""
     backbone = adapter.backbone
     device = next(backbone.parameters()).device
-    pass_positions = _accepts_position_ids(backbone)
+    parameters = inspect.signature(backbone.forward).parameters
+    extra = {"use_cache": False} if "use_cache" in parameters else {}
     count = 0
     with torch.inference_mode(), ResidualStreamHooks(adapter, consumer):
         for batch in batches:
             input_ids = batch["input_ids"].to(device)
             attention_mask = batch["attention_mask"].to(device)
-            kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
-            if pass_positions:
+            kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, **extra}
+            if "position_ids" in parameters:
                 kwargs["position_ids"] = position_ids_from_mask(attention_mask)
-            if "use_cache" in inspect.signature(backbone.forward).parameters:
-                kwargs["use_cache"] = False
             consumer.begin_batch(attention_mask)
             backbone(**kwargs)
             consumer.end_batch()

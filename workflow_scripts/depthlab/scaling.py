@@ -126,15 +126,18 @@ def load_points(path: str | Path, columns: dict | None = None) -> pd.DataFrame:
     if not path.is_file():
         raise FileNotFoundError(f"scaling points file not found: {path}")
     raw = pd.read_csv(path)
-    columns = {name: name for name in POINT_COLUMNS} | dict(columns or {})
-    unknown = sorted(set(columns) - set(POINT_COLUMNS))
+    explicit = dict(columns or {})
+    unknown = sorted(set(explicit) - set(POINT_COLUMNS))
     if unknown:
         raise ValueError(f"columns.{unknown[0]}: not one of {', '.join(POINT_COLUMNS)}")
+    columns = {name: name for name in POINT_COLUMNS} | explicit
     frame = pd.DataFrame({"row": np.arange(len(raw))})
     for name, source in columns.items():
         if source in raw.columns:
             frame[name] = pd.to_numeric(raw[source], errors="coerce").to_numpy(float)
-        elif name in ("loss", "tokens"):
+        elif name in explicit or name in ("loss", "tokens"):
+            # a column the user named (or one every law needs) must exist; width/depth/params
+            # left at their default names are optional (each law checks what it needs)
             raise ValueError(f"{path}: no column '{source}' for {name} "
                              f"(has: {', '.join(map(str, raw.columns))})")
     return frame
@@ -442,6 +445,15 @@ class FitResult:
         pinned = (self.theta - lo < tol) | (hi - self.theta < tol)
         return [name for name, flag in zip(names, pinned) if flag]
 
+    def negligible_terms(self, fraction: float = 1e-4) -> list[str]:
+        """Terms (named by their coefficient, or the floor) below `fraction` of the predicted
+        loss at every point: the fit switched them off, so their exponent means nothing."""
+        floor = self.law.floor is not None
+        z = _log_terms(self.theta, self.X, floor)
+        share = np.exp(z - predict_log_centred(self.theta, self.X, floor)[:, None])
+        names = list(self.law.coefficients) + ([self.law.floor] if floor else [])
+        return [name for name, col in zip(names, share.T) if col.max() < fraction]
+
     def jacobian_standard_errors(self) -> dict:
         """Asymptotic standard errors of the exponents and floor, s^2 (J^T J)^-1 (least squares)."""
         floor = self.law.floor is not None
@@ -702,6 +714,7 @@ def run_fit(frame: pd.DataFrame, spec: dict, seed: int = 0, source: str = "point
                                            "seed")},
         "jacobian_standard_errors": result.jacobian_standard_errors(),
         "parameters_at_bounds": result.parameters_at_bounds(),
+        "negligible_terms": result.negligible_terms(),
         "objective_value": result.objective, "converged": result.converged,
         "n_starts": result.n_starts, "n_starts_at_best": result.n_starts_at_best,
         "rmse_log": float(np.sqrt(np.mean(residuals ** 2))),

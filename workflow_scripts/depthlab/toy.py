@@ -100,8 +100,9 @@ def build_teacher(shape: ToyShape, depth: int, kind: str, seed: int) -> ToyResNe
         raise ValueError(f"teacher kind '{kind}' is not one of {', '.join(TEACHER_KINDS)}")
     generator = torch.Generator().manual_seed(seed)
     embedding = make_embedding(shape, generator)
-    torch.manual_seed(seed)
-    teacher = ToyResNet(shape, depth, embedding, tied=kind == "tied")
+    with torch.random.fork_rng(devices=[]):  # seeded init without touching the global RNG
+        torch.manual_seed(seed)
+        teacher = ToyResNet(shape, depth, embedding, tied=kind == "tied")
     with torch.no_grad():
         for block in dict.fromkeys(teacher.layers):  # each distinct block once
             block.mlp.fc_out.weight.mul_(1.0 / math.sqrt(depth))
@@ -111,8 +112,9 @@ def build_teacher(shape: ToyShape, depth: int, kind: str, seed: int) -> ToyResNe
 
 def build_student(shape: ToyShape, depth: int, embedding: torch.Tensor, seed: int) -> ToyResNet:
     """A student: output projections and head start at zero (the stream starts as the input)."""
-    torch.manual_seed(seed)
-    student = ToyResNet(shape, depth, embedding, tied=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        student = ToyResNet(shape, depth, embedding, tied=False)
     with torch.no_grad():
         for block in student.layers:
             block.mlp.fc_out.weight.zero_()
