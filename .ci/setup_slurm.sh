@@ -6,6 +6,8 @@
 #   bash .ci/setup_slurm.sh status   exit 0 when the node is up
 # Idempotent: a second start with an unchanged config and running daemons only re-checks them;
 # a changed config restarts them. Daemon logs: $SLURM_LOG_DIR (default /var/log/slurm).
+# SLURM_CONF (default /etc/slurm/slurm.conf, where Debian's Slurm looks) may name another path;
+# then export it to the tests too, so that sbatch/squeue find the cluster.
 set -euo pipefail
 
 mode=${1:-start}
@@ -177,7 +179,10 @@ start_daemon() {
 }
 start_daemon munged setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged --foreground
 for _ in $(seq 50); do [[ -S /run/munge/munge.socket.2 ]] && break; sleep 0.1; done
-munge -n < /dev/null | unmunge > /dev/null || { log "munged does not answer; see /var/log/munge"; exit 1; }
+if ! munge -n < /dev/null | unmunge > /dev/null; then
+    log "munged does not answer; see $LOG_DIR/munged.out"
+    exit 1
+fi
 start_daemon slurmctld slurmctld -D -i -c
 for _ in $(seq 100); do
     timeout 5 scontrol ping 2>/dev/null | grep -q UP && break

@@ -1,0 +1,145 @@
+"""The cluster path for real: the workflow through profiles/slurm on a one-node Slurm cluster.
+
+The cluster (2 CPUs, 2 fake h100 GPUs) comes from `.ci/setup_slurm.sh`, which CI runs before the
+tests. Without it this file fails (it does not skip): the cluster profile is part of the product.
+"""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+CONFIG = ROOT / "config" / "test.yaml"
+SETUP_HINT = "start it with `bash .ci/setup_slurm.sh` (as root; .ci/run does this before pytest)"
+RUN_NAME = "slurm_test"
+TARGET = f"results/{RUN_NAME}/models/pre_ln"
+# Distinct values per stage, so a resource taken from the wrong stage (or a default) shows.
+RESOURCES = {
+    "data": {"threads": 1, "mem_mb": 900, "runtime": 3, "gpu": 0, "gpu_model": ""},
+    "pretrain": {"threads": 2, "mem_mb": 1500, "runtime": 7, "gpu": 1, "gpu_model": "h100"},
+}
+# Slurm jobs' comments, as the executor plugin names them: rule and wildcards.
+EXPECTED_JOBS = {"rule_prepare_data": "data", "rule_pretrain_wildcards_pre_ln": "pretrain"}
+TIMEOUT_S = 180  # a healthy run takes 25-50 s; a hung one (polling sacct) must not wedge CI
+
+pytestmark = pytest.mark.workflow
+
+
+def require_cluster() -> None:
+    if shutil.which("sinfo") is None:
+        pytest.fail(f"no Slurm here (`sinfo` is not on PATH); {SETUP_HINT}", pytrace=False)
+    try:
+        probe = subprocess.run(["sinfo", "-h", "-N", "-n", "localhost", "-o", "%t"],
+                               capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`sinfo` hung for 30 s: slurmctld is not answering; {SETUP_HINT}",
+                    pytrace=False)
+    state = probe.stdout.strip()
+    if probe.returncode != 0 or state not in {"idle", "mix", "alloc"}:
+        said = (probe.stdout + probe.stderr).strip() or "nothing"
+        pytest.fail(f"the Slurm node `localhost` is not up (sinfo said: {said}); {SETUP_HINT}",
+                    pytrace=False)
+
+
+def slurm_jobs(workdir: Path) -> list[dict]:
+    """Every job Slurm still knows (MinJobAge=300 keeps finished ones) that ran in `workdir`."""
+    shown = subprocess.run(["scontrol", "show", "job", "--details", "--oneliner"],
+                           capture_output=True, text=True, timeout=30, check=True).stdout
+    jobs = [dict(re.findall(r"(\S+?)=(\S*)", line)) for line in shown.splitlines()]
+    return [job for job in jobs if job.get("WorkDir") and Path(job["WorkDir"]) == workdir]
+
+
+def slurm_minutes(limit: str) -> float:
+    """Slurm's [D-]HH:MM:SS time limit in minutes."""
+    days, _, clock = limit.rpartition("-")
+    hours, minutes, seconds = (int(part) for part in clock.split(":"))
+    return (int(days or 0) * 24 + hours) * 60 + minutes + seconds / 60
+
+
+@pytest.fixture(scope="module")
+def slurm_run(tmp_path_factory):
+    require_cluster()
+    workdir = tmp_path_factory.mktemp("slurm").resolve()
+    config = yaml.safe_load(CONFIG.read_text())
+    config["run_name"] = RUN_NAME
+    config["resources"].update(RESOURCES)
+    configfile = workdir / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config, sort_keys=False))
+    # Test-only knobs on the command line, the profile stays a real cluster's: poll Slurm after
+    # 1 s instead of 40 s; keep the jobs' Slurm logs to read them below.
+    command = ["timeout", "-k", "10", str(TIMEOUT_S), SNAKEMAKE,
+               "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+               "--configfile", str(configfile), "--profile", str(ROOT / "profiles" / "slurm"),
+               "--slurm-init-seconds-before-status-checks", "1", "--slurm-keep-successful-logs",
+               TARGET]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S + 30)
+        jobs = slurm_jobs(workdir)
+    finally:
+        # A killed run leaves its jobs queued or running on the cluster; cancel them.
+        leftover = [job["JobId"] for job in slurm_jobs(workdir)
+                    if job.get("JobState") in {"PENDING", "RUNNING", "CONFIGURING"}]
+        if leftover:
+            subprocess.run(["scancel", *leftover], timeout=30)
+    output = (result.stdout + result.stderr)[-6000:]
+    assert result.returncode == 0, f"snakemake exited {result.returncode}:\n{output}"
+    return workdir, jobs, output
+
+
+def test_every_job_ran_through_slurm_with_its_stages_resources(slurm_run):
+    workdir, jobs, output = slurm_run
+    by_comment = {job.get("Comment"): job for job in jobs}
+    assert sorted(by_comment) == sorted(EXPECTED_JOBS), f"Slurm jobs in {workdir}: {jobs}\n{output}"
+    for comment, stage in EXPECTED_JOBS.items():
+        job, spec = by_comment[comment], RESOURCES[stage]
+        assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", (comment, job)
+        assert job["NodeList"] == "localhost", (comment, job)
+        assert int(job["CPUs/Task"]) == spec["threads"], (comment, job)
+        assert int(job["NumCPUs"]) == spec["threads"], (comment, job)
+        assert job["MinMemoryNode"] == f"{spec['mem_mb']}M", (comment, job)
+        assert slurm_minutes(job["TimeLimit"]) == spec["runtime"], (comment, job)
+        # The job's own Slurm log: Snakemake ran the rule inside the allocation.
+        slurm_log = Path(job["StdOut"])
+        assert slurm_log.is_relative_to(workdir / ".snakemake" / "slurm_logs"), slurm_log
+        assert f"rule {comment.split('_wildcards')[0].removeprefix('rule_')}:" in \
+            slurm_log.read_text(), slurm_log
+
+
+def test_only_the_gpu_stage_gets_a_gpu_of_its_model(slurm_run):
+    _, jobs, _ = slurm_run
+    by_comment = {job.get("Comment"): job for job in jobs}
+    pretrain, data = by_comment["rule_pretrain_wildcards_pre_ln"], by_comment["rule_prepare_data"]
+    # Requested (TresPerJob from --gpus, or TresPerNode from --gres) and allocated (JOB_GRES).
+    requested = pretrain.get("TresPerJob", "") + pretrain.get("TresPerNode", "")
+    assert requested == "gres:gpu:h100:1", pretrain
+    assert pretrain["JOB_GRES"] == "gpu:h100:1", pretrain
+    assert "gpu" not in data.get("TresPerJob", "") + data.get("TresPerNode", ""), data
+    assert data["JOB_GRES"] == "(null)", data
+
+
+def test_outputs_and_provenance_exist(slurm_run):
+    workdir, _, _ = slurm_run
+    results = workdir / "results" / RUN_NAME
+    data, model = results / "data", results / "models" / "pre_ln"
+    for name in ("train.bin", "val.bin", "val.jsonl", "meta.json", "tokenizer"):
+        assert (data / name).exists(), name
+    for name in ("config.json", "model.safetensors", "train_log.csv"):
+        assert (model / name).exists(), name
+    data_provenance = json.loads((data / "provenance.json").read_text())
+    model_provenance = json.loads((model / "provenance.json").read_text())
+    assert data_provenance["stage"] == "data"
+    assert model_provenance["stage"] == "pretrain"
+    assert model_provenance["config"]["model_name"] == "pre_ln"
+    assert model_provenance["inputs"], model_provenance  # sha256 of the data it trained on
+    for stage, name in (("data", "prepare_data"), ("pretrain", "pre_ln")):
+        assert (results / "logs" / stage / f"{name}.log").exists(), stage
+        assert (results / "benchmarks" / stage / f"{name}.tsv").exists(), stage
+    # Only the target and what it needs were built.
+    assert not (results / "models" / "lns").exists()
