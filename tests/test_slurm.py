@@ -1,10 +1,12 @@
 """The cluster path for real: the workflow through profiles/slurm on a one-node Slurm cluster.
 
-The cluster (2 CPUs, 2 fake h100 GPUs) comes from `.ci/setup_slurm.sh`, which CI runs before the
-tests. Without it this file fails (it does not skip): the cluster profile is part of the product.
+The cluster (2 CPUs, 2 fake h100 GPUs) comes from `.ci/setup_slurm.sh`; when it is not up, the
+fixture starts it (root: apt-get install + daemons) and stops it afterwards. Where that is
+impossible this file fails (it does not skip): the cluster profile is part of the product.
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,7 +19,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 CONFIG = ROOT / "config" / "test.yaml"
-SETUP_HINT = "start it with `bash .ci/setup_slurm.sh` (as root; .ci/run does this before pytest)"
+SETUP_SCRIPT = ROOT / ".ci" / "setup_slurm.sh"
+SETUP_HINT = "start it with `bash .ci/setup_slurm.sh` (as root)"
 RUN_NAME = "slurm_test"
 TARGET = f"results/{RUN_NAME}/models/pre_ln"
 # Distinct values per stage, so a resource taken from the wrong stage (or a default) shows.
@@ -63,9 +66,34 @@ def slurm_minutes(limit: str) -> float:
     return (int(days or 0) * 24 + hours) * 60 + minutes + seconds / 60
 
 
+def cluster_is_up() -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    try:
+        probe = subprocess.run(["sinfo", "-h", "-N", "-n", "localhost", "-o", "%t"],
+                               capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return False
+    return probe.returncode == 0 and probe.stdout.strip() in {"idle", "mix", "alloc"}
+
+
 @pytest.fixture(scope="module")
-def slurm_run(tmp_path_factory):
+def local_cluster():
+    """The one-node cluster: reuse a running one, else start it here and stop it afterwards."""
+    started_here = False
+    if not cluster_is_up() and os.geteuid() == 0:
+        setup = subprocess.run(["bash", str(SETUP_SCRIPT), "start"], capture_output=True,
+                               text=True, timeout=600)
+        assert setup.returncode == 0, f"{SETUP_SCRIPT} failed:\n{setup.stdout}{setup.stderr}"
+        started_here = True
     require_cluster()
+    yield
+    if started_here:
+        subprocess.run(["bash", str(SETUP_SCRIPT), "stop"], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def slurm_run(tmp_path_factory, local_cluster):
     workdir = tmp_path_factory.mktemp("slurm").resolve()
     config = yaml.safe_load(CONFIG.read_text())
     config["run_name"] = RUN_NAME
