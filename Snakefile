@@ -22,6 +22,10 @@ if "models" not in config:
     update_config(config, _overrides)
 
 # Jobs call `python` from the environment Snakemake runs in (the project's venv), also on Slurm.
+envvars:
+    "PATH",
+
+
 os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 validate(config, "config/schema.yaml")

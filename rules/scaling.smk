@@ -35,23 +35,27 @@ if SCALING:
     rule collect_sweep:
         input:
             models=[model_dir(name) for name in SCALING_SWEEP_MODELS],
+            script=script("collect_sweep.py"),
         output:
             points=f"{RESULTS}/scaling/sweep_points.csv",
         log:
             log_file("scaling", "collect_sweep"),
         benchmark:
             benchmark_file("scaling", "collect_sweep")
+        conda:
+            ENVIRONMENT
         threads: stage_threads("scaling")
         resources:
             **stage_resources("scaling"),
         shell:
-            "{PYTHON} {SCRIPTS}/collect_sweep.py --models {input.models} --out {output.points}"
+            "python {input.script} --models {input.models} --out {output.points}"
             " > {log} 2>&1"
 
 
     rule fit_scaling:
         input:
             points=lambda wildcards: SCALING_POINTS[wildcards.fit],
+            script=script("fit_scaling.py"),
         output:
             fit=f"{RESULTS}/scaling/{{fit}}/fit.json",
             samples=f"{RESULTS}/scaling/{{fit}}/bootstrap.csv",
@@ -65,11 +69,13 @@ if SCALING:
             log_file("scaling", "{fit}"),
         benchmark:
             benchmark_file("scaling", "{fit}")
+        conda:
+            ENVIRONMENT
         threads: stage_threads("scaling")
         resources:
             **stage_resources("scaling"),
         shell:
-            "{PYTHON} {SCRIPTS}/fit_scaling.py --points {input.points} --name {wildcards.fit}"
+            "python {input.script} --points {input.points} --name {wildcards.fit}"
             " --defaults {params.defaults:q} --fit {params.fit:q} --seed {params.seed}"
             " --threads {threads} --out-json {output.fit} --out-samples {output.samples} > {log} 2>&1"
 
@@ -78,6 +84,7 @@ if SCALING:
         input:
             fit=rules.fit_scaling.output.fit,
             samples=rules.fit_scaling.output.samples,
+            script=script("plot_scaling.py"),
         output:
             figure=f"{RESULTS}/figures/scaling/{{fit}}.{config['figures']['format']}",
         wildcard_constraints:
@@ -86,11 +93,13 @@ if SCALING:
             log_file("scaling", "plot_{fit}"),
         benchmark:
             benchmark_file("scaling", "plot_{fit}")
+        conda:
+            ENVIRONMENT
         threads: stage_threads("figures")
         resources:
             **stage_resources("figures"),
         shell:
-            "{PYTHON} {SCRIPTS}/plot_scaling.py --fit {input.fit} --samples {input.samples}"
+            "python {input.script} --fit {input.fit} --samples {input.samples}"
             " --out {output.figure} > {log} 2>&1"
 
 

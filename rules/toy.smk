@@ -19,6 +19,8 @@ TOY_TEMPERATURE_COUNT = (
 if TOY:
 
     rule train_toy:
+        input:
+            script=script("train_toy.py"),
         output:
             run=directory(f"{RESULTS}/toy/{{kind}}/T{{index}}"),
         params:
@@ -31,11 +33,13 @@ if TOY:
             log_file("toy", "{kind}_T{index}"),
         benchmark:
             benchmark_file("toy", "{kind}_T{index}")
+        conda:
+            ENVIRONMENT
         threads: stage_threads("toy")
         resources:
             **stage_resources("toy"),
         shell:
-            "{PYTHON} {SCRIPTS}/train_toy.py --teacher-kind {wildcards.kind}"
+            "python {input.script} --teacher-kind {wildcards.kind}"
             " --temperature-index {wildcards.index} --toy-config {params.toy:q}"
             " --seed {params.seed} --threads {threads} --out {output.run} > {log} 2>&1"
 
@@ -47,6 +51,7 @@ if TOY:
                 kind=TOY["teacher_kinds"],
                 index=range(TOY_TEMPERATURE_COUNT),
             ),
+            script=script("fit_toy.py"),
         output:
             fit=f"{RESULTS}/toy/fit.json",
             figure=f"{RESULTS}/figures/toy_loss_vs_depth.{config['figures']['format']}",
@@ -58,11 +63,13 @@ if TOY:
         benchmark:
             benchmark_file("toy", "fit_toy")
         # a CPU fit: the toy stage's resources without its GPU
+        conda:
+            ENVIRONMENT
         threads: stage_threads("toy")
         resources:
             **{k: v for k, v in stage_resources("toy").items() if k not in ("gpu", "gpu_model")},
         shell:
-            "{PYTHON} {SCRIPTS}/fit_toy.py --runs {input.runs} --form {params.form}"
+            "python {input.script} --runs {input.runs} --form {params.form}"
             " --exponent-bounds {params.bounds} --out-json {output.fit}"
             " --figure {output.figure} > {log} 2>&1"
 

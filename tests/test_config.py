@@ -102,3 +102,9 @@ def test_unknown_training_override_and_clashing_sweep_name_are_rejected():
     bad["models"]["pre_ln"]["train"] = {"warmup_steps": 10_000}
     with pytest.raises(ConfigError, match=r"models\.pre_ln\.train\.warmup_steps"):
         resolve_config(bad)
+
+
+def test_workflow_passes_snakemake_lint():
+    result = subprocess.run([SNAKEMAKE, "--lint", "--cores", "1"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
