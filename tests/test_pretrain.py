@@ -41,9 +41,8 @@ def data_dir(tmp_path_factory, test_config):
 
 def tiny_model(test_config, **train) -> dict:
     config = copy.deepcopy(test_config)
-    config["models"] = {"tiny": {"kind": "pretrain", "norm_scheme": "lns", "architecture": {
-        "hidden_size": 16, "num_layers": 2, "num_heads": 2, "intermediate_size": 32}}}
-    config["sweeps"] = {}
+    config["models"]["tiny"] = {"kind": "pretrain", "norm_scheme": "lns", "architecture": {
+        "hidden_size": 16, "num_layers": 2, "num_heads": 2, "intermediate_size": 32}}
     config["pretrain"].update({"seq_len": 16, "batch_size": 4, "log_every": 1, **train})
     return resolve_config(config)["resolved_models"]["tiny"]
 
