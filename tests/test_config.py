@@ -37,7 +37,9 @@ def test_shipped_configs_build_the_dag(name, tmp_path):
 @pytest.mark.parametrize("mutate, key, detail", [
     (lambda c: c["pretrain"].__setitem__("steps", "many"), "['pretrain']", "'many' is not of type"),
     (lambda c: c["models"]["lns"].__setitem__("norm_scheme", "lnz"), "['models']['lns']['norm_scheme']", "'lnz'"),
-    (lambda c: c["models"]["pre_ln"]["architecture"].__setitem__("num_layers", 0),
+    # test.yaml's models share one YAML anchor: pre_ln gets its own, wrong, copy
+    (lambda c: c["models"]["pre_ln"].__setitem__(
+        "architecture", {**c["models"]["pre_ln"]["architecture"], "num_layers": 0}),
      "['models']['pre_ln']['architecture']['num_layers']", "minimum"),
     (lambda c: c.__setitem__("pretrian", {}), "'pretrian'", "ValidationError"),
 ])
