@@ -19,27 +19,6 @@ import time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin on a shared core
 
 
-def read_jsonl_texts(path, field):
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            if field not in record:
-                raise KeyError(f"{path}:{number}: no field {field!r} (fields: {sorted(record)})")
-            yield record[field]
-
-
-def read_dataset_texts(name, config_name, split, field):
-    import datasets
-
-    dataset = datasets.load_dataset(name, config_name, split=split, streaming=True)
-    for record in dataset:
-        if field not in record:
-            raise KeyError(f"dataset {name}: no field {field!r} (fields: {sorted(record)})")
-        yield record[field]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,6 +56,7 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     from depthlab.adapter import adapt, load_model, load_tokenizer, resolve_model_path
+    from depthlab.data import iter_dataset_texts, iter_jsonl_texts
     from depthlab.io import atomic_path, write_dataframe, write_json
     from depthlab.measures import analyse
     from depthlab.provenance import Provenance
@@ -95,10 +75,10 @@ def main() -> None:
     tokenizer = load_tokenizer(args.model, revision=args.revision)
     adapter = adapt(model)
     if args.texts_jsonl:
-        documents = read_jsonl_texts(args.texts_jsonl, args.text_field)
+        documents = iter_jsonl_texts(args.texts_jsonl, args.text_field, "--texts-jsonl")
     else:
-        documents = read_dataset_texts(args.dataset, args.dataset_config, args.split,
-                                       args.text_field)
+        documents = iter_dataset_texts(args.dataset, args.dataset_config, args.split,
+                                       args.text_field, "--dataset", streaming=True)
     # never past the context the model was trained for (RoPE/learned positions beyond it)
     context = getattr(model.config, "max_position_embeddings", None) or args.max_length
     max_length = min(args.max_length, context)

@@ -289,6 +289,41 @@ def resolve_text_files(paths: list[str]) -> list[Path]:
     return files
 
 
+def iter_jsonl_texts(path: str | os.PathLike, field: str = "text", where: str = "texts"):
+    """The `field` of every record of a JSON-lines file; errors name the file and line."""
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataError(f"{where}: {path}:{number}: not JSON ({error})") from None
+            if not isinstance(record, dict) or not isinstance(record.get(field), str):
+                raise DataError(f"{where}: {path}:{number}: no string '{field}' field")
+            yield record[field]
+
+
+def iter_dataset_texts(name: str, config_name: str | None, split: str, field: str,
+                       where: str = "dataset", **load_kwargs):
+    """The `field` of every record of a `datasets` dataset split (streamed when asked)."""
+    import datasets
+
+    try:
+        dataset = datasets.load_dataset(name, config_name, split=split, **load_kwargs)
+    except (OSError, ValueError) as error:  # not found, offline, bad config name or split
+        key = "data_files" if load_kwargs.get("data_files") is not None else "name"
+        raise DataError(f"{where}.{key}: cannot load dataset '{name}' split '{split}': "
+                        f"{error}") from None
+    for record in dataset:
+        if field not in record:
+            raise DataError(f"{where}.text_field: '{field}' is not a field of dataset '{name}' "
+                            f"(fields: {', '.join(sorted(record))})")
+        if not isinstance(record[field], str):
+            raise DataError(f"{where}.text_field: '{field}' of dataset '{name}' is not text")
+        yield record[field]
+
+
 def text_file_source(cfg: dict, keep: DocumentFilter):
     """(documents iterator, description, files): .jsonl = one {"text"} per line, else a file."""
     where = "data.text_files.paths"
@@ -304,18 +339,9 @@ def text_file_source(cfg: dict, keep: DocumentFilter):
                 if keep.keep(text):
                     yield text
                 continue
-            with open(path, encoding="utf-8") as handle:
-                for number, line in enumerate(handle, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as error:
-                        raise DataError(f"{where}: {path}:{number}: not JSON ({error})") from None
-                    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                        raise DataError(f"{where}: {path}:{number}: no string 'text' field")
-                    if keep.keep(record["text"]):
-                        yield record["text"]
+            for text in iter_jsonl_texts(path, "text", where):
+                if keep.keep(text):
+                    yield text
 
     return documents(), {"kind": "text_files", "files": [str(p) for p in files]}, files
 
@@ -324,28 +350,13 @@ def text_file_source(cfg: dict, keep: DocumentFilter):
 
 
 def _hf_split(cfg: dict, split: str, limit: int, keep: DocumentFilter):
-    import datasets
-
-    where = "data.hf_dataset"
-    name, field = cfg["name"], cfg["text_field"]
-    kwargs = {"split": split, "streaming": cfg["streaming"]}
+    kwargs = {"streaming": cfg["streaming"]}
     for key in ("data_files", "cache_dir"):
         if cfg.get(key) is not None:
             kwargs[key] = cfg[key]
-    try:
-        dataset = datasets.load_dataset(name, cfg.get("config_name"), **kwargs)
-    except (OSError, ValueError) as error:  # not found, offline, bad config name or split
-        key = "data_files" if cfg.get("data_files") is not None else "name"
-        raise DataError(f"{where}.{key}: cannot load dataset '{name}' split '{split}': "
-                        f"{error}") from None
     kept = 0
-    for record in dataset:
-        if field not in record:
-            raise DataError(f"{where}.text_field: '{field}' is not a field of dataset '{name}' "
-                            f"(fields: {', '.join(sorted(record))})")
-        text = record[field]
-        if not isinstance(text, str):
-            raise DataError(f"{where}.text_field: '{field}' of dataset '{name}' is not text")
+    for text in iter_dataset_texts(cfg["name"], cfg.get("config_name"), split,
+                                   cfg["text_field"], "data.hf_dataset", **kwargs):
         if keep.keep(text):
             yield text
             kept += 1
