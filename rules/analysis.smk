@@ -36,9 +36,11 @@ rule plot_analysis:
                                     for name in ANALYSIS_MODELS],
         script=script("plot_analysis.py"),
     output:
-        figures=expand(f"{RESULTS}/figures/analysis/{{{{text_set}}}}/{{figure}}.{config['figures']['format']}",
+        figures=[report(path, category="Analysis", subcategory="{text_set}",
+                        caption="captions/analysis.rst")
+                 for path in expand(f"{RESULTS}/figures/analysis/{{{{text_set}}}}/{{figure}}.{config['figures']['format']}",
                        figure=["angular_distance", "variance_growth", "contributions",
-                               "logit_lens", "angles"]),
+                               "logit_lens", "angles"])],
     params:
         out_dir=lambda wildcards: f"{RESULTS}/figures/analysis/{wildcards.text_set}",
         format=config["figures"]["format"],

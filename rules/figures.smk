@@ -6,7 +6,8 @@ rule plot_loss_curves:
         models=[model_dir(name) for name in PRETRAIN_MODELS],
         script=script("plot_loss_curves.py"),
     output:
-        figure=f"{RESULTS}/figures/loss_curves.{config['figures']['format']}",
+        figure=report(f"{RESULTS}/figures/loss_curves.{config['figures']['format']}",
+                      category="Pretraining", caption="captions/loss_curves.rst"),
     log:
         log_file("figures", "loss_curves"),
     benchmark:

@@ -86,7 +86,8 @@ if SCALING:
             samples=rules.fit_scaling.output.samples,
             script=script("plot_scaling.py"),
         output:
-            figure=f"{RESULTS}/figures/scaling/{{fit}}.{config['figures']['format']}",
+            figure=report(f"{RESULTS}/figures/scaling/{{fit}}.{config['figures']['format']}",
+                          category="Scaling laws", caption="captions/scaling.rst"),
         wildcard_constraints:
             fit="|".join(SCALING_FITS) or "^$",
         log:

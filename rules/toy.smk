@@ -54,7 +54,8 @@ if TOY:
             script=script("fit_toy.py"),
         output:
             fit=f"{RESULTS}/toy/fit.json",
-            figure=f"{RESULTS}/figures/toy_loss_vs_depth.{config['figures']['format']}",
+            figure=report(f"{RESULTS}/figures/toy_loss_vs_depth.{config['figures']['format']}",
+                          category="Scaling laws", caption="captions/toy.rst"),
         params:
             form=TOY["fit_form"],
             bounds=" ".join(str(b) for b in TOY.get("exponent_bounds", [0.0, 10.0])),

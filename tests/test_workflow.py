@@ -72,3 +72,12 @@ def test_rerun_is_a_no_op_and_one_stage_reruns_alone(finished_run):
     forced = snakemake(workdir, "-n", "--forcerun", "plot_loss_curves")
     assert forced.returncode == 0
     assert "plot_loss_curves" in forced.stdout and "pretrain " not in forced.stdout
+
+
+def test_snakemake_report_collects_every_figure(finished_run):
+    workdir = finished_run.parents[1]
+    result = snakemake(workdir, "--report", str(workdir / "report.html"))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    html = (workdir / "report.html").read_text(errors="replace")
+    for figure in finished_run.joinpath("figures").rglob("*.png"):
+        assert figure.name in html, figure
