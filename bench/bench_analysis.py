@@ -4,7 +4,8 @@
 1. wall time of the streamed pass with the logit lens off, on (every token) and on with a
    stride, against one plain forward pass over the same batches: the causal LM's own forward
    (logits for every token, what a user would run) and the bare backbone forward;
-2. peak memory (max RSS of a fresh process) of the pass at 10k and at 100k tokens.
+2. memory growth during the pass (sampled RSS of a fresh process) at 10k and at 100k tokens,
+   beside a control that stores the hidden states, to show the measurement would see growth.
 
 Timings alternate the variants and keep the best of --repeats, since the machine is shared.
 Default model: the default suite's 12 x 128 pre-LN toy (random weights, vocab 4096).
@@ -15,11 +16,13 @@ Default model: the default suite's 12 x 128 pre-LN toy (random weights, vocab 40
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+
+import psutil
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow_scripts"))
@@ -93,7 +96,7 @@ def time_variants(model, batches, repeats):
 
 
 def peak_memory_child(args) -> None:
-    """Runs in a fresh process: one pass over args.tokens tokens, prints max RSS in MiB."""
+    """Runs in a fresh process: one pass over args.tokens tokens, prints its RSS growth in MiB."""
     import torch
 
     from depthlab.adapter import adapt
@@ -114,23 +117,46 @@ def peak_memory_child(args) -> None:
             total += ids.numel()
             yield {"input_ids": ids, "attention_mask": mask}
 
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    # the all-token variant runs without the lens, to isolate its own per-batch buffers
-    result = analyse(adapt(model), lazy_batches(), logit_lens=not args.all_token_distance,
-                     all_token_distance=args.all_token_distance)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"tokens": result.tokens, "rss_before_pass_mib": round(before, 1),
-                      "peak_rss_mib": round(after, 1)}))
+    process = psutil.Process()
+    before = process.memory_info().rss
+    peak = [before]
+    running = threading.Event()
+    running.set()
+
+    def sample_rss():  # ru_maxrss is dominated by imports; sample the pass's own peak instead
+        while running.is_set():
+            peak[0] = max(peak[0], process.memory_info().rss)
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample_rss, daemon=True)
+    sampler.start()
+    if args.variant == "stored_hidden_states":
+        # positive control: what a non-streaming analysis keeps (every hidden state, in fp32)
+        stored, count = [], 0
+        with torch.no_grad():
+            for batch in lazy_batches():
+                out = model(**batch, output_hidden_states=True)
+                stored.append(torch.stack(out.hidden_states).float())
+                count += int(batch["attention_mask"].sum())
+        tokens = count
+    else:
+        # the all-token variant runs without the lens, to isolate its own per-batch buffers
+        all_tokens = args.variant == "streamed_all_token_distance"
+        tokens = analyse(adapt(model), lazy_batches(), logit_lens=not all_tokens,
+                         all_token_distance=all_tokens).tokens
+    running.clear()
+    sampler.join()
+    peak[0] = max(peak[0], process.memory_info().rss)
+    print(json.dumps({"tokens": tokens, "rss_before_pass_mib": round(before / 2**20, 1),
+                      "pass_growth_mib": round((peak[0] - before) / 2**20, 1)}))
 
 
-def peak_memory(args, tokens, all_token_distance=False):
+def peak_memory(args, tokens, variant):
     command = [sys.executable, __file__, "--child", "--tokens", str(tokens), "--threads",
                str(args.threads), "--seq-len", str(args.seq_len), "--batch-size",
-               str(args.batch_size)]
+               str(args.batch_size), "--variant", variant]
     if args.model:
         command += ["--model", args.model]
-    if all_token_distance:
-        command.append("--all-token-distance")
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -147,7 +173,9 @@ def main() -> None:
     parser.add_argument("--memory-tokens", type=int, nargs=2, default=[10_000, 100_000])
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--all-token-distance", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default="streamed", help=argparse.SUPPRESS,
+                        choices=["streamed", "streamed_all_token_distance",
+                                 "stored_hidden_states"])
     args = parser.parse_args()
     if args.child:
         peak_memory_child(args)
@@ -171,15 +199,16 @@ def main() -> None:
               f"{seconds / times['plain_forward_backbone']:15.2f}x")
     if args.skip_memory:
         return
-    print("\npeak memory of a fresh process running one pass:")
-    for all_tokens in (False, True):
-        rows = [peak_memory(args, tokens, all_tokens) for tokens in args.memory_tokens]
-        label = ("all-token distance, logit lens off" if all_tokens
-                 else "every measure, logit lens on (all tokens)")
-        print(f"  {label}: " + "; ".join(
-            f"{r['tokens']} tokens: peak {r['peak_rss_mib']} MiB (before pass "
-            f"{r['rss_before_pass_mib']} MiB)" for r in rows)
-            + f"; ratio {rows[1]['peak_rss_mib'] / rows[0]['peak_rss_mib']:.3f}")
+    print("\nmemory growth during one pass (sampled RSS peak minus RSS before it, fresh process):")
+    labels = {"streamed": "streamed, every measure, logit lens on",
+              "streamed_all_token_distance": "streamed, all-token distance, lens off",
+              "stored_hidden_states": "control: stored hidden states (not streamed)"}
+    for variant, label in labels.items():
+        rows = [peak_memory(args, tokens, variant) for tokens in args.memory_tokens]
+        print(f"  {label:46s} " + "; ".join(
+            f"{r['tokens']} tokens: +{r['pass_growth_mib']} MiB" for r in rows)
+            + f"; growth x{rows[1]['pass_growth_mib'] / max(rows[0]['pass_growth_mib'], 0.1):.2f}"
+            + f" for x{rows[1]['tokens'] / rows[0]['tokens']:.1f} tokens")
 
 
 if __name__ == "__main__":
