@@ -13,8 +13,8 @@ rule analyze:
         model_path=lambda wildcards: model_dir(wildcards.model),
         flags=analysis_flags,
     wildcard_constraints:
-        model=_alternatives(ANALYSIS_MODELS),
-        text_set=_alternatives(ANALYSIS_TEXT_SETS),
+        model=wildcard_alternatives(ANALYSIS_MODELS),
+        text_set=wildcard_alternatives(ANALYSIS_TEXT_SETS),
     log:
         log_file("analysis", "{text_set}/{model}"),
     benchmark:
@@ -45,7 +45,7 @@ rule plot_analysis:
         out_dir=lambda wildcards: f"{RESULTS}/figures/analysis/{wildcards.text_set}",
         format=config["figures"]["format"],
     wildcard_constraints:
-        text_set=_alternatives(ANALYSIS_TEXT_SETS),
+        text_set=wildcard_alternatives(ANALYSIS_TEXT_SETS),
     log:
         log_file("figures", "analysis_{text_set}"),
     benchmark:

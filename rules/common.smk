@@ -32,6 +32,11 @@ def stage_resources(stage):
     return resources
 
 
+def wildcard_alternatives(names):
+    """A wildcard constraint matching exactly these names (nothing when there are none)."""
+    return "|".join(re.escape(name) for name in names) or "^$"
+
+
 def log_file(stage, name="{model}"):
     return f"{RESULTS}/logs/{stage}/{name}.log"
 
@@ -111,7 +116,3 @@ def analysis_flags(wildcards):
         if model.get("revision"):
             flags += ["--revision", model["revision"]]
     return " ".join(shlex.quote(str(flag)) for flag in flags)
-
-
-def _alternatives(names):
-    return "|".join(re.escape(name) for name in names) or "^$"

@@ -13,7 +13,7 @@ rule pretrain:
         # Resumable state lives outside the output so Snakemake never deletes it on failure.
         state=lambda wildcards: f"{RESULTS}/train_state/{wildcards.model}",
     wildcard_constraints:
-        model="|".join(PRETRAIN_MODELS) or "^$",
+        model=wildcard_alternatives(PRETRAIN_MODELS),
     log:
         log_file("pretrain"),
     benchmark:

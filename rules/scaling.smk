@@ -64,7 +64,7 @@ if SCALING:
             fit=lambda wildcards: as_json(SCALING_FITS[wildcards.fit]),
             seed=config["seed"],
         wildcard_constraints:
-            fit="|".join(SCALING_FITS) or "^$",
+            fit=wildcard_alternatives(SCALING_FITS),
         log:
             log_file("scaling", "{fit}"),
         benchmark:
@@ -89,7 +89,7 @@ if SCALING:
             figure=report(f"{RESULTS}/figures/scaling/{{fit}}.{config['figures']['format']}",
                           category="Scaling laws", caption="captions/scaling.rst"),
         wildcard_constraints:
-            fit="|".join(SCALING_FITS) or "^$",
+            fit=wildcard_alternatives(SCALING_FITS),
         log:
             log_file("scaling", "plot_{fit}"),
         benchmark:

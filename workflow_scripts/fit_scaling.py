@@ -42,8 +42,7 @@ def main() -> None:
     record["points_file"] = args.points
     write_dataframe(args.out_samples, samples)
     write_json(args.out_json, record)
-    provenance.write(sidecar_path(args.out_json))
-    provenance.write(sidecar_path(args.out_samples))
+    provenance.write(sidecar_path(args.out_json), sidecar_path(args.out_samples))
     est = record["estimates"]
     summary = ", ".join(f"{k} = {est[k]:.4g} [{record['intervals'][k]['low']:.4g}, "
                         f"{record['intervals'][k]['high']:.4g}]"

@@ -46,8 +46,7 @@ def main() -> None:
         "teacher_angles_deg": {k: v["mean_angle_deg"] for k, v in angles.items()},
         "losses": losses.to_dict(orient="records")}))
     save_figure(args.figure, plot_toy(losses, fits, angles))
-    provenance.write(sidecar_path(args.out_json))
-    provenance.write(sidecar_path(args.figure))
+    provenance.write(sidecar_path(args.out_json), sidecar_path(args.figure))
     for fit in fits:
         print(f"{fit['teacher_kind']:>11} T={fit['temperature']:.4g}: a = {fit['a']:.3f} "
               f"+- {fit['a_se']:.3f}")

@@ -28,10 +28,10 @@ def main() -> None:
                             inputs=[f"{a}/measures.csv" for a in args.analyses])
     frame, summaries = read_analyses(args.analyses)
     figures = plot_all(frame, summaries)
-    for name in FIGURES:
-        path = Path(args.out_dir) / f"{name}.{args.format}"
+    paths = [Path(args.out_dir) / f"{name}.{args.format}" for name in FIGURES]
+    for name, path in zip(FIGURES, paths):
         save_figure(path, figures[name])
-        provenance.write(sidecar_path(path))
+    provenance.write(*(sidecar_path(path) for path in paths))
 
 
 if __name__ == "__main__":

@@ -106,9 +106,11 @@ class Provenance:
             **self.extra,
         }
 
-    def write(self, path: str | os.PathLike) -> dict:
+    def write(self, *paths: str | os.PathLike) -> dict:
+        """Write one record (inputs hashed once) to every path: a stage with several outputs."""
         record = self.record()
-        write_json(path, record)
+        for path in paths:
+            write_json(path, record)
         return record
 
 

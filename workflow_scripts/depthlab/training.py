@@ -273,12 +273,11 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
         if step % settings.log_every == 0 or step == settings.steps:
             log_rows.append([step, tokens, "train", mean_loss, lr, round(wall, 3)])
             bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens / max(wall, 1e-9):.0f}")
-        if step in eval_at:
+        if step in eval_at and ddp.is_main:  # only rank 0 logs and writes; the others go on
             val = validation_loss(model, val_batches, ddp.device, autocast_dtype)
             log_rows.append([step, tokens, "val", val, lr, round(wall, 3)])
-            if ddp.is_main:
-                print(f"[{model_name}] step {step} tokens {tokens} val_loss {val:.4f} "
-                      f"tok/s {tokens / max(wall, 1e-9):.0f}", file=sys.stderr)
+            print(f"[{model_name}] step {step} tokens {tokens} val_loss {val:.4f} "
+                  f"tok/s {tokens / max(wall, 1e-9):.0f}", file=sys.stderr)
         if ddp.is_main and step % settings.checkpoint_every == 0 and step < settings.steps:
             save_state(state_path, {
                 "fingerprint": fingerprint, "step": step, "model": model.state_dict(),
