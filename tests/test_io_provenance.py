@@ -37,6 +37,16 @@ def test_atomic_file_and_folder_appear_only_on_success(tmp_path):
     assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
+def test_json_outputs_are_strict(tmp_path):
+    import numpy as np
+
+    write_json(tmp_path / "x.json", {"nan": float("nan"), "inf": np.float32("inf"),
+                                     "n": np.int64(3), "xs": (1.5, np.float64(2.5)), 4: "k"})
+    text = (tmp_path / "x.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"nan": None, "inf": None, "n": 3, "xs": [1.5, 2.5], "4": "k"}
+
+
 def test_sha256_of_file_and_folder(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"abc")
     assert sha256_path(tmp_path / "a.txt") == hashlib.sha256(b"abc").hexdigest()

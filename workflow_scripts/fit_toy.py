@@ -24,7 +24,6 @@ def main() -> None:
 
     from depthlab.io import save_figure, write_json
     from depthlab.provenance import Provenance, sidecar_path
-    from depthlab.scaling import json_safe
     from depthlab.toy import fit_toy_exponents, plot_toy
 
     inputs = [str(Path(r) / f) for r in args.runs for f in ("losses.csv", "teacher.json")]
@@ -41,10 +40,10 @@ def main() -> None:
         record = json.loads((Path(run) / "teacher.json").read_text())
         angles[record["teacher_kind"]] = record
     fits = fit_toy_exponents(losses, args.form, args.exponent_bounds)
-    write_json(args.out_json, json_safe({
+    write_json(args.out_json, {
         "form": args.form, "fits": fits,
         "teacher_angles_deg": {k: v["mean_angle_deg"] for k, v in angles.items()},
-        "losses": losses.to_dict(orient="records")}))
+        "losses": losses.to_dict(orient="records")})
     save_figure(args.figure, plot_toy(losses, fits, angles))
     provenance.write(sidecar_path(args.out_json), sidecar_path(args.figure))
     for fit in fits:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 
 @contextlib.contextmanager
@@ -42,9 +45,24 @@ def atomic_path(final: str | os.PathLike, is_dir: bool = False):
         raise
 
 
+def json_safe(obj):
+    """NaN and infinities -> None, numpy scalars -> Python, recursively (strict JSON)."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    return obj
+
+
 def write_json(path: str | os.PathLike, obj) -> None:
+    """Strict JSON (no NaN tokens, which most readers reject), written atomically."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+        tmp.write_text(json.dumps(json_safe(obj), indent=2, sort_keys=True, default=str,
+                                  allow_nan=False) + "\n")
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -36,6 +36,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
+from .io import json_safe
+
 # ---------------------------------------------------------------------------------------------
 # Laws
 
@@ -642,18 +644,6 @@ def held_out_validation(frame: pd.DataFrame, law: Law | str, settings: FitSettin
 # ---------------------------------------------------------------------------------------------
 # One configured fit, end to end
 
-
-def json_safe(obj):
-    """NaN and infinities -> None, numpy scalars -> Python, recursively (strict JSON)."""
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    return obj
 
 FIT_SPEC_KEYS = ("law", "source", "columns", "objective", "huber_delta", "optimizer",
                  "exponent_bounds", "start_grid", "n_refine", "depth_offset", "drop_highest",
