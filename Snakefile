@@ -1,25 +1,38 @@
 # depthlab: how large language models use their depth, rebuilt as one reproducible workflow.
-# Config: config/default.yaml unless --configfile names another (config/test.yaml, config/paper.yaml).
+#
+# Config: config/default.yaml unless --configfile names others (merged left to right); then
+# `--config key=value` overrides, nested ones too: --config 'analysis={max_samples: 32}'.
+# depthlab.config validates it against config/schema.yaml and resolves every job's complete
+# spec; the rules only read those specs (RESOLVED.jobs(<rule name>)).
 import os
 import sys
 from pathlib import Path
 
-import yaml
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import min_version, update_config, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow_scripts"))
-from depthlab.config import ConfigError, resolve_config  # noqa: E402
+from depthlab.config import (  # noqa: E402
+    DEFAULT_CONFIG,
+    ConfigError,
+    apply_overrides,
+    load_config,
+    resolve,
+)
 
-# No `configfile:` directive: Snakemake would deep-merge it under --configfile, adding the
-# default's models to every other config. --config overrides still apply on top of the default.
-if "models" not in config:
-    _overrides = dict(config)
-    config.clear()
-    config.update(yaml.safe_load(Path(workflow.basedir, "config/default.yaml").read_text()))
-    update_config(config, _overrides)
+try:
+    RESOLVED = resolve(
+        apply_overrides(load_config(*(workflow.overwrite_configfiles or [DEFAULT_CONFIG])),
+                        dict(workflow.config_settings.config)),
+        workflow.basedir,
+    )
+except ConfigError as error:
+    raise WorkflowError(f"invalid config: {error}") from None
+config.clear()
+config.update(RESOLVED.config)
+
 
 # Jobs call `python` from the environment Snakemake runs in (the project's venv), also on Slurm.
 envvars:
@@ -28,23 +41,18 @@ envvars:
 
 os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
-validate(config, "config/schema.yaml")
-try:
-    config.update(resolve_config(config))
-except ConfigError as error:
-    raise WorkflowError(f"invalid config: {error}") from None
-
 
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/pretrain.smk"
-include: "rules/figures.smk"
+include: "rules/analysis.smk"
 include: "rules/scaling.smk"
 include: "rules/toy.smk"
-include: "rules/analysis.smk"
+include: "rules/targets.smk"
 
 
 rule all:
-    default_target: True
     input:
-        ALL_TARGETS,
+        [path for targets in STAGE_TARGETS.values() for path in targets],
+    default_target: True
+    localrule: True

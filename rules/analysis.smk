@@ -2,64 +2,55 @@
 # the four papers (angular distance, variance growth, relative contributions, logit lens, angles);
 # one figure set per text set compares the models.
 
-rule analyze:
+
+rule analyse_model:
     input:
-        model=lambda wildcards: model_input(wildcards.model),
-        texts=analysis_text_input,
-        script=script("analyze.py"),
+        unpack(lambda wildcards: RESOLVED.inputs_for("analyse_model", wildcards)),
+        script=script("analyse_model.py"),
+        library=library("analyse_model.py"),
     output:
-        analysis=directory(analysis_dir("{text_set}", "{model}")),
+        analysis=directory(PATHS.analysis("{text_set}", "{model}")),
     params:
-        model_path=lambda wildcards: model_dir(wildcards.model),
-        flags=analysis_flags,
+        spec=job_spec("analyse_model"),
     wildcard_constraints:
-        model=wildcard_alternatives(ANALYSIS_MODELS),
-        text_set=wildcard_alternatives(ANALYSIS_TEXT_SETS),
+        text_set=wildcard_alternatives(set(RESOLVED.wildcard_values("analyse_model", "text_set"))),
+        model=wildcard_alternatives(set(RESOLVED.wildcard_values("analyse_model", "model"))),
     log:
-        log_file("analysis", "{text_set}/{model}"),
+        log_file("analyse_model", "{text_set}/{model}"),
     benchmark:
-        benchmark_file("analysis", "{text_set}/{model}")
+        benchmark_file("analyse_model", "{text_set}/{model}")
     conda:
         ENVIRONMENT
-    threads: stage_threads("analysis") if ANALYSIS else 1
+    threads: stage_threads("analysis")
     resources:
-        **(stage_resources("analysis") if ANALYSIS else {}),
+        **stage_resources("analysis"),
     shell:
-        "python {input.script} --model {params.model_path:q} --model-name {wildcards.model}"
-        " --text-set {wildcards.text_set} {params.flags} --threads {threads}"
-        " --out {output.analysis} > {log} 2>&1"
+        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
 
 rule plot_analysis:
     input:
-        analyses=lambda wildcards: [analysis_dir(wildcards.text_set, name)
-                                    for name in ANALYSIS_MODELS],
+        analyses=lambda wildcards: RESOLVED.jobs("plot_analysis")[wildcards.job]["analyses"],
         script=script("plot_analysis.py"),
+        library=library("plot_analysis.py"),
     output:
-        figures=[report(path, category="Analysis", subcategory="{text_set}",
-                        caption="captions/analysis.rst")
-                 for path in expand(f"{RESULTS}/figures/analysis/{{{{text_set}}}}/{{figure}}.{config['figures']['format']}",
-                       figure=["angular_distance", "variance_growth", "contributions",
-                               "logit_lens", "angles"])],
+        figures=[report(PATHS.figure(f"analysis/{{job}}/{figure}", FIGURE_FORMAT),
+                        category="Analysis", subcategory="{job}",
+                        caption=f"captions/analysis_{figure}.rst")
+                 for figure in ANALYSIS_FIGURES],
     params:
-        out_dir=lambda wildcards: f"{RESULTS}/figures/analysis/{wildcards.text_set}",
-        format=config["figures"]["format"],
+        spec=job_spec("plot_analysis"),
     wildcard_constraints:
-        text_set=wildcard_alternatives(ANALYSIS_TEXT_SETS),
+        job=wildcard_alternatives(jobs("plot_analysis")),
+    localrule: True
     log:
-        log_file("figures", "analysis_{text_set}"),
+        log_file("plot_analysis"),
     benchmark:
-        benchmark_file("figures", "analysis_{text_set}")
+        benchmark_file("plot_analysis")
     conda:
         ENVIRONMENT
     threads: stage_threads("figures")
     resources:
-        **stage_resources("figures"),
+        **stage_resources("figures", gpu=False),
     shell:
-        "python {input.script} --analyses {input.analyses} --out-dir {params.out_dir}"
-        " --format {params.format} > {log} 2>&1"
-
-
-if ANALYSIS_MODELS:
-    for _text_set in ANALYSIS_TEXT_SETS:
-        ALL_TARGETS.extend(expand(rules.plot_analysis.output.figures, text_set=_text_set))
+        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

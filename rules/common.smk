@@ -1,35 +1,27 @@
-# Helpers shared by the rules: run paths, per-stage resources, model locations, stage settings.
+# Helpers shared by the rules: job specs, scripts and the library code they import, logs,
+# resources. Stage-specific logic (which jobs, their inputs) lives in depthlab.config.
+import ast
 import re
-import shlex
 
-RUN = config["run_name"]
-RESULTS = f"results/{RUN}"
-MODELS = config["resolved_models"]
-PRETRAIN_MODELS = [name for name, model in MODELS.items() if model["kind"] == "pretrain"]
+from depthlab.config import ANALYSIS_FIGURES, spec_json
+
+PATHS = RESOLVED.paths
+FIGURE_FORMAT = config["figures"]["format"]
 ENVIRONMENT = "../environment.yml"  # for --sdm conda; the default is the project venv
+SCRIPTS = Path(workflow.basedir) / "workflow_scripts"
+# Shapes specs at DAG time: a change that matters changes the specs (params), so no rule lists
+# it as an input (otherwise every edit of it would rerun every job).
+UNTRACKED_MODULES = {"config"}
 
 
-def script(name):
-    """A stage script, as a rule input (a changed script marks its outputs for rerun)."""
-    return str(Path(workflow.basedir) / "workflow_scripts" / name)
-
-# Each stage's .smk appends the final outputs it contributes; `rule all` builds them all.
-ALL_TARGETS = []
+def jobs(family):
+    """Job names of one rule (= job family of depthlab.config)."""
+    return list(RESOLVED.jobs(family))
 
 
-def stage_threads(stage):
-    return config["resources"][stage]["threads"]
-
-
-def stage_resources(stage):
-    """Slurm-facing resources of a stage, from config (gpu_model only when a model is named)."""
-    spec = config["resources"][stage]
-    resources = {"mem_mb": spec["mem_mb"], "runtime": spec["runtime"]}
-    if spec.get("gpu", 0) > 0:
-        resources["gpu"] = spec["gpu"]
-        if spec.get("gpu_model"):
-            resources["gpu_model"] = spec["gpu_model"]
-    return resources
+def job_spec(family):
+    """params: the resolved spec (JSON) of the job the rule's wildcards name."""
+    return lambda wildcards: spec_json(RESOLVED.spec_for(family, wildcards))
 
 
 def wildcard_alternatives(names):
@@ -37,82 +29,71 @@ def wildcard_alternatives(names):
     return "|".join(re.escape(name) for name in names) or "^$"
 
 
-def log_file(stage, name="{model}"):
-    return f"{RESULTS}/logs/{stage}/{name}.log"
+def _relative(path):
+    # inputs hold no absolute path of the checkout: a moved clone plans nothing new
+    return os.path.relpath(path)
 
 
-def benchmark_file(stage, name="{model}"):
-    return f"{RESULTS}/benchmarks/{stage}/{name}.tsv"
+def script(name):
+    """A stage script, as a rule input (a changed script marks its outputs for rerun)."""
+    return _relative(SCRIPTS / name)
 
 
-def model_dir(name):
-    """A model's HF directory: our pretrain output, or the declared local path / hub id."""
-    model = MODELS[name]
-    if model["kind"] == "pretrain":
-        return f"{RESULTS}/models/{name}"
-    return model["path"]
+def _imported_modules(path):
+    """depthlab modules a file imports (anywhere in it: scripts import inside main())."""
+    tree = ast.parse(Path(path).read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[1] for a in node.names
+                         if a.name.startswith("depthlab."))
+        elif isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level == 1 or source.startswith("depthlab"):
+                base = source.split(".")[-1] if source and source != "depthlab" else None
+                if base:
+                    found.add(base)
+                else:  # `from depthlab import x` / `from . import x`
+                    found.update(a.name for a in node.names)
+    return {m for m in found if (SCRIPTS / "depthlab" / f"{m}.py").is_file()}
 
 
-def model_input(name):
-    """Snakemake input for a model: pretrain outputs are files to build; hub ids are not."""
-    model = MODELS[name]
-    if model["kind"] == "pretrain":
-        return [model_dir(name)]
-    return [model["path"]] if Path(model["path"]).exists() else []
+def library(name):
+    """The library modules a script imports, transitively: editing one reruns exactly the rules
+    whose scripts use it (Snakemake alone only sees the script file)."""
+    todo, seen = list(_imported_modules(SCRIPTS / name)), set()
+    while todo:
+        name_ = todo.pop()
+        if name_ in seen or name_ in UNTRACKED_MODULES:
+            continue
+        seen.add(name_)
+        todo.extend(_imported_modules(SCRIPTS / "depthlab" / f"{name_}.py"))
+    files = [SCRIPTS / "depthlab" / f"{m}.py" for m in ["__init__", *sorted(seen)]]
+    return [_relative(f) for f in files if f.is_file()]
 
 
-def as_json(obj):
-    import json
-
-    return json.dumps(obj, sort_keys=True)
+def log_file(family, job="{job}"):
+    return PATHS.log(family, job)
 
 
-# --- analysis stage: which models and text sets, and analyze.py's flags per text set ---
-
-ANALYSIS = config.get("analysis")
-ANALYSIS_MODELS = (list(MODELS) if ANALYSIS and ANALYSIS["models"] is None
-                   else (ANALYSIS or {}).get("models") or [])
-ANALYSIS_TEXT_SETS = (ANALYSIS or {}).get("text_sets") or {}
-ANALYSIS_SETTINGS = ("text_field", "max_samples", "max_tokens", "max_length")
+def benchmark_file(family, job="{job}"):
+    return PATHS.benchmark(family, job)
 
 
-def analysis_dir(text_set, model):
-    return f"{RESULTS}/analysis/{text_set}/{model}"
+def stage_threads(stage):
+    return config["resources"][stage]["threads"]
 
 
-def analysis_text_input(wildcards):
-    spec = ANALYSIS_TEXT_SETS[wildcards.text_set]
-    if spec["source"] == "val":
-        return [f"{RESULTS}/data"]
-    if spec["source"] == "jsonl":
-        return [spec["path"]]
-    return []  # a hub dataset, streamed by the script
-
-
-def analysis_flags(wildcards):
-    """Command-line flags of analyze.py for one text set: its texts and its settings (a text
-    set's own keys override the analysis defaults)."""
-    spec = ANALYSIS_TEXT_SETS[wildcards.text_set]
-    settings = {key: spec.get(key, ANALYSIS[key]) for key in ANALYSIS_SETTINGS}
-    if spec["source"] == "val":
-        flags = ["--texts-jsonl", f"{RESULTS}/data/val.jsonl"]
-    elif spec["source"] == "jsonl":
-        flags = ["--texts-jsonl", spec["path"]]
-    else:
-        flags = ["--dataset", spec["name"], "--split", spec["split"]]
-        if spec.get("config_name"):
-            flags += ["--dataset-config", spec["config_name"]]
-    flags += ["--text-field", settings["text_field"], "--max-samples", settings["max_samples"],
-              "--max-length", settings["max_length"], "--batch-size", ANALYSIS["batch_size"],
-              "--logit-lens-stride", ANALYSIS["logit_lens_stride"], "--device", ANALYSIS["device"],
-              "--logit-lens" if ANALYSIS["logit_lens"] else "--no-logit-lens",
-              "--all-token-distance" if ANALYSIS["all_token_distance"]
-              else "--no-all-token-distance"]
-    if settings["max_tokens"] is not None:
-        flags += ["--max-tokens", settings["max_tokens"]]
-    model = MODELS[wildcards.model]
-    if model["kind"] == "hf":
-        flags += ["--dtype", model.get("dtype", "float32")]
-        if model.get("revision"):
-            flags += ["--revision", model["revision"]]
-    return " ".join(shlex.quote(str(flag)) for flag in flags)
+def stage_resources(stage, gpu=True):
+    """Slurm-facing resources of a stage from config; memory and runtime grow with each retry
+    (`retries:` in the Slurm profile), so an out-of-memory or time-limit kill can succeed."""
+    spec = config["resources"][stage]
+    resources = {
+        "mem_mb": lambda wildcards, attempt: spec["mem_mb"] * attempt,
+        "runtime": lambda wildcards, attempt: spec["runtime"] * attempt,
+    }
+    if gpu and spec["gpu"] > 0:
+        resources["gpu"] = spec["gpu"]
+        if spec["gpu_model"]:
+            resources["gpu_model"] = spec["gpu_model"]
+    return resources

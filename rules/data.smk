@@ -4,23 +4,19 @@
 rule prepare_data:
     input:
         script=script("prepare_data.py"),
+        library=library("prepare_data.py"),
     output:
-        directory(f"{RESULTS}/data"),
+        data=directory(PATHS.data),
     params:
-        data=lambda wildcards: as_json(config["data"]),
-        seed=config["seed"],
+        spec=job_spec("prepare_data"),
     log:
-        log_file("data", "prepare_data"),
+        log_file("prepare_data", "data"),
     benchmark:
-        benchmark_file("data", "prepare_data")
+        benchmark_file("prepare_data", "data")
     conda:
         ENVIRONMENT
     threads: stage_threads("data")
     resources:
         **stage_resources("data"),
     shell:
-        "python {input.script} --data-config {params.data:q} --seed {params.seed}"
-        " --threads {threads} --out {output} > {log} 2>&1"
-
-
-ALL_TARGETS.append(f"{RESULTS}/data")
+        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

@@ -1,32 +1,52 @@
-# Pretraining stage: one LLaMA-style model per declared pretrain model, exported as an HF directory.
+# Pretraining stage: one LLaMA-style model per declared pretrain model, exported as an HF
+# directory; the loss curves of every pretrained model (Curse of Depth, Fig. 1-style).
 
 
-rule pretrain:
+rule pretrain_model:
     input:
-        data=f"{RESULTS}/data",
-        script=script("pretrain.py"),
+        data=PATHS.data,
+        script=script("pretrain_model.py"),
+        library=library("pretrain_model.py"),
     output:
-        model=directory(f"{RESULTS}/models/{{model}}"),
+        # Resumable state lives in PATHS.train_state, outside the output, so Snakemake never
+        # deletes it on failure.
+        model=directory(PATHS.model("{job}")),
     params:
-        model=lambda wildcards: as_json(MODELS[wildcards.model]),
-        seed=config["seed"],
-        # Resumable state lives outside the output so Snakemake never deletes it on failure.
-        state=lambda wildcards: f"{RESULTS}/train_state/{wildcards.model}",
+        spec=job_spec("pretrain_model"),
     wildcard_constraints:
-        model=wildcard_alternatives(PRETRAIN_MODELS),
+        job=wildcard_alternatives(jobs("pretrain_model")),
     log:
-        log_file("pretrain"),
+        log_file("pretrain_model"),
     benchmark:
-        benchmark_file("pretrain")
+        benchmark_file("pretrain_model")
     conda:
         ENVIRONMENT
     threads: stage_threads("pretrain")
     resources:
         **stage_resources("pretrain"),
     shell:
-        "python {input.script} --model-name {wildcards.model} --model-config {params.model:q}"
-        " --data {input.data} --state-dir {params.state} --seed {params.seed}"
-        " --threads {threads} --out {output.model} > {log} 2>&1"
+        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
 
-ALL_TARGETS.extend(model_dir(name) for name in PRETRAIN_MODELS)
+rule plot_loss_curves:
+    input:
+        models=[PATHS.model(name) for name in jobs("pretrain_model")],
+        script=script("plot_loss_curves.py"),
+        library=library("plot_loss_curves.py"),
+    output:
+        figure=report(PATHS.figure("loss_curves", FIGURE_FORMAT), category="Pretraining",
+                      caption="captions/loss_curves.rst"),
+    params:
+        spec=job_spec("plot_loss_curves"),
+    localrule: True
+    log:
+        log_file("plot_loss_curves", "loss_curves"),
+    benchmark:
+        benchmark_file("plot_loss_curves", "loss_curves")
+    conda:
+        ENVIRONMENT
+    threads: stage_threads("figures")
+    resources:
+        **stage_resources("figures", gpu=False),
+    shell:
+        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

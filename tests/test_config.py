@@ -1,6 +1,9 @@
-"""A malformed config fails before any job runs, with a message naming the offending key."""
+"""The one config path: every bad config is rejected before any job, naming its key; hostile names
+never reach a shell or leave results/<run>/; overrides and hand runs see the workflow's values."""
 
 import copy
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -8,22 +11,30 @@ from pathlib import Path
 import pytest
 import yaml
 
-from depthlab.config import ConfigError, resolve_config, sweep_model_name
+from depthlab.config import (
+    ConfigError,
+    apply_overrides,
+    load_config,
+    resolve,
+    sweep_model_name,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
 def load(name: str) -> dict:
-    return yaml.safe_load((ROOT / "config" / name).read_text())
+    return load_config(ROOT / "config" / name)
 
 
-def dry_run(config: dict, tmp_path: Path) -> subprocess.CompletedProcess:
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
+def dry_run(config: dict | None, tmp_path: Path, *args: str,
+            config_file: Path | None = None) -> subprocess.CompletedProcess:
+    if config_file is None:
+        config_file = tmp_path / "config.yaml"
+        config_file.write_text(yaml.safe_dump(config))
     # A scratch working directory: results of earlier runs must not make the DAG empty.
     return subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "--snakefile", str(ROOT / "Snakefile"),
-                           "--directory", str(tmp_path), "--configfile", str(path)],
+                           "--directory", str(tmp_path), f"--configfile={config_file}", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
@@ -34,57 +45,230 @@ def test_shipped_configs_build_the_dag(name, tmp_path):
     assert "prepare_data" in result.stdout
 
 
-@pytest.mark.parametrize("mutate, key, detail", [
-    (lambda c: c["pretrain"].__setitem__("steps", "many"), "['pretrain']", "'many' is not of type"),
-    (lambda c: c["models"]["lns"].__setitem__("norm_scheme", "lnz"), "['models']['lns']['norm_scheme']", "'lnz'"),
-    # test.yaml's models share one YAML anchor: pre_ln gets its own, wrong, copy
-    (lambda c: c["models"]["pre_ln"].__setitem__(
-        "architecture", {**c["models"]["pre_ln"]["architecture"], "num_layers": 0}),
-     "['models']['pre_ln']['architecture']['num_layers']", "minimum"),
-    (lambda c: c.__setitem__("pretrian", {}), "'pretrian'", "ValidationError"),
-])
-def test_schema_errors_name_the_key_and_nothing_runs(mutate, key, detail, tmp_path):
+def rejects(config: dict, pattern: str) -> None:
+    with pytest.raises(ConfigError, match=pattern):
+        resolve(config)
+
+
+def own_architecture(config: dict, name: str) -> dict:
+    """test.yaml's models share one YAML anchor: give `name` its own copy to mutate."""
+    config["models"][name]["architecture"] = dict(config["models"][name]["architecture"])
+    return config["models"][name]["architecture"]
+
+
+# Each probe: a config that passed the DAG (or was silently accepted) before this check existed.
+PROBES = {
+    "type": (lambda c: c["pretrain"].__setitem__("steps", "many"), r"^pretrain\.steps: 'many'"),
+    "float steps": (lambda c: c["pretrain"].__setitem__("steps", 16.0),
+                    r"^pretrain\.steps: 16\.0 is not of type 'integer'"),
+    "enum": (lambda c: c["models"]["lns"].__setitem__("norm_scheme", "lnz"),
+             r"^models\.lns\.norm_scheme: 'lnz'"),
+    "minimum": (lambda c: own_architecture(c, "pre_ln").__setitem__("num_layers", 0),
+                r"^models\.pre_ln\.architecture\.num_layers: 0 is less than"),
+    "unknown key": (lambda c: c.__setitem__("pretrian", {}), r"^\(top level\): unknown key.*pretrian"),
+    "heads": (lambda c: own_architecture(c, "pre_ln").__setitem__("num_heads", 3),
+              r"^models\.pre_ln\.architecture\.num_heads: 3 does not divide"),
+    "train override": (lambda c: c["models"]["pre_ln"].__setitem__("train", {"stepz": 3}),
+                       r"^models\.pre_ln\.train: unknown key.*stepz"),
+    "warmup": (lambda c: c["models"]["pre_ln"].__setitem__("train", {"warmup_steps": 10_000}),
+               r"^models\.pre_ln\.train\.warmup_steps: 10000 exceeds"),
+    "micro batch": (lambda c: c["pretrain"].__setitem__("micro_batch_size", 3),
+                    r"^models\.pre_ln\.train\.micro_batch_size: 3 does not divide"),
+    "mix_ln too small": (lambda c: c["models"].__setitem__("mix", {
+        "kind": "pretrain", "norm_scheme": "mix_ln",
+        "architecture": {**c["models"]["pre_ln"]["architecture"], "mix_ln_post_fraction": 0.1}}),
+        r"^models\.mix\.architecture\.mix_ln_post_fraction: 0\.1 of 4 layers rounds to no"),
+    "mix_ln missing": (lambda c: c["models"]["lns"].__setitem__("norm_scheme", "mix_ln"),
+                       r"^models\.lns\.architecture\.mix_ln_post_fraction: required"),
+    "no effect": (lambda c: own_architecture(c, "pre_ln").__setitem__("mix_ln_post_fraction", .5),
+                  r"^models\.pre_ln\.architecture\.mix_ln_post_fraction: has no effect"),
+    "scaling bounds": (lambda c: c["scaling"]["fit"].__setitem__("exponent_bounds", [5.0, 0.0]),
+                       r"^scaling\.fits\.sweep\.exponent_bounds: \[5\.0, 0\.0\] is not an interval"),
+    "toy bounds": (lambda c: c["toy"].__setitem__("exponent_bounds", [3.0, 1.0]),
+                   r"^toy\.exponent_bounds"),
+    "toy grid": (lambda c: c["toy"].__setitem__("temperatures", {"min": 1.0, "max": 0.1,
+                                                                 "count": 3}),
+                 r"^toy\.temperatures: min 1\.0 must not exceed max 0\.1"),
+    "hf path": (lambda c: c["models"].__setitem__("mine", {"kind": "hf", "path": "./no/such/model"}),
+                r"^models\.mine\.path: local model folder './no/such/model' does not exist"),
+    "glob": (lambda c: c["data"].update(source="text_files",
+                                        text_files={"paths": ["nowhere/*.txt"]}),
+             r"^data\.text_files\.paths\[0\]: 'nowhere/\*\.txt' matches no file"),
+    "resources": (lambda c: c["resources"].pop("toy"), r"^resources: 'toy' is a required"),
+    "csv columns": (lambda c: c["scaling"]["fits"]["chinchilla_liu"]["columns"].__setitem__(
+        "depth", "layers"), r"^scaling\.fits\.chinchilla_liu\.columns\.depth: column 'layers' is "
+                            r"not in .*chinchilla_points\.csv"),
+    "undeclared model": (lambda c: c["analysis"].__setitem__("models", ["pre_ln", "ghost"]),
+                         r"^analysis\.models\[1\]: 'ghost' is not a declared model"),
+    "undeclared sweep": (lambda c: c["scaling"].__setitem__("sweep", "nope"),
+                         r"^scaling\.sweep: 'nope' is not a declared sweep"),
+}
+
+
+@pytest.mark.parametrize("probe", sorted(PROBES))
+def test_bad_config_is_rejected_naming_the_key(probe):
     config = load("test.yaml")
-    config["run_name"] = "config_error_probe"
+    mutate, pattern = PROBES[probe]
     mutate(config)
+    rejects(config, pattern)
+
+
+@pytest.mark.parametrize("probe", ["float steps", "hf path", "csv columns"])
+def test_workflow_rejects_before_any_job_without_traceback(probe, tmp_path):
+    config = load("test.yaml")
+    PROBES[probe][0](config)
     result = dry_run(config, tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode != 0
-    assert key in output and detail in output, output[-2000:]
+    assert re.search(PROBES[probe][1].lstrip("^"), output), output[-2000:]
+    assert "Traceback" not in output
     assert not (tmp_path / "results").exists()
 
 
-def test_workflow_reports_cross_reference_errors_by_key(tmp_path):
+HOSTILE_NAMES = ["s$(touch pwned)x", "../../../../escape", "a b", "x;rm -rf y", "..", ".hidden",
+                 "a/b", "`id`", "n\nm"]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_hostile_names_are_rejected_everywhere_they_become_paths(name):
+    for place in ("run_name", "sweep", "model", "text_set", "fit"):
+        config = load("test.yaml")
+        if place == "run_name":
+            config["run_name"] = name
+        elif place == "sweep":
+            config["sweeps"] = {name: config["sweeps"]["depth_width"]}
+            config["scaling"]["sweep"] = name
+        elif place == "model":
+            config["models"][name] = config["models"].pop("lns")
+            config["analysis"]["models"] = ["pre_ln"]
+        elif place == "text_set":
+            config["analysis"]["text_sets"] = {name: {"source": "val"}}
+        else:
+            config["scaling"]["fits"] = {name: config["scaling"]["fits"]["sweep"]}
+        with pytest.raises(ConfigError, match="not a safe name"):
+            resolve(config)
+
+
+def test_run_name_dotdot_never_touches_the_repository(tmp_path):
     config = load("test.yaml")
-    # test.yaml's models share one YAML anchor; give pre_ln its own, wrong, copy (32 % 3 != 0)
-    config["models"]["pre_ln"]["architecture"] = {**config["models"]["pre_ln"]["architecture"],
-                                                  "num_heads": 3}
+    config["run_name"] = ".."
+    before = sorted(p.name for p in (ROOT / "data" / "chinchilla").iterdir())
     result = dry_run(config, tmp_path)
+    assert result.returncode != 0 and "run_name" in result.stdout + result.stderr
+    assert sorted(p.name for p in (ROOT / "data" / "chinchilla").iterdir()) == before
+
+
+def test_injection_through_a_sweep_name_runs_nothing(tmp_path):
+    config = load("test.yaml")
+    config["sweeps"] = {"s$(touch pwned)x": config["sweeps"]["depth_width"]}
+    config["scaling"]["sweep"] = "s$(touch pwned)x"
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = subprocess.run(  # a real run, not a dry run: nothing may execute
+        [SNAKEMAKE, "--cores", "1", "--snakefile", str(ROOT / "Snakefile"), "--directory",
+         str(tmp_path), f"--configfile={path}"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120)
+    output = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "models.pre_ln.architecture.num_heads" in result.stdout + result.stderr
+    assert "sweeps" in output and "'s$(touch pwned)x' is not a safe name" in output, output
+    assert not (tmp_path / "pwned").exists() and not (ROOT / "pwned").exists()
+    assert not (tmp_path / "results").exists()
 
 
-def test_stage_naming_an_undeclared_model_is_rejected():
+def test_every_value_in_every_shell_line_is_quoted():
+    """The mechanism behind the injection fix: no rule's shell line has an unquoted value."""
+    shells = []
+    for smk in sorted((ROOT / "rules").glob("*.smk")) + [ROOT / "Snakefile"]:
+        text = smk.read_text()
+        for block in re.findall(r"shell:\s*\n((?:\s+\".*\"\s*\n)+)", text):
+            shells.append((smk.name, block))
+    assert len(shells) >= 10
+    for name, block in shells:
+        for placeholder in re.findall(r"\{([^{}]+)\}", block):
+            assert placeholder.endswith(":q"), f"{name}: {{{placeholder}}} is not quoted"
+
+
+def test_every_output_stays_inside_the_run_folder():
+    resolved = resolve(load("default.yaml"))
+    root = resolved.paths.root
+    for family, jobs in resolved.families.items():
+        for job, spec in jobs.items():
+            for key, value in spec.items():
+                if key in ("out", "out_json", "out_samples", "figure", "out_dir", "state_dir"):
+                    assert value.startswith(root + "/"), (family, job, key, value)
+
+
+def test_a_fit_source_with_a_space_in_its_path_runs(tmp_path):
     config = load("test.yaml")
-    config["some_stage"] = {"models": ["pre_ln", "ghost"]}
-    with pytest.raises(ConfigError, match=r"some_stage\.models\[1\]: 'ghost' is not a declared"):
-        resolve_config(config)
-    config["some_stage"] = {"nested": {"models": ["depth_width_l2_m16"]}}
-    resolve_config(config)  # sweep-expanded names are declared models
+    folder = tmp_path / "my points"
+    folder.mkdir()
+    (folder / "chinchilla points.csv").write_text(
+        (ROOT / "data" / "chinchilla" / "chinchilla_points.csv").read_text())
+    fit = {**config["scaling"]["fits"]["chinchilla_besiroglu"],
+           "source": str(folder / "chinchilla points.csv"), "bootstrap": {"resamples": 5},
+           "validation": {"random_splits": 0}}
+    config["scaling"]["fits"] = {"spaced": fit}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    target = f"results/{config['run_name']}/scaling/spaced/fit.json"
+    result = subprocess.run([SNAKEMAKE, "--cores", "1", "--snakefile", str(ROOT / "Snakefile"),
+                             "--directory", str(tmp_path), f"--configfile={path}", target],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    record = json.loads((tmp_path / target).read_text())
+    assert record["points_file"].endswith("my points/chinchilla points.csv")
+    assert 0.2 < record["estimates"]["alpha"] < 0.5
 
 
-def test_stage_naming_an_undeclared_sweep_is_rejected():
+def test_duplicate_yaml_keys_are_rejected_naming_file_and_line(tmp_path):
+    text = (ROOT / "config" / "test.yaml").read_text()
+    duplicated = text.replace("\n  lns:", "\n  lns: {kind: pretrain, norm_scheme: post_ln, "
+                                          "architecture: *tiny}\n  lns:", 1)
+    assert duplicated != text
+    path = tmp_path / "dup.yaml"
+    path.write_text(duplicated)
+    with pytest.raises(ConfigError, match=r"dup\.yaml:\d+: key 'lns' appears twice"):
+        load_config(path)
+    result = dry_run(None, tmp_path, config_file=path)
+    assert result.returncode != 0 and "key 'lns' appears twice" in result.stdout + result.stderr
+
+
+def test_nested_command_line_override_reaches_the_job(tmp_path):
     config = load("test.yaml")
-    config["some_stage"] = {"sweep": "nope"}
-    with pytest.raises(ConfigError, match=r"some_stage\.sweep: 'nope'"):
-        resolve_config(config)
+    assert config["analysis"]["max_samples"] != 7
+    assert apply_overrides(config, {"analysis": {"max_samples": "7"}})["analysis"][
+        "max_samples"] == 7
+    result = dry_run(config, tmp_path, "-p", "--config", "analysis={max_samples: 7}",
+                     "--", "analysis")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert '"max_samples":7' in result.stdout
+    assert '"max_length":32' in result.stdout  # the rest of the section is kept
+
+
+def test_script_run_by_hand_resolves_the_workflow_spec(tmp_path):
+    """`--config FILE --job NAME` resolves the very spec the rule passes with --spec."""
+    from depthlab.cli import job_spec, stage_parser
+
+    parser = stage_parser(None, "analyse_model")
+    by_hand = job_spec(parser.parse_args(["--config", str(ROOT / "config" / "default.yaml"),
+                                          "--job", "val/lns"]))
+    resolved = resolve(load("default.yaml"))
+    assert by_hand == resolved.jobs("analyse_model")["val/lns"]
+    default = load("default.yaml")["analysis"]
+    for key in ("max_samples", "max_length", "batch_size", "logit_lens_stride"):
+        assert by_hand[key] == default[key]
+    listing = subprocess.run([sys.executable, str(ROOT / "workflow_scripts" / "analyse_model.py"),
+                              "--config", str(ROOT / "config" / "default.yaml")],
+                             capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 2 and "val/lns" in listing.stderr
 
 
 def test_sweep_expansion_and_training_overrides():
     config = load("test.yaml")
-    models = resolve_config(config)["resolved_models"]
+    models = resolve(config).models
     sweep = config["sweeps"]["depth_width"]
-    expected = {sweep_model_name("depth_width", d, w) for d in sweep["depths"] for w in sweep["widths"]}
+    expected = {sweep_model_name("depth_width", d, w) for d in sweep["depths"]
+                for w in sweep["widths"]}
     assert expected <= set(models)
     model = models[sweep_model_name("depth_width", 2, 32)]
     assert model["architecture"]["num_layers"] == 2
@@ -94,20 +278,11 @@ def test_sweep_expansion_and_training_overrides():
     assert models["pre_ln"]["train"]["steps"] == config["pretrain"]["steps"]
 
 
-def test_unknown_training_override_and_clashing_sweep_name_are_rejected():
+def test_clashing_sweep_name_is_rejected():
     config = load("test.yaml")
     bad = copy.deepcopy(config)
-    bad["models"]["pre_ln"]["train"] = {"stepz": 3}
-    with pytest.raises(ConfigError, match=r"models\.pre_ln\.train\.stepz"):
-        resolve_config(bad)
-    bad = copy.deepcopy(config)
     bad["models"][sweep_model_name("depth_width", 1, 16)] = copy.deepcopy(config["models"]["pre_ln"])
-    with pytest.raises(ConfigError, match=r"sweeps\.depth_width"):
-        resolve_config(bad)
-    bad = copy.deepcopy(config)
-    bad["models"]["pre_ln"]["train"] = {"warmup_steps": 10_000}
-    with pytest.raises(ConfigError, match=r"models\.pre_ln\.train\.warmup_steps"):
-        resolve_config(bad)
+    rejects(bad, r"^sweeps\.depth_width: expanded model name")
 
 
 def test_workflow_passes_snakemake_lint():

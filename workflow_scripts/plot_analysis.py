@@ -1,38 +1,35 @@
 #!/usr/bin/env python
-"""Figures of the analysis stage across the models of a run, from analyze.py output folders.
+"""Figures of the analysis stage across the models of a run, from analyse_model.py folders.
 
-Writes <out-dir>/{angular_distance, variance_growth, contributions, logit_lens, angles}.<format>
-(each with a .provenance.json sidecar): angular-distance heatmaps (Gromov et al. / Curse of
-Depth layout), variance and norm growth (Curse of Depth), relative contributions, cosines and
-logit lens (Csordas et al.), angles between states and between updates (Liu et al.).
+Writes the spec's `figures` ({angular_distance, variance_growth, contributions, logit_lens,
+angles} -> path, each with a .provenance.json sidecar): angular-distance heatmaps (Gromov et al.
+/ Curse of Depth layout), variance and norm growth (Curse of Depth), relative contributions,
+cosines and logit lens (Csordas et al.), angles between states and between updates (Liu et al.).
+
+Spec (`plot_analysis` job, one per text set): analyses (analyse_model output folders), out_dir,
+format, figures.
 """
 
-import argparse
-from pathlib import Path
-
-from depthlab.analysis_plots import FIGURES, plot_all, read_analyses
-from depthlab.io import save_figure
-from depthlab.provenance import Provenance, sidecar_path
+from depthlab.cli import job_spec, main_guard, stage_parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--analyses", nargs="+", required=True,
-                        help="analyze.py output folders (one per model)")
-    parser.add_argument("--out-dir", required=True)
-    parser.add_argument("--format", default="png", choices=["png", "pdf", "svg"])
-    args = parser.parse_args()
+    args = stage_parser(__doc__, "plot_analysis").parse_args()
+    spec = job_spec(args)
 
-    provenance = Provenance("figures.analysis", config=vars(args),
-                            inputs=[f"{a}/measures.csv" for a in args.analyses])
-    frame, summaries = read_analyses(args.analyses)
+    from depthlab.analysis_plots import plot_all, read_analyses
+    from depthlab.io import save_figure
+    from depthlab.provenance import Provenance, sidecar_path
+
+    analyses = spec["analyses"]
+    inputs = [f"{a}/{f}" for a in analyses for f in ("measures.csv", "summary.json")]
+    provenance = Provenance("figures.analysis", config=spec, inputs=inputs)
+    frame, summaries = read_analyses(analyses)
     figures = plot_all(frame, summaries)
-    paths = [Path(args.out_dir) / f"{name}.{args.format}" for name in FIGURES]
-    for name, path in zip(FIGURES, paths):
+    for name, path in spec["figures"].items():
         save_figure(path, figures[name])
-    provenance.write(*(sidecar_path(path) for path in paths))
+    provenance.write(*(sidecar_path(path) for path in spec["figures"].values()))
 
 
 if __name__ == "__main__":
-    main()
+    main_guard(main)

@@ -1,16 +1,19 @@
 #!/usr/bin/env python
-"""Plot one scaling fit: loss vs depth (or N) with the fitted curve, residuals, bootstrap spread."""
+"""Figure of one scaling fit: loss vs depth (or N) with the fitted curve, residuals, bootstrap
+spread.
 
-import argparse
+Spec (`plot_scaling` job, one per fit): fit (fit JSON of fit_scaling.py), samples (bootstrap
+CSV), out (figure path; .png, .pdf or .svg).
+"""
+
 import json
+
+from depthlab.cli import job_spec, main_guard, stage_parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--fit", required=True, help="fit JSON from fit_scaling.py")
-    parser.add_argument("--samples", required=True, help="bootstrap samples CSV")
-    parser.add_argument("--out", required=True, help="figure path (.png, .pdf or .svg)")
-    args = parser.parse_args()
+    args = stage_parser(__doc__, "plot_scaling").parse_args()
+    spec = job_spec(args)
 
     import pandas as pd
 
@@ -18,14 +21,13 @@ def main() -> None:
     from depthlab.provenance import Provenance, sidecar_path
     from depthlab.scaling_plots import plot_scaling_fit
 
-    provenance = Provenance("scaling.plot", config={"fit": args.fit},
-                            inputs=[args.fit, args.samples])
-    with open(args.fit) as handle:
+    provenance = Provenance("scaling.plot", config=spec, inputs=[spec["fit"], spec["samples"]])
+    with open(spec["fit"]) as handle:
         record = json.load(handle)
-    fig = plot_scaling_fit(record, pd.read_csv(args.samples), title=record.get("name", ""))
-    save_figure(args.out, fig)
-    provenance.write(sidecar_path(args.out))
+    fig = plot_scaling_fit(record, pd.read_csv(spec["samples"]), title=record.get("name", ""))
+    save_figure(spec["out"], fig)
+    provenance.write(sidecar_path(spec["out"]))
 
 
 if __name__ == "__main__":
-    main()
+    main_guard(main)

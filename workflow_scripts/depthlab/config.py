@@ -1,31 +1,273 @@
-"""Config resolution beyond the JSON schema: sweep expansion, training defaults, cross-references.
+"""The one config path: YAML -> validated config -> a complete, resolved spec for every job.
 
-The JSON schema (config/schema.yaml) checks types, ranges and enums; this module checks what a
-schema cannot: that every model a stage names is declared, that heads divide the width, that
-sweep names do not clash. Errors name the offending key. Light on imports: the Snakefile uses it.
+Every stage script receives its job's spec from here, whether the workflow starts it (the rule
+passes the spec as `--spec JSON`) or a researcher runs it by hand (`--config FILE --job NAME`
+resolves the same spec), so a setting has one value however a stage is started.
+
+    load_config(*files)        strict YAML (duplicate keys are errors), files merged left to right
+    apply_overrides(c, o)      `snakemake --config key=value` overrides, nested values parsed as YAML
+    validate_schema(c)         config/schema.yaml (integers must be integers: `steps: 16.0` fails)
+    resolve(c) -> Resolved     defaults filled in, per-item overrides applied, sweeps and grids
+                               expanded, cross-references and files checked; `.jobs(family)`
+                               gives {job name: spec} for one rule / script
+
+Job families are named after their rule and script (`pretrain` -> workflow_scripts/pretrain.py).
+Every name that becomes a path or wildcard matches SAFE_NAME; every output path stays inside
+`results/<run_name>/`. Errors are ConfigError with a message that starts with the key.
+Light on imports: the Snakefile imports this module at DAG time.
 """
 
 from __future__ import annotations
 
 import copy
+import csv
+import glob
+import importlib.util
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
 
-STAGE_SECTIONS_WITHOUT_MODEL_LISTS = ("models", "sweeps", "resources")
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = REPO_ROOT / "config" / "schema.yaml"
+DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
+
+# A name that becomes a folder or wildcard: no separators, no `..`, no shell metacharacters.
+SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+# The stages whose `resources:` the rules read.
+RESOURCE_STAGES = ("data", "pretrain", "analysis", "scaling", "toy", "figures", "fits")
+TOY_TRAIN_KEYS = ("width", "hidden", "input_size", "output_size", "teacher_layers",
+                  "student_depths", "steps", "batch_size", "lr", "eval_batches", "replicates",
+                  "angle_samples", "device")
+ANALYSIS_TEXT_KEYS = ("text_field", "max_samples", "max_tokens", "max_length")
+FIT_SPEC_KEYS = ("law", "source", "columns", "objective", "huber_delta", "optimizer",
+                 "exponent_bounds", "start_grid", "n_refine", "depth_offset", "drop_highest",
+                 "ties", "min_tokens", "bootstrap", "validation")
+NESTED_FIT_KEYS = ("start_grid", "bootstrap", "validation", "columns")
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class ConfigError(ValueError):
-    """A config value that is well-typed but inconsistent; the message starts with its key."""
+    """A config value that is wrong; the message starts with its key (and file, if any)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (YAML would keep the last)."""
+
+
+def _construct_strict_mapping(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # `<<: *anchor` keys may be overridden explicitly; that is the point
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise ConfigError(
+                f"{loader.name}:{key_node.start_mark.line + 1}: key '{key}' appears twice in "
+                f"one mapping (first at line {seen[key] + 1}); YAML would silently keep the last")
+        seen[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                              _construct_strict_mapping)
+
+
+def load_yaml(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            loader = _StrictLoader(handle)
+            loader.name = str(path)
+            try:
+                data = loader.get_single_data()
+            finally:
+                loader.dispose()
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML ({error})") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 ({error})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config is a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def merge(base: dict, override: dict) -> dict:
+    """`override` merged into a copy of `base` (nested mappings merged, everything else replaced),
+    the way Snakemake merges several --configfile files and --config values."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def load_config(*paths: str | os.PathLike) -> dict:
+    """Config files merged left to right (config/default.yaml when none is given)."""
+    config: dict = {}
+    for path in paths or (DEFAULT_CONFIG,):
+        config = merge(config, load_yaml(path))
+    return config
+
+
+def parse_override_value(value):
+    """`--config a='{b: 32}'` reaches us as strings (Snakemake parses nested values with YAML's
+    BaseLoader); parse every string leaf as YAML so `32` is an integer again."""
+    if isinstance(value, dict):
+        return {key: parse_override_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [parse_override_value(item) for item in value]
+    if isinstance(value, str):
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        return parse_override_value(parsed) if isinstance(parsed, (dict, list)) else parsed
+    return value
+
+
+def apply_overrides(config: dict, overrides: dict) -> dict:
+    return merge(config, parse_override_value(overrides))
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema
+
+
+def _schema_validator():
+    import jsonschema
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    base = jsonschema.Draft202012Validator
+    # JSON Schema counts 16.0 as an integer; the code needs a Python int.
+    checker = base.TYPE_CHECKER.redefine(
+        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool))
+    return jsonschema.validators.extend(base, type_checker=checker)(schema)
+
+
+def _key_path(path) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def validate_schema(config: dict) -> None:
+    import jsonschema
+
+    errors = sorted(_schema_validator().iter_errors(config),
+                    key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        error = jsonschema.exceptions.best_match(errors)
+        where = _key_path(error.absolute_path)
+        message = error.message
+        if error.validator == "additionalProperties":
+            message = f"unknown key ({message})"
+        elif error.validator == "pattern" and isinstance(error.instance, str):
+            message = (f"{error.instance!r} is not a safe name (letters, digits, _ . -; no "
+                       f"'..', separators or shell characters)")
+        raise ConfigError(f"{where}: {message}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths of one run
+
+
+def check_name(name, key: str) -> str:
+    if not isinstance(name, str) or not SAFE_NAME.match(name):
+        raise ConfigError(f"{key}: {name!r} is not a safe name (letters, digits, _ . -, at most "
+                          f"100 characters; no '..', separators or shell characters)")
+    return name
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Every path a run writes, spelled once; names may be wildcard templates like "{model}"."""
+
+    run_name: str
+
+    @property
+    def root(self) -> str:
+        return f"results/{self.run_name}"
+
+    @property
+    def data(self) -> str:
+        return f"{self.root}/data"
+
+    def model(self, name: str) -> str:
+        return f"{self.root}/models/{name}"
+
+    def train_state(self, name: str) -> str:
+        return f"{self.root}/train_state/{name}"
+
+    def analysis(self, text_set: str, model: str) -> str:
+        return f"{self.root}/analysis/{text_set}/{model}"
+
+    @property
+    def sweep_points(self) -> str:
+        return f"{self.root}/scaling/sweep_points.csv"
+
+    def fit(self, name: str) -> str:
+        return f"{self.root}/scaling/{name}/fit.json"
+
+    def fit_samples(self, name: str) -> str:
+        return f"{self.root}/scaling/{name}/bootstrap.csv"
+
+    def toy_run(self, kind: str, index) -> str:
+        return f"{self.root}/toy/{kind}/T{index}"
+
+    @property
+    def toy_fit(self) -> str:
+        return f"{self.root}/toy/fit.json"
+
+    def figure(self, name: str, fmt: str) -> str:
+        return f"{self.root}/figures/{name}.{fmt}"
+
+    def log(self, family: str, job: str) -> str:
+        return f"{self.root}/logs/{family}/{job}.log"
+
+    def benchmark(self, family: str, job: str) -> str:
+        return f"{self.root}/benchmarks/{family}/{job}.tsv"
+
+    def contains(self, path: str) -> bool:
+        """Whether `path` (relative to the working directory) stays inside results/<run>/."""
+        normal = os.path.normpath(path)
+        return normal == self.root or normal.startswith(self.root + os.sep)
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
 
 
 def sweep_model_name(sweep: str, depth: int, width: int) -> str:
     return f"{sweep}_l{depth}_m{width}"
 
 
+def mix_ln_post_layers(fraction: float, num_layers: int) -> int:
+    """Post-LN layers of a Mix-LN model: round half up (the paper's 25% of 12 layers = 3)."""
+    return math.floor(fraction * num_layers + 0.5)
+
+
 def _expand_sweeps(config: dict) -> dict:
     models = copy.deepcopy(config["models"])
     for sweep_name, sweep in (config.get("sweeps") or {}).items():
+        check_name(sweep_name, f"sweeps.{sweep_name}")
         for depth in sweep["depths"]:
             for width in sweep["widths"]:
                 name = sweep_model_name(sweep_name, depth, width)
+                check_name(name, f"sweeps.{sweep_name} (expanded model name)")
                 if name in models:
                     raise ConfigError(f"sweeps.{sweep_name}: expanded model name '{name}' is "
                                       f"already declared under models")
@@ -49,62 +291,404 @@ def _expand_sweeps(config: dict) -> dict:
     return models
 
 
-def _resolve_pretrain(name: str, model: dict, defaults: dict) -> None:
+def _resolve_pretrain(name: str, model: dict, defaults: dict, gpus: int) -> None:
+    key = f"sweeps.{model['sweep']}" if "sweep" in model else f"models.{name}"
     arch = model["architecture"]
     if arch["hidden_size"] % arch["num_heads"]:
-        raise ConfigError(f"models.{name}.architecture.num_heads: {arch['num_heads']} does not "
+        raise ConfigError(f"{key}.architecture.num_heads: {arch['num_heads']} does not "
                           f"divide hidden_size {arch['hidden_size']}")
+    if (arch["hidden_size"] // arch["num_heads"]) % 2:
+        raise ConfigError(f"{key}.architecture.num_heads: head size "
+                          f"{arch['hidden_size'] // arch['num_heads']} is odd (RoPE rotates pairs)")
     kv_heads = arch.get("num_kv_heads", arch["num_heads"])
     if arch["num_heads"] % kv_heads:
-        raise ConfigError(f"models.{name}.architecture.num_kv_heads: {kv_heads} does not divide "
+        raise ConfigError(f"{key}.architecture.num_kv_heads: {kv_heads} does not divide "
                           f"num_heads {arch['num_heads']}")
-    unknown = sorted(set(model.get("train") or {}) - set(defaults))
-    if unknown:
-        raise ConfigError(f"models.{name}.train.{unknown[0]}: unknown training key "
-                          f"(known: {', '.join(sorted(defaults))})")
+    if model["norm_scheme"] == "mix_ln":
+        fraction = arch.get("mix_ln_post_fraction")
+        if fraction is None:
+            raise ConfigError(f"{key}.architecture.mix_ln_post_fraction: required for "
+                              f"norm_scheme mix_ln (the paper uses 0.25)")
+        if mix_ln_post_layers(fraction, arch["num_layers"]) < 1:
+            raise ConfigError(f"{key}.architecture.mix_ln_post_fraction: {fraction} of "
+                              f"{arch['num_layers']} layers rounds to no Post-LN layer "
+                              f"(that is pre_ln)")
+    elif "mix_ln_post_fraction" in arch:
+        raise ConfigError(f"{key}.architecture.mix_ln_post_fraction: has no effect for "
+                          f"norm_scheme {model['norm_scheme']} (only mix_ln)")
     model["train"] = {**defaults, **(model.get("train") or {})}
     train = model["train"]
     if train["warmup_steps"] > train["steps"]:
-        raise ConfigError(f"models.{name}.train.warmup_steps: {train['warmup_steps']} exceeds "
+        raise ConfigError(f"{key}.train.warmup_steps: {train['warmup_steps']} exceeds "
                           f"steps {train['steps']}")
+    rows = train["batch_size"]
+    if rows % gpus:
+        raise ConfigError(f"{key}.train.batch_size: {rows} is not divisible by the {gpus} "
+                          f"GPUs of resources.pretrain.gpu")
+    micro = train["micro_batch_size"]
+    if micro is not None and (rows // gpus) % micro:
+        raise ConfigError(f"{key}.train.micro_batch_size: {micro} does not divide the "
+                          f"{rows // gpus} rows each process gets per step (batch_size {rows} "
+                          f"over {gpus} process(es))")
 
 
-def _model_references(section, path: str):
-    """Yield (key path, model name) for every `models:` list inside a stage section."""
-    if isinstance(section, dict):
-        for key, value in section.items():
-            if key == "models" and isinstance(value, list):
-                for index, name in enumerate(value):
-                    yield f"{path}.models[{index}]", name
-            else:
-                yield from _model_references(value, f"{path}.{key}")
+def resolve_model_path(path: str) -> str:
+    """A `pkg:<package>/<folder>` path -> the folder inside the installed package."""
+    if not path.startswith("pkg:"):
+        return path
+    package, _, sub = path[len("pkg:"):].partition("/")
+    spec = importlib.util.find_spec(package) if package else None
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"package '{package}' (from {path}) is not installed")
+    return str(Path(list(spec.submodule_search_locations)[0]) / sub)
 
 
-def resolve_models(config: dict) -> dict:
-    """All declared models (sweeps expanded), pretrain models with their full training settings."""
-    models = _expand_sweeps(config)
-    for name, model in models.items():
+def _check_hf_model(name: str, model: dict, base_dir: Path) -> None:
+    path = model["path"]
+    key = f"models.{name}.path"
+    try:
+        local = resolve_model_path(path)
+    except ConfigError as error:
+        raise ConfigError(f"{key}: {error}") from None
+    candidate = _local_path(local, base_dir)
+    looks_local = (path.startswith(("pkg:", "/", ".", "~")) or local.count("/") != 1
+                   or not HUB_ID.match(local))
+    if candidate is None:
+        if looks_local:
+            raise ConfigError(f"{key}: local model folder '{path}' does not exist (a hub id "
+                              f"looks like 'org/name')")
+        return  # a hub id: checked when downloaded
+    if not Path(candidate).is_dir():
+        raise ConfigError(f"{key}: '{path}' is not a folder")
+    from .adapter import CheckpointError, check_local_model  # torch-free checks of the folder
+
+    try:
+        check_local_model(candidate)
+    except CheckpointError as error:
+        raise ConfigError(f"{key}: {error}") from None
+
+
+def _local_path(path: str, base_dir: Path) -> str | None:
+    """A path as given if it exists from the working directory, else relative to the workflow
+    folder; None when neither exists."""
+    expanded = os.path.expanduser(path)
+    if os.path.exists(expanded):
+        return expanded
+    candidate = base_dir / expanded
+    if not os.path.isabs(expanded) and candidate.exists():
+        return os.path.relpath(candidate)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolution
+
+
+@dataclass
+class Resolved:
+    """The resolved config: models, paths and every job's spec, by job family.
+
+    A job family is one rule and its script. Each job has a spec (what the script gets), the
+    rule's wildcard values that name it, and the workflow inputs beyond the spec's own paths.
+    """
+
+    config: dict
+    paths: RunPaths
+    models: dict
+    families: dict = field(default_factory=dict)
+    wildcards: dict = field(default_factory=dict)
+    inputs: dict = field(default_factory=dict)
+
+    def jobs(self, family: str) -> dict:
+        return self.families.get(family, {})
+
+    def add(self, family: str, job: str, spec: dict, outputs=(), wildcards=None,
+            inputs=None) -> None:
+        for output in outputs:
+            if not self.paths.contains(output):
+                raise ConfigError(f"{family}.{job}: output {output} would leave "
+                                  f"{self.paths.root}/")
+        self.families.setdefault(family, {})[job] = spec
+        self.wildcards.setdefault(family, {})[job] = wildcards or {"job": job}
+        self.inputs.setdefault(family, {})[job] = inputs or {}
+
+    def wildcard_values(self, family: str, key: str) -> list:
+        """One wildcard's value for every job of a family, in job order (for expand(zip))."""
+        return [values[key] for values in self.wildcards.get(family, {}).values()]
+
+    def job_for(self, family: str, wildcards) -> str:
+        """The job a rule's wildcards name."""
+        wanted = {key: str(value) for key, value in dict(wildcards.items()).items()}
+        jobs = self.wildcards.get(family, {})
+        if not wanted and len(jobs) == 1:
+            return next(iter(jobs))  # a rule without wildcards: its family's one job
+        for job, values in jobs.items():
+            if {key: str(value) for key, value in values.items()} == wanted:
+                return job
+        raise KeyError(f"{family}: no job has wildcards {wanted}")
+
+    def spec_for(self, family: str, wildcards) -> dict:
+        return self.jobs(family)[self.job_for(family, wildcards)]
+
+    def inputs_for(self, family: str, wildcards) -> dict:
+        return self.inputs[family][self.job_for(family, wildcards)]
+
+    def model_inputs(self, name: str) -> list:
+        """Workflow inputs for a declared model: our pretrain output, or an existing local
+        folder (hub ids and pkg: paths are not files of this workflow)."""
+        model = self.models[name]
         if model["kind"] == "pretrain":
-            _resolve_pretrain(name, model, config["pretrain"])
-    return models
+            return [self.paths.model(name)]
+        path = model["path"]
+        return [path] if not path.startswith("pkg:") and os.path.exists(path) else []
+
+    def stage_on(self, stage: str) -> bool:
+        """A stage runs when its section is in the config (delete the section to switch it off)."""
+        return bool(self.config.get(stage))
 
 
-def check_references(config: dict, models: dict) -> None:
-    for section_name, section in config.items():
-        if section_name in STAGE_SECTIONS_WITHOUT_MODEL_LISTS:
+def _resources(config: dict) -> dict:
+    resources = config["resources"]
+    missing = [stage for stage in RESOURCE_STAGES if stage not in resources]
+    if missing:
+        raise ConfigError(f"resources.{missing[0]}: missing (every stage needs threads, "
+                          f"mem_mb, runtime; stages: {', '.join(RESOURCE_STAGES)})")
+    return {stage: {"gpu": 0, "gpu_model": "", **spec} for stage, spec in resources.items()}
+
+
+def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
+    """Validate `config` and resolve every job's spec (see the module docstring)."""
+    validate_schema(config)
+    base_dir = Path(base_dir)
+    paths = RunPaths(check_name(config["run_name"], "run_name"))
+    config = copy.deepcopy(config)
+    config["resources"] = _resources(config)
+    models = _expand_sweeps(config)
+    gpus = max(1, config["resources"]["pretrain"]["gpu"])
+    for name, model in models.items():
+        check_name(name, f"models.{name}")
+        if model["kind"] == "pretrain":
+            _resolve_pretrain(name, model, config["pretrain"], gpus)
+        else:
+            _check_hf_model(name, model, base_dir)
+    resolved = Resolved(config=config, paths=paths, models=models)
+    _resolve_data(resolved, base_dir)
+    _resolve_pretrain_jobs(resolved)
+    _resolve_analysis(resolved, base_dir)
+    _resolve_scaling(resolved, base_dir)
+    _resolve_toy(resolved)
+    return resolved
+
+
+def _resolve_data(resolved: Resolved, base_dir: Path) -> None:
+    config = resolved.config
+    data = copy.deepcopy(config["data"])
+    if data["source"] == "text_files":
+        patterns = (data.get("text_files") or {}).get("paths") or []
+        if not patterns:
+            raise ConfigError("data.text_files.paths: source text_files needs at least one "
+                              "file or glob pattern")
+        for index, pattern in enumerate(patterns):
+            if not glob.glob(os.path.expanduser(pattern), recursive=True) and not glob.glob(
+                    str(base_dir / pattern), recursive=True):
+                raise ConfigError(f"data.text_files.paths[{index}]: '{pattern}' matches no file")
+    elif data["source"] == "hf_dataset" and not (data.get("hf_dataset") or {}).get("name"):
+        raise ConfigError("data.hf_dataset.name: source hf_dataset needs a dataset name")
+    resolved.add("prepare_data", "data",
+                 {"data": data, "seed": config["seed"], "out": resolved.paths.data},
+                 outputs=[resolved.paths.data])
+
+
+def _resolve_pretrain_jobs(resolved: Resolved) -> None:
+    paths = resolved.paths
+    for name, model in resolved.models.items():
+        if model["kind"] != "pretrain":
             continue
-        for key, name in _model_references(section, section_name):
-            if name not in models:
-                raise ConfigError(f"{key}: '{name}' is not a declared model "
-                                  f"(declared: {', '.join(sorted(models))})")
-        if isinstance(section, dict) and "sweep" in section:
-            if section["sweep"] not in (config.get("sweeps") or {}):
-                raise ConfigError(f"{section_name}.sweep: '{section['sweep']}' is not a "
-                                  f"declared sweep")
+        resolved.add("pretrain_model", name, {
+            "model_name": name, "model": model, "data": paths.data, "seed":
+            resolved.config["seed"], "out": paths.model(name), "state_dir": paths.train_state(name),
+        }, outputs=[paths.model(name), paths.train_state(name)])
+    pretrained = [name for name, m in resolved.models.items() if m["kind"] == "pretrain"]
+    if pretrained:
+        fmt = resolved.config["figures"]["format"]
+        resolved.add("plot_loss_curves", "loss_curves", {
+            "models": [paths.model(name) for name in pretrained],
+            "labels": {name: resolved.models[name]["norm_scheme"] for name in pretrained},
+            "out": paths.figure("loss_curves", fmt),
+        }, outputs=[paths.figure("loss_curves", fmt)])
 
 
-def resolve_config(config: dict) -> dict:
-    """Validate cross-references; return the derived keys the workflow adds to its config."""
-    models = resolve_models(config)
-    check_references(config, models)
-    return {"resolved_models": models}
+def model_location(resolved: Resolved, name: str) -> str:
+    """Where a declared model's HF folder is: our pretrain output, or the declared path."""
+    model = resolved.models[name]
+    return resolved.paths.model(name) if model["kind"] == "pretrain" else model["path"]
+
+
+def _resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
+    analysis = resolved.config.get("analysis")
+    if not analysis:
+        return
+    paths = resolved.paths
+    names = list(resolved.models) if analysis["models"] is None else analysis["models"]
+    for index, name in enumerate(names):
+        if name not in resolved.models:
+            raise ConfigError(f"analysis.models[{index}]: '{name}' is not a declared model "
+                              f"(declared: {', '.join(sorted(resolved.models))})")
+    fmt = resolved.config["figures"]["format"]
+    for text_set, spec in analysis["text_sets"].items():
+        check_name(text_set, f"analysis.text_sets.{text_set}")
+        key = f"analysis.text_sets.{text_set}"
+        settings = {k: spec.get(k, analysis[k]) for k in ANALYSIS_TEXT_KEYS}
+        if spec["source"] == "val":
+            texts = {"source": "jsonl", "path": f"{paths.data}/val.jsonl", "input": paths.data}
+        elif spec["source"] == "jsonl":
+            local = _local_path(spec["path"], base_dir)
+            if local is None or not os.path.isfile(local):
+                raise ConfigError(f"{key}.path: '{spec['path']}' is not a file")
+            texts = {"source": "jsonl", "path": local, "input": local}
+        else:
+            texts = {"source": "hf_dataset", "name": spec["name"],
+                     "config_name": spec.get("config_name"), "split": spec["split"],
+                     "input": None}
+        for name in names:
+            model = resolved.models[name]
+            out = paths.analysis(text_set, name)
+            resolved.add("analyse_model", f"{text_set}/{name}", {
+                "model_name": name, "model_path": model_location(resolved, name),
+                "dtype": model.get("dtype", "float32"), "revision": model.get("revision"),
+                "text_set": text_set, "texts": texts, **settings,
+                "batch_size": analysis["batch_size"], "logit_lens": analysis["logit_lens"],
+                "logit_lens_stride": analysis["logit_lens_stride"],
+                "all_token_distance": analysis["all_token_distance"],
+                "device": analysis["device"], "out": out,
+            }, outputs=[out], wildcards={"text_set": text_set, "model": name}, inputs={
+                "model": resolved.model_inputs(name),
+                "texts": [texts["input"]] if texts["input"] else []})
+        figures = {figure: paths.figure(f"analysis/{text_set}/{figure}", fmt)
+                   for figure in ANALYSIS_FIGURES}
+        resolved.add("plot_analysis", text_set, {
+            "analyses": [paths.analysis(text_set, name) for name in names],
+            "out_dir": f"{paths.root}/figures/analysis/{text_set}", "format": fmt,
+            "figures": figures,
+        }, outputs=list(figures.values()))
+
+
+ANALYSIS_FIGURES = ("angular_distance", "variance_growth", "contributions", "logit_lens",
+                    "angles")
+
+
+def merge_fit_spec(defaults: dict, fit: dict, name: str = "<name>") -> dict:
+    """`scaling.fit` defaults overridden by one `scaling.fits` entry (nested mappings merged)."""
+    merged = {**defaults, **fit}
+    for key in NESTED_FIT_KEYS:
+        if isinstance(defaults.get(key), dict) and isinstance(fit.get(key), dict):
+            merged[key] = {**defaults[key], **fit[key]}
+    if "law" not in merged:
+        raise ConfigError(f"scaling.fits.{name}.law: missing (decomposed or reference)")
+    lo, hi = merged.get("exponent_bounds", (0.0, 5.0))
+    if not lo < hi:
+        raise ConfigError(f"scaling.fits.{name}.exponent_bounds: {[lo, hi]} is not an interval "
+                          f"(low < high); check scaling.fit.exponent_bounds too")
+    if merged.get("law") != "decomposed" and merged.get("depth_offset"):
+        raise ConfigError(f"scaling.fits.{name}.depth_offset: only applies to the decomposed law")
+    return merged
+
+
+LAW_COLUMNS = {"decomposed": ("width", "depth", "tokens", "loss"),
+               "reference": ("params", "tokens", "loss")}
+
+
+def _check_points_csv(path: str, columns: dict, law: str, key: str) -> None:
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle), [])
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{key}: cannot read '{path}' ({error})") from None
+    for canonical in LAW_COLUMNS[law]:
+        column = (columns or {}).get(canonical, canonical)
+        if column not in header:
+            raise ConfigError(f"scaling.fits.{key.split('.')[2]}.columns.{canonical}: column "
+                              f"'{column}' is not in {path} (columns: {', '.join(header)})")
+
+
+def _resolve_scaling(resolved: Resolved, base_dir: Path) -> None:
+    scaling = resolved.config.get("scaling")
+    if not scaling:
+        return
+    paths, config = resolved.paths, resolved.config
+    sweep = scaling.get("sweep")
+    if sweep is not None and sweep not in (config.get("sweeps") or {}):
+        raise ConfigError(f"scaling.sweep: '{sweep}' is not a declared sweep")
+    sweep_models = [name for name, m in resolved.models.items()
+                    if sweep is not None and m.get("sweep") == sweep]
+    fmt = config["figures"]["format"]
+    if sweep_models:
+        resolved.add("collect_sweep", "sweep_points", {
+            "models": [paths.model(name) for name in sweep_models], "min_tokens": 1,
+            "out": paths.sweep_points}, outputs=[paths.sweep_points])
+    for name, fit in scaling["fits"].items():
+        check_name(name, f"scaling.fits.{name}")
+        spec = merge_fit_spec(scaling.get("fit") or {}, fit, name)
+        if spec["source"] == "sweep":
+            if not sweep_models:
+                raise ConfigError(f"scaling.fits.{name}.source: 'sweep' needs scaling.sweep to "
+                                  f"name a declared sweep with models")
+            points = paths.sweep_points
+        else:
+            points = _local_path(spec["source"], base_dir)
+            if points is None or not os.path.isfile(points):
+                raise ConfigError(f"scaling.fits.{name}.source: '{spec['source']}' is not a file")
+            _check_points_csv(points, spec.get("columns"), spec["law"],
+                              f"scaling.fits.{name}.source")
+        outputs = [paths.fit(name), paths.fit_samples(name)]
+        resolved.add("fit_scaling", name, {
+            "name": name, "points": points, "fit": spec, "seed": config["seed"],
+            "out_json": outputs[0], "out_samples": outputs[1]}, outputs=outputs)
+        figure = paths.figure(f"scaling/{name}", fmt)
+        resolved.add("plot_scaling", name, {"fit": outputs[0], "samples": outputs[1],
+                                            "out": figure}, outputs=[figure])
+
+
+def temperature_grid(spec, key: str = "toy.temperatures") -> list[float]:
+    """A list of temperatures, or {min, max, count}: `count` values log-spaced in [min, max]."""
+    if isinstance(spec, dict):
+        if not 0 < spec["min"] <= spec["max"]:
+            raise ConfigError(f"{key}: min {spec['min']} must not exceed max {spec['max']}")
+        if spec["count"] > 1 and spec["min"] == spec["max"]:
+            raise ConfigError(f"{key}: {spec['count']} temperatures between equal bounds")
+        import numpy as np
+
+        return [float(t) for t in np.geomspace(spec["min"], spec["max"], spec["count"])]
+    return [float(t) for t in spec]
+
+
+def _resolve_toy(resolved: Resolved) -> None:
+    toy = resolved.config.get("toy")
+    if not toy:
+        return
+    paths, config = resolved.paths, resolved.config
+    temperatures = temperature_grid(toy["temperatures"])
+    lo, hi = toy.get("exponent_bounds", [0.0, 10.0])
+    if not lo < hi:
+        raise ConfigError(f"toy.exponent_bounds: {[lo, hi]} is not an interval (low < high)")
+    if toy["fit_form"] == "power_offset" and len(toy["student_depths"]) < 3:
+        raise ConfigError("toy.student_depths: the power_offset form needs at least 3 depths")
+    settings = {key: toy[key] for key in TOY_TRAIN_KEYS if key in toy}
+    runs = []
+    for kind in toy["teacher_kinds"]:
+        for index, temperature in enumerate(temperatures):
+            out = paths.toy_run(kind, index)
+            runs.append(out)
+            resolved.add("train_toy", f"{kind}/T{index}", {
+                "teacher_kind": kind, "temperature_index": index, "settings": {
+                    **settings, "temperatures": temperatures}, "seed": config["seed"],
+                "out": out}, outputs=[out], wildcards={"kind": kind, "index": index})
+    figure = paths.figure("toy_loss_vs_depth", config["figures"]["format"])
+    resolved.add("fit_toy", "toy", {
+        "runs": runs, "form": toy["fit_form"], "exponent_bounds": [lo, hi],
+        "out_json": paths.toy_fit, "figure": figure}, outputs=[paths.toy_fit, figure])
+
+
+def spec_json(spec: dict) -> str:
+    """A spec as the rules pass it: compact, key-sorted JSON (stable for rerun triggers)."""
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))

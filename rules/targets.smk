@@ -1,0 +1,56 @@
+# Final targets, built in one place from the rules' outputs: one named target per stage
+# (`snakemake pretrain`), one per figure (`snakemake figure_loss_curves`), `figures`, and `all`.
+
+
+FIGURES = {}
+if jobs("plot_loss_curves"):
+    FIGURES["loss_curves"] = [rules.plot_loss_curves.output.figure]
+for _text_set in jobs("plot_analysis"):
+    for _figure, _path in zip(ANALYSIS_FIGURES,
+                              expand(rules.plot_analysis.output.figures, job=_text_set)):
+        FIGURES[f"analysis_{_text_set}_{_figure}"] = [_path]
+for _fit in jobs("plot_scaling"):
+    FIGURES[f"scaling_{_fit}"] = expand(rules.plot_scaling.output.figure, job=_fit)
+if jobs("fit_toy"):
+    FIGURES["toy_loss_vs_depth"] = [rules.fit_toy.output.figure]
+
+STAGE_TARGETS = {
+    "data": expand(rules.prepare_data.output.data),
+    "pretrain": expand(rules.pretrain_model.output.model, job=jobs("pretrain_model"))
+    + FIGURES.get("loss_curves", []),
+    "analysis": expand(rules.analyse_model.output.analysis, zip,
+             text_set=RESOLVED.wildcard_values("analyse_model", "text_set"),
+             model=RESOLVED.wildcard_values("analyse_model", "model"))
+    + expand(rules.plot_analysis.output.figures, job=jobs("plot_analysis")),
+    "scaling": expand(rules.fit_scaling.output, job=jobs("fit_scaling"))
+    + expand(rules.plot_scaling.output.figure, job=jobs("plot_scaling")),
+    "toy": expand(rules.train_toy.output.run, zip, kind=RESOLVED.wildcard_values("train_toy", "kind"),
+             index=RESOLVED.wildcard_values("train_toy", "index"))
+    + (list(rules.fit_toy.output) if jobs("fit_toy") else []),
+}
+
+for _stage, _targets in STAGE_TARGETS.items():
+
+    rule:
+        name:
+            _stage
+        input:
+            _targets,
+        localrule: True
+        default_target: False
+
+
+for _name, _targets in FIGURES.items():
+
+    rule:
+        name:
+            f"figure_{_name}"
+        input:
+            _targets,
+        localrule: True
+
+
+rule figures:
+    input:
+        [path for paths in FIGURES.values() for path in paths],
+    localrule: True

@@ -1,0 +1,111 @@
+"""The command-line shape every stage script shares.
+
+A stage script gets its job's complete, resolved settings in one of two ways, and both go through
+`depthlab.config`, so a script run by hand uses exactly the values the workflow would:
+
+- `--spec JSON`: the resolved job spec, as the workflow passes it;
+- `--config FILE [FILE ...] --job NAME`: the config file(s), resolved here (`--job` lists the
+  stage's jobs when omitted).
+
+Plus `--threads` (torch and BLAS threads) and the helpers every script needs: device resolution,
+thread setup, and a clean exit for user errors (a message naming the key or file, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+class UserError(Exception):
+    """An error in the user's input (config, file): printed as one line, exit status 2."""
+
+
+def stage_parser(doc: str | None, stage: str) -> argparse.ArgumentParser:
+    """An argument parser with the spec arguments of `stage` and `--threads`."""
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--spec", help=f"JSON: the resolved spec of one `{stage}` job, as the "
+                                       "workflow passes it")
+    source.add_argument("--config", nargs="+", metavar="FILE",
+                        help="config YAML file(s), merged left to right; with --job, the job's "
+                             "spec is resolved exactly as the workflow resolves it")
+    parser.add_argument("--job", help=f"with --config: the `{stage}` job to run (omit to list)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch / BLAS threads (the rule's `threads:`)")
+    parser.set_defaults(stage=stage)
+    return parser
+
+
+def job_spec(args: argparse.Namespace) -> dict:
+    """The resolved spec of the job the arguments name (exits with a message on a bad job)."""
+    if args.spec is not None:
+        try:
+            return json.loads(args.spec)
+        except json.JSONDecodeError as error:
+            fail(f"--spec: not JSON ({error})")
+    from .config import ConfigError, load_config, resolve
+
+    try:
+        jobs = resolve(load_config(*args.config)).jobs(args.stage)
+    except ConfigError as error:
+        fail(f"invalid config: {error}")
+    if args.job not in jobs:
+        known = ", ".join(sorted(jobs)) or "(none: the stage is off in this config)"
+        fail(f"--job: {args.job!r} is not a `{args.stage}` job of this config; jobs: {known}"
+             if args.job else f"`{args.stage}` jobs of this config: {known}")
+    return jobs[args.job]
+
+
+def set_threads(threads: int) -> None:
+    """Match torch's and BLAS's threads to the rule's `threads:` (two busy 2-thread jobs on two
+    cores run 5-15x slower than two 1-thread jobs)."""
+    if threads < 1:
+        fail(f"--threads must be at least 1 (got {threads})")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    if "torch" in sys.modules or _torch_available():
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def _torch_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def resolve_device(name: str = "auto") -> str:
+    """`auto` -> cuda when a GPU is visible, else cpu; `cpu` / `cuda` / `cuda:N` as given."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device {name!r} requested but no CUDA device is visible")
+    return name
+
+
+def fail(message: str) -> None:
+    """Exit with a one-line error (status 2), no traceback."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def main_guard(main) -> None:
+    """Run a script's main; user errors (UserError, ConfigError, DataError) exit with one line."""
+    from .config import ConfigError
+
+    try:
+        main()
+    except (UserError, ConfigError) as error:
+        fail(str(error))
+    except Exception as error:  # noqa: BLE001 - data and model errors that name a file
+        if type(error).__name__ in ("DataError", "CheckpointError", "UnsupportedModelError"):
+            fail(str(error))
+        raise

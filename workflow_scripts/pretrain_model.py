@@ -1,0 +1,36 @@
+#!/usr/bin/env python
+"""Pretrain one declared model and export it as an HF checkpoint directory.
+
+Spec (`pretrain_model` job): {"model_name", "model": the resolved declaration (kind,
+norm_scheme, architecture, train with every default filled in), "data": data stage folder,
+"seed", "out": checkpoint folder, "state_dir": resumable training state}.
+
+By hand: `python workflow_scripts/pretrain_model.py --config config/default.yaml --job lns`;
+under `torchrun --nproc_per_node N workflow_scripts/pretrain_model.py ...` it trains with DDP
+(gloo on CPU, nccl on GPU). Rerunning after a crash resumes from the state folder.
+"""
+
+import json
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin on a shared core
+
+from depthlab.cli import job_spec, main_guard, stage_parser  # noqa: E402
+
+
+def main() -> None:
+    parser = stage_parser(__doc__, "pretrain_model")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args()
+    spec = job_spec(args)
+
+    from depthlab.training import pretrain
+
+    summary = pretrain(spec["model_name"], spec["model"], spec["data"], spec["out"],
+                       spec["state_dir"], seed=spec["seed"], threads=args.threads,
+                       progress=not args.no_progress)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main_guard(main)
