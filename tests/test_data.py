@@ -336,8 +336,9 @@ def test_cli_matches_the_library(base_run, tmp_path):
     script = REPO / "workflow_scripts" / "prepare_data.py"
     assert subprocess.run([sys.executable, script, "--help"], capture_output=True).returncode == 0
     result = subprocess.run(
-        [sys.executable, script, "--data-config", json.dumps(config(val_fraction=0.2)),
-         "--seed", "0", "--threads", "2", "--out", tmp_path / "data"],
+        [sys.executable, script, "--spec", json.dumps({
+            "data": config(val_fraction=0.2), "seed": 0, "out": str(tmp_path / "data")}),
+         "--threads", "2"],
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == base_run[1]
@@ -346,7 +347,9 @@ def test_cli_matches_the_library(base_run, tmp_path):
     assert provenance["stage"] == "data" and provenance["config"] == config(val_fraction=0.2)
 
     bad = subprocess.run(
-        [sys.executable, script, "--data-config", json.dumps(text_config([tmp_path / "nope"])),
-         "--out", tmp_path / "bad"], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 1 and "data.text_files.paths: file" in bad.stderr
+        [sys.executable, script, "--spec", json.dumps({
+            "data": text_config([str(tmp_path / "nope")]), "seed": 0,
+            "out": str(tmp_path / "bad")})], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "data.text_files.paths: file" in bad.stderr
+    assert "Traceback" not in bad.stderr
     assert not (tmp_path / "bad").exists()

@@ -14,22 +14,21 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 from safetensors.torch import load_file
 
-from depthlab.config import resolve_config
+from depthlab.config import load_config, resolve
 from depthlab.data import load_tokens, prepare_corpus
 from depthlab.training import (TrainSettings, evaluation_steps, lr_multiplier, pretrain,
                                validation_batches, validation_loss)
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "workflow_scripts" / "pretrain.py"
+SCRIPT = ROOT / "workflow_scripts" / "pretrain_model.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "workflow_scripts")}
 
 
 @pytest.fixture(scope="module")
 def test_config():
-    return yaml.safe_load((ROOT / "config" / "test.yaml").read_text())
+    return load_config(ROOT / "config" / "test.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +43,14 @@ def tiny_model(test_config, **train) -> dict:
     config["models"]["tiny"] = {"kind": "pretrain", "norm_scheme": "lns", "architecture": {
         "hidden_size": 16, "num_layers": 2, "num_heads": 2, "intermediate_size": 32}}
     config["pretrain"].update({"seq_len": 16, "batch_size": 4, "log_every": 1, **train})
-    return resolve_config(config)["resolved_models"]["tiny"]
+    return resolve(config).models["tiny"]
 
 
 def run_script(model, data_dir, out, state, *launcher, wait=True):
-    command = [*launcher, str(SCRIPT), "--model-name", "tiny", "--model-config", json.dumps(model),
-               "--data", str(data_dir), "--out", str(out), "--state-dir", str(state),
-               "--threads", "1", "--no-progress"]
+    spec = {"model_name": "tiny", "model": model, "data": str(data_dir), "seed": 0,
+            "out": str(out), "state_dir": str(state)}
+    command = [*launcher, str(SCRIPT), "--spec", json.dumps(spec), "--threads", "1",
+               "--no-progress"]
     if not launcher:
         command.insert(0, sys.executable)
     if not wait:

@@ -12,10 +12,12 @@ import pytest
 import torch
 import yaml
 
-from depthlab.scaling import (FitSettings, architecture_ids, bootstrap, collect_sweep_points,
+from depthlab.config import ConfigError, load_config, merge_fit_spec, resolve
+from depthlab.power_law import FitSettings, resample_indices
+from depthlab.runs import non_embedding_params
+from depthlab.scaling import (architecture_ids, bootstrap, collect_sweep_points,
                               drop_highest_losses, fit_chinchilla_law, fit_depth_law,
-                              held_out_validation, load_points, merge_fit_spec,
-                              non_embedding_params, resample_indices, run_fit)
+                              held_out_validation, load_points, run_fit)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow_scripts"
@@ -98,12 +100,12 @@ def test_least_squares_and_lbfgsb_optimizers_agree():
 
 def test_depth_offset_is_fitted_as_l_minus_k():
     frame = synthetic_sweep(noise=0.0, depth_offset=2.0)
-    with_offset = fit_depth_law(frame, FitSettings(depth_offset=2.0, **FAST))
+    with_offset = fit_depth_law(frame, FitSettings(**FAST), depth_offset=2.0)
     assert with_offset.estimates["a_l"] == pytest.approx(TRUE_DECOMPOSED["a_l"], rel=1e-4)
     without = fit_depth_law(frame, FitSettings(**FAST))
     assert without.objective > 100 * with_offset.objective + 1e-12
     with pytest.raises(ValueError, match="depth_offset"):
-        fit_depth_law(frame, FitSettings(depth_offset=4.0, **FAST))
+        fit_depth_law(frame, FitSettings(**FAST), depth_offset=4.0)
 
 
 def test_unidentified_terms_are_reported_at_their_bounds():
@@ -183,8 +185,10 @@ def test_bad_points_name_the_column_and_row(tmp_path):
         load_points(path, {"widht": "m"})
     with pytest.raises(FileNotFoundError, match="nope.csv"):
         load_points(tmp_path / "nope.csv")
-    with pytest.raises(ValueError, match="scaling.fits.<name>.objectve"):
-        merge_fit_spec({}, {"law": "decomposed", "objectve": "huber"})
+    config = load_config(ROOT / "config" / "test.yaml")
+    config["scaling"]["fits"]["sweep"]["objectve"] = "huber"
+    with pytest.raises(ConfigError, match=r"^scaling\.fits\.sweep: unknown key.*objectve"):
+        resolve(config)
 
 
 def test_architecture_bootstrap_resamples_whole_width_depth_pairs():
@@ -312,9 +316,9 @@ def test_fit_and_plot_scripts_on_a_csv_with_its_own_column_names(tmp_path):
                        "loss": "val_loss"},
            "bootstrap": {"resamples": 15, "unit": "architectures"}}
     out_json, out_samples = tmp_path / "fit.json", tmp_path / "bootstrap.csv"
-    run_script(SCRIPTS / "fit_scaling.py", "--points", csv, "--name", "synthetic",
-               "--defaults", json.dumps(defaults), "--fit", json.dumps(fit),
-               "--out-json", out_json, "--out-samples", out_samples)
+    spec = {"name": "synthetic", "points": str(csv), "fit": merge_fit_spec(defaults, fit, "synthetic"),
+            "seed": 0, "out_json": str(out_json), "out_samples": str(out_samples)}
+    run_script(SCRIPTS / "fit_scaling.py", "--spec", json.dumps(spec))
     record = json.loads(out_json.read_text())
     assert record["n_points_used"] == len(frame) - 3 and record["n_dropped"] == 3
     assert record["bootstrap"]["unit"] == "architectures"
@@ -322,8 +326,8 @@ def test_fit_and_plot_scripts_on_a_csv_with_its_own_column_names(tmp_path):
     assert abs(record["estimates"]["a_l"] - TRUE_DECOMPOSED["a_l"]) < 0.1
     assert (tmp_path / "fit.provenance.json").is_file()
     figure = tmp_path / "fit.png"
-    run_script(SCRIPTS / "plot_scaling.py", "--fit", out_json, "--samples", out_samples,
-               "--out", figure)
+    run_script(SCRIPTS / "plot_scaling.py", "--spec", json.dumps(
+        {"fit": str(out_json), "samples": str(out_samples), "out": str(figure)}))
     assert figure.stat().st_size > 10_000
 
 

@@ -29,7 +29,7 @@ RESOURCES = {
     "pretrain": {"threads": 2, "mem_mb": 1500, "runtime": 7, "gpu": 1, "gpu_model": "h100"},
 }
 # Slurm jobs' comments, as the executor plugin names them: rule and wildcards.
-EXPECTED_JOBS = {"rule_prepare_data": "data", "rule_pretrain_wildcards_pre_ln": "pretrain"}
+EXPECTED_JOBS = {"rule_prepare_data": "data", "rule_pretrain_model_wildcards_pre_ln": "pretrain"}
 TIMEOUT_S = 180  # a healthy run takes 25-50 s; a hung one (polling sacct) must not wedge CI
 
 pytestmark = pytest.mark.workflow
@@ -143,7 +143,7 @@ def test_every_job_ran_through_slurm_with_its_stages_resources(slurm_run):
 def test_only_the_gpu_stage_gets_a_gpu_of_its_model(slurm_run):
     _, jobs, _ = slurm_run
     by_comment = {job.get("Comment"): job for job in jobs}
-    pretrain, data = by_comment["rule_pretrain_wildcards_pre_ln"], by_comment["rule_prepare_data"]
+    pretrain, data = by_comment["rule_pretrain_model_wildcards_pre_ln"], by_comment["rule_prepare_data"]
     # Requested (TresPerJob from --gpus, or TresPerNode from --gres) and allocated (JOB_GRES).
     requested = pretrain.get("TresPerJob", "") + pretrain.get("TresPerNode", "")
     assert requested == "gres:gpu:h100:1", pretrain
@@ -166,8 +166,8 @@ def test_outputs_and_provenance_exist(slurm_run):
     assert model_provenance["stage"] == "pretrain"
     assert model_provenance["config"]["model_name"] == "pre_ln"
     assert model_provenance["inputs"], model_provenance  # sha256 of the data it trained on
-    for stage, name in (("data", "prepare_data"), ("pretrain", "pre_ln")):
-        assert (results / "logs" / stage / f"{name}.log").exists(), stage
-        assert (results / "benchmarks" / stage / f"{name}.tsv").exists(), stage
+    for rule, name in (("prepare_data", "data"), ("pretrain_model", "pre_ln")):
+        assert (results / "logs" / rule / f"{name}.log").exists(), rule
+        assert (results / "benchmarks" / rule / f"{name}.tsv").exists(), rule
     # Only the target and what it needs were built.
     assert not (results / "models" / "lns").exists()

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from depthlab import toy
+from depthlab import toy, toy_fit
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,15 +140,15 @@ def test_temperature_grid_matches_the_papers_logspace():
 
 def test_depth_exponent_fits():
     depths = np.array([2, 4, 8, 16, 32])
-    fit = toy.fit_depth_exponent(depths, 2.0 / depths ** 1.5, "power")
+    fit = toy_fit.fit_depth_exponent(depths, 2.0 / depths ** 1.5, "power")
     assert fit["a"] == pytest.approx(1.5, abs=1e-10) and fit["c"] == pytest.approx(2.0)
-    fit = toy.fit_depth_exponent(depths, 0.1 + 2.0 / depths ** 3.0, "power_offset")
+    fit = toy_fit.fit_depth_exponent(depths, 0.1 + 2.0 / depths ** 3.0, "power_offset")
     assert fit["a"] == pytest.approx(3.0, rel=1e-4)
     assert fit["L0"] == pytest.approx(0.1, rel=1e-4)
     with pytest.raises(ValueError, match="two distinct"):
-        toy.fit_depth_exponent([4, 4], [1.0, 0.9])
+        toy_fit.fit_depth_exponent([4, 4], [1.0, 0.9])
     with pytest.raises(ValueError, match="toy.fit_form"):
-        toy.fit_depth_exponent(depths, 1 / depths, "exp")
+        toy_fit.fit_depth_exponent(depths, 1 / depths, "exp")
 
 
 def test_train_and_fit_scripts(tmp_path):
@@ -157,8 +157,9 @@ def test_train_and_fit_scripts(tmp_path):
     for kind in ("independent", "tied"):
         out = tmp_path / kind
         result = subprocess.run(
-            [sys.executable, SCRIPTS / "train_toy.py", "--teacher-kind", kind,
-             "--toy-config", json.dumps(SETTINGS), "--out", out],
+            [sys.executable, SCRIPTS / "train_toy.py", "--spec", json.dumps(
+                {"teacher_kind": kind, "temperature_index": None, "settings": SETTINGS,
+                 "seed": 0, "out": str(out)})],
             capture_output=True, text=True, timeout=180, env=env)
         assert result.returncode == 0, result.stderr
         assert {p.name for p in out.iterdir()} == {"losses.csv", "teacher.json",
@@ -166,8 +167,10 @@ def test_train_and_fit_scripts(tmp_path):
         runs.append(out)
     fit_json, figure = tmp_path / "fit.json", tmp_path / "toy.png"
     result = subprocess.run(
-        [sys.executable, SCRIPTS / "fit_toy.py", "--runs", *runs, "--out-json", fit_json,
-         "--figure", figure], capture_output=True, text=True, timeout=180, env=env)
+        [sys.executable, SCRIPTS / "fit_toy.py", "--spec", json.dumps({
+            "runs": [str(r) for r in runs], "form": "power", "exponent_bounds": [0.0, 10.0],
+            "out_json": str(fit_json), "figure": str(figure)})],
+        capture_output=True, text=True, timeout=180, env=env)
     assert result.returncode == 0, result.stderr
     record = json.loads(fit_json.read_text())
     assert {(f["teacher_kind"], f["temperature"]) for f in record["fits"]} == {

@@ -1,42 +1,81 @@
-"""The workflow end to end on config/test.yaml, in a scratch working directory."""
+"""The workflow end to end on config/test.yaml, in a scratch copy of the repository: outputs,
+logs, reruns that are right (library edits, moved checkouts, failed reruns), the report."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
+
+from depthlab.config import load_config, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 CONFIG = ROOT / "config" / "test.yaml"
+CHECKOUT_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "data", "profiles",
+                  "environment.yml")
 
 pytestmark = pytest.mark.workflow
 
 
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
-               "--configfile", str(CONFIG), "--cores", "2", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=900)
+def snakemake(checkout: Path, *args: str) -> subprocess.CompletedProcess:
+    """Snakemake from the checkout's root, as a user runs it."""
+    command = [SNAKEMAKE, "--configfile=config/test.yaml", "--cores", "2", *args]
+    return subprocess.run(command, cwd=checkout, capture_output=True, text=True, timeout=900)
+
+
+def planned_rules(result: subprocess.CompletedProcess) -> set[str]:
+    """Rules a dry run plans, from its job-stats table."""
+    lines = result.stdout.splitlines()
+    if "Job stats:" not in lines:
+        return set()
+    table = lines[lines.index("Job stats:") + 3:]
+    rules = set()
+    for line in table:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        rules.add(parts[0])
+    return rules
+
+
+def copy_checkout(source: Path, target: Path, with_results: bool = False) -> Path:
+    target.mkdir(parents=True)
+    parts = CHECKOUT_PARTS + ((("results", ".snakemake")) if with_results else ())
+    for part in parts:
+        src = source / part
+        if src.is_dir():
+            # copy2 keeps modification times: "adopting" results means keeping them
+            shutil.copytree(src, target / part, copy_function=shutil.copy2, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.exists():
+            shutil.copy2(src, target / part)
+    return target
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("workflow")
-    result = snakemake(workdir)
+def checkout(tmp_path_factory):
+    checkout = copy_checkout(ROOT, tmp_path_factory.mktemp("workflow") / "depthlab")
+    result = snakemake(checkout)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
-    return workdir / "results" / yaml.safe_load(CONFIG.read_text())["run_name"]
+    return checkout
+
+
+@pytest.fixture(scope="module")
+def finished_run(checkout):
+    return checkout / "results" / load_config(CONFIG)["run_name"]
 
 
 def test_every_pretrained_model_is_a_loadable_hf_checkpoint(finished_run):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import depthlab.models  # noqa: F401  (registers the depthlab_llama Auto classes)
-    from depthlab.config import resolve_config
 
-    models = resolve_config(yaml.safe_load(CONFIG.read_text()))["resolved_models"]
+    models = resolve(load_config(CONFIG)).models
     for name, declared in models.items():
         if declared["kind"] != "pretrain":
             continue
@@ -55,29 +94,69 @@ def test_every_pretrained_model_is_a_loadable_hf_checkpoint(finished_run):
         assert len(provenance["git"]["commit"]) == 40
 
 
-def test_figure_logs_and_benchmarks_exist_for_every_job(finished_run):
+def test_figures_logs_and_benchmarks_exist_for_every_job(finished_run):
     figure = finished_run / "figures" / "loss_curves.png"
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     sidecar = json.loads((finished_run / "figures" / "loss_curves.provenance.json").read_text())
     assert len(sidecar["inputs"]) >= 2
-    for stage in ("data", "pretrain", "figures"):
-        assert list((finished_run / "logs" / stage).glob("*.log")), stage
-        assert list((finished_run / "benchmarks" / stage).glob("*.tsv")), stage
+    resolved = resolve(load_config(CONFIG))
+    for family, jobs in resolved.families.items():
+        for job in jobs:
+            wildcards = resolved.wildcards[family][job]
+            name = "_T".join(map(str, wildcards.values())) if family == "train_toy" else (
+                "/".join(map(str, wildcards.values())) if "job" not in wildcards else job)
+            assert (finished_run / "logs" / family / f"{name}.log").is_file(), (family, job)
+            assert (finished_run / "benchmarks" / family / f"{name}.tsv").is_file(), (family, job)
 
 
-def test_rerun_is_a_no_op_and_one_stage_reruns_alone(finished_run):
-    workdir = finished_run.parents[1]
-    dry = snakemake(workdir, "-n")
-    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
-    forced = snakemake(workdir, "-n", "--forcerun", "plot_loss_curves")
+def test_rerun_is_a_no_op_and_one_stage_reruns_alone(checkout):
+    dry = snakemake(checkout, "-n")
+    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout
+    forced = snakemake(checkout, "-n", "--forcerun", "plot_loss_curves")
     assert forced.returncode == 0
-    assert "plot_loss_curves" in forced.stdout and "pretrain " not in forced.stdout
+    assert planned_rules(forced) == {"plot_loss_curves", "all"}
 
 
-def test_snakemake_report_collects_every_figure(finished_run):
-    workdir = finished_run.parents[1]
-    result = snakemake(workdir, "--report", str(workdir / "report.html"))
+@pytest.mark.parametrize("module, expected", [
+    # measures.py: the analysis pass, and the figures made from it; never pretraining
+    ("measures.py", {"analyse_model", "plot_analysis", "all"}),
+    # power-law fitter: both fit stages and their figures
+    ("scaling_plots.py", {"plot_scaling", "all"}),
+])
+def test_editing_one_library_module_reruns_exactly_its_users(checkout, module, expected):
+    path = checkout / "workflow_scripts" / "depthlab" / module
+    stat = path.stat()
+    try:
+        os.utime(path, (stat.st_atime, stat.st_mtime + 3600))
+        dry = snakemake(checkout, "-n")
+    finally:
+        os.utime(path, (stat.st_atime, stat.st_mtime))
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert planned_rules(dry) == expected, dry.stdout[-3000:]
+
+
+def test_a_moved_checkout_with_copied_results_plans_nothing(checkout, tmp_path):
+    moved = copy_checkout(checkout, tmp_path / "elsewhere" / "clone", with_results=True)
+    dry = snakemake(moved, "-n")
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+
+
+def test_a_failed_forced_rerun_leaves_nothing_that_looks_up_to_date(checkout, tmp_path):
+    clone = copy_checkout(checkout, tmp_path / "clone", with_results=True)
+    results = clone / "results" / load_config(CONFIG)["run_name"]
+    log = results / "models" / "pre_ln" / "train_log.csv"
+    log.write_text("not,a,train,log\n")  # the loss-curve figure cannot be drawn from this
+    failed = snakemake(clone, "--forcerun", "plot_loss_curves", "--", "figure_loss_curves")
+    assert failed.returncode != 0
+    again = snakemake(clone, "-n", "figure_loss_curves")
+    assert "Nothing to be done" not in again.stdout + again.stderr
+    assert "plot_loss_curves" in planned_rules(again)
+
+
+def test_snakemake_report_collects_every_figure(checkout, finished_run):
+    result = snakemake(checkout, "--report", "report.html")
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    html = (workdir / "report.html").read_text(errors="replace")
+    html = (checkout / "report.html").read_text(errors="replace")
     for figure in finished_run.joinpath("figures").rglob("*.png"):
         assert figure.name in html, figure

@@ -1,24 +1,30 @@
 #!/usr/bin/env python
-"""Plot validation loss against training tokens for every pretrained model of a run."""
+"""Plot validation loss against training tokens for every pretrained model of a run.
 
-import argparse
+Spec (`plot_loss_curves` job): models (pretrain checkpoint folders), labels (model name ->
+legend label, the norm scheme), sweeps (model name -> its depth x width sweep: those models get
+the sweep panel, the others the norm-scheme panel), out (.png, .pdf or .svg).
+"""
 
-from depthlab.io import save_figure
-from depthlab.loss_curves import plot_loss_curves, read_training_runs
-from depthlab.provenance import Provenance, sidecar_path
+from depthlab.cli import job_spec, main_guard, stage_parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--models", nargs="+", required=True, help="pretrain checkpoint folders")
-    parser.add_argument("--out", required=True, help="figure path (.png, .pdf or .svg)")
-    args = parser.parse_args()
+    args = stage_parser(__doc__, "plot_loss_curves").parse_args()
+    spec = job_spec(args)
 
-    provenance = Provenance("figures.loss_curves", config={"models": args.models},
-                            inputs=[f"{m}/train_log.csv" for m in args.models])
-    save_figure(args.out, plot_loss_curves(read_training_runs(args.models)))
-    provenance.write(sidecar_path(args.out))
+    from depthlab.io import save_figure
+    from depthlab.pretrain_plots import plot_loss_curves
+    from depthlab.provenance import Provenance, sidecar_path
+    from depthlab.runs import read_training_runs
+
+    provenance = Provenance("figures.loss_curves", config=spec,
+                            inputs=[f"{m}/{f}" for m in spec["models"]
+                                    for f in ("config.json", "train_log.csv")])
+    runs = read_training_runs(spec["models"], spec["labels"], spec["sweeps"])
+    save_figure(spec["out"], plot_loss_curves(runs))
+    provenance.write(sidecar_path(spec["out"]))
 
 
 if __name__ == "__main__":
-    main()
+    main_guard(main)

@@ -1,7 +1,7 @@
 """Model adapter: where the residual stream, its sublayer updates and the readout live in each
 supported architecture, so every analysis runs unchanged on any of them.
 
-For layer l the adapter names three things (DESIGN.md: the residual stream is read by hooks):
+For layer l the adapter names three things (docs/design.md: the residual stream is read by hooks):
 
     h_l  the input of decoder layer l (l = 0..L-1); h_L the output of the last layer, *before*
          the final norm
@@ -25,11 +25,16 @@ sum; ||h_{l+1} - h_l|| / ||h_l|| is the block's whole update, norms included.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # torch is imported where it is used: the folder checks below run without it
+    import torch
+    from torch import nn
 
 PACKAGE_PREFIX = "pkg:"
 
@@ -69,6 +74,12 @@ STRUCTURAL_LAYOUTS = (OLMO2, LLAMA, GPT_NEOX, GPT2, OPT, BERT)
 
 class UnsupportedModelError(ValueError):
     """The adapter could not find a part it needs; the message names it and where it looked."""
+
+
+class CheckpointError(ValueError):
+    """A model folder that cannot be used as it is (no config.json, a missing or truncated
+    weights file, no tokenizer, a tokenizer larger than the embedding): the message names the
+    folder or file and what is wrong. Scripts print it as one line (depthlab.cli.main_guard)."""
 
 
 def _get_path(root: nn.Module, path: str | None):
@@ -132,6 +143,8 @@ class ModelAdapter:
 
 
 def _matches(base: nn.Module, layout: Layout) -> bool:
+    from torch import nn
+
     layers = _get_path(base, layout.layers)
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
         return False
@@ -166,6 +179,8 @@ def _post_ln_layers(model: nn.Module, layout: Layout, layers) -> list[bool]:
 def adapt(model: nn.Module) -> ModelAdapter:
     """Locate the layers, sublayer updates, final norm and LM head of `model` (a causal LM or a
     bare encoder/decoder); raise UnsupportedModelError naming what is missing."""
+    from torch import nn
+
     base = getattr(model, "base_model", model)
     layout = _layout_for(model, base)
     layers = _get_path(base, layout.layers)
@@ -242,35 +257,313 @@ def _is_causal_lm(config) -> bool:
     return any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
 
 
+# ---------------------------------------------------------------------------------------------
+# Checking a local model folder before transformers sees it (a truncated or incomplete folder
+# otherwise fails deep inside from_pretrained, or not at all until an embedding lookup).
+
+SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "tokenizer.model",
+                    "spiece.model", "sentencepiece.bpe.model")
+SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors format's own limit
+
+
+def local_model_folder(path: str) -> Path | None:
+    """The folder a model path names (`pkg:` resolved), or None for a hub id. A path that looks
+    local (absolute, ./, ../, ~, or more than one '/') but is no folder is a CheckpointError."""
+    try:
+        resolved = resolve_model_path(path)
+    except FileNotFoundError as error:
+        raise CheckpointError(str(error)) from None
+    candidate = Path(resolved).expanduser()
+    if candidate.is_dir():
+        return candidate
+    if candidate.exists():
+        raise CheckpointError(f"{path}: is a file, not a model folder")
+    looks_local = (resolved.startswith(("/", ".", "~")) or resolved.count("/") > 1
+                   or os.sep != "/" and os.sep in resolved)
+    if looks_local:
+        raise CheckpointError(f"{path}: no such model folder")
+    return None
+
+
+def _read_json(file: Path, what: str):
+    try:
+        return json.loads(file.read_bytes().decode("utf-8"))
+    except OSError as error:
+        raise CheckpointError(f"{file}: cannot read {what} ({error.strerror or error})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise CheckpointError(f"{file}: {what} is not valid JSON ({error})") from None
+
+
+def check_safetensors_file(file: str | os.PathLike) -> None:
+    """A safetensors file's header against its size (reads the header only, not the tensors):
+    CheckpointError naming the file when it is truncated, padded or its header is corrupt."""
+    file = Path(file)
+    try:
+        size = file.stat().st_size
+        with open(file, "rb") as handle:
+            head = handle.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"{file}: truncated ({size} bytes; a safetensors file "
+                                      f"starts with an 8-byte header length)")
+            header_length = int.from_bytes(head, "little")
+            if header_length > SAFETENSORS_MAX_HEADER or 8 + header_length > size:
+                raise CheckpointError(
+                    f"{file}: truncated or not safetensors: the header length field says "
+                    f"{header_length} bytes, the file has {size}")
+            raw = handle.read(header_length)
+    except OSError as error:
+        raise CheckpointError(f"{file}: cannot read ({error.strerror or error})") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+        ends = [int(entry["data_offsets"][1]) for name, entry in header.items()
+                if name != "__metadata__"]
+    except (UnicodeDecodeError, ValueError, RecursionError, AttributeError, KeyError, TypeError,
+            IndexError) as error:
+        raise CheckpointError(f"{file}: corrupt safetensors header ({type(error).__name__}: "
+                              f"{error})") from None
+    expected = 8 + header_length + max(ends, default=0)
+    if size < expected:
+        raise CheckpointError(f"{file}: truncated: {size} bytes, its header describes "
+                              f"{expected} (an interrupted copy or download?)")
+    if size > expected:
+        raise CheckpointError(f"{file}: corrupt: {size - expected} bytes after the tensors its "
+                              f"header describes")
+
+
+def _check_pickle_weights(file: Path) -> None:
+    """A torch.save zip archive must have its central directory (which sits at the end)."""
+    try:
+        with open(file, "rb") as handle:
+            magic = handle.read(2)
+        if not magic:
+            raise CheckpointError(f"{file}: empty weights file")
+        if magic == b"PK":
+            with zipfile.ZipFile(file):
+                pass
+    except zipfile.BadZipFile as error:
+        raise CheckpointError(f"{file}: truncated or corrupt torch archive ({error})") from None
+    except OSError as error:
+        raise CheckpointError(f"{file}: cannot read ({error.strerror or error})") from None
+
+
+def _check_shards(index: Path) -> None:
+    weight_map = _read_json(index, "the shard index")
+    weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index}: no 'weight_map' of tensor names to shard files")
+    for shard in sorted(set(map(str, weight_map.values()))):
+        file = index.parent / shard
+        if not file.is_file():
+            raise CheckpointError(f"{file}: missing (listed in {index.name})")
+        if shard.endswith(".safetensors"):
+            check_safetensors_file(file)
+        else:
+            _check_pickle_weights(file)
+
+
+def check_model_files(folder: str | os.PathLike) -> dict:
+    """config.json and the weights transformers would load, checked without loading them;
+    returns config.json's content. CheckpointError naming the folder or file otherwise.
+
+    A PEFT adapter folder (adapter_config.json, no config.json) has its adapter weights checked.
+    """
+    folder = Path(folder)
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        if (folder / "adapter_config.json").is_file():
+            for name in ADAPTER_WEIGHTS:
+                if (folder / name).is_file():
+                    if name.endswith(".safetensors"):
+                        check_safetensors_file(folder / name)
+                    else:
+                        _check_pickle_weights(folder / name)
+                    return {}
+            raise CheckpointError(f"{folder}: adapter folder without adapter weights "
+                                  f"({' or '.join(ADAPTER_WEIGHTS)})")
+        raise CheckpointError(f"{folder}: no config.json (not a Hugging Face model folder, or "
+                              f"an incomplete copy)")
+    config = _read_json(config_file, "config.json")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{config_file}: not a JSON object")
+    for name in (*SAFETENSORS_WEIGHTS, *PICKLE_WEIGHTS):  # transformers' order of preference
+        file = folder / name
+        if not file.is_file():
+            continue
+        if name.endswith(".index.json"):
+            _check_shards(file)
+        elif name.endswith(".safetensors"):
+            check_safetensors_file(file)
+        else:
+            _check_pickle_weights(file)
+        return config
+    raise CheckpointError(f"{folder}: no weights file ({', '.join(SAFETENSORS_WEIGHTS)} or "
+                          f"{', '.join(PICKLE_WEIGHTS)})")
+
+
+def embedding_size(config: dict) -> int | None:
+    """vocab_size of a config.json (its text model's for a composite config), if it has one."""
+    if not isinstance(config, dict):
+        return None
+    for section in (config, config.get("text_config"), config.get("decoder")):
+        if isinstance(section, dict):
+            value = section.get("vocab_size")
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def _ids_in_files(folder: Path) -> list[int] | None:
+    """Every token id a folder's tokenizer files define, read without loading the tokenizer;
+    None when only a sentencepiece model says (its ids need the library)."""
+    ids: list[int] = []
+    if (folder / "tokenizer.json").is_file():
+        spec = _read_json(folder / "tokenizer.json", "tokenizer.json")
+        model = spec.get("model") if isinstance(spec, dict) else None
+        vocab = model.get("vocab") if isinstance(model, dict) else None
+        if isinstance(vocab, dict):
+            ids.extend(v for v in vocab.values() if isinstance(v, int))
+        elif isinstance(vocab, list):  # Unigram: [piece, score] in id order
+            ids.extend(range(len(vocab)))
+        else:
+            raise CheckpointError(f"{folder / 'tokenizer.json'}: no model vocabulary")
+        ids.extend(t["id"] for t in spec.get("added_tokens") or []
+                   if isinstance(t, dict) and isinstance(t.get("id"), int))
+    elif (folder / "vocab.json").is_file():
+        vocab = _read_json(folder / "vocab.json", "vocab.json")
+        if not isinstance(vocab, dict):
+            raise CheckpointError(f"{folder / 'vocab.json'}: not a token -> id object")
+        ids.extend(v for v in vocab.values() if isinstance(v, int))
+    elif (folder / "vocab.txt").is_file():
+        with open(folder / "vocab.txt", "rb") as handle:
+            ids.extend(range(sum(1 for _ in handle)))
+    else:
+        return None
+    if (folder / "added_tokens.json").is_file():
+        added = _read_json(folder / "added_tokens.json", "added_tokens.json")
+        if isinstance(added, dict):
+            ids.extend(v for v in added.values() if isinstance(v, int))
+    if (folder / "tokenizer_config.json").is_file():
+        settings = _read_json(folder / "tokenizer_config.json", "tokenizer_config.json")
+        decoder = settings.get("added_tokens_decoder") if isinstance(settings, dict) else None
+        if isinstance(decoder, dict):
+            ids.extend(int(k) for k in decoder if str(k).isdigit())
+    return ids
+
+
+def _check_tokenizer_fits(folder: Path, max_id: int, count: int, config: dict) -> None:
+    embedding = embedding_size(config)
+    if embedding is not None and max_id >= embedding:
+        raise CheckpointError(
+            f"{folder}: the tokenizer's vocabulary ({count} tokens, ids up to {max_id}) exceeds "
+            f"the model's embedding (vocab_size {embedding} in config.json): ids >= {embedding} "
+            f"have no embedding row")
+
+
+def check_local_model(path: str) -> None:
+    """Reject a local HF model folder that cannot serve an analysis, before any job runs.
+
+    Reads config.json, the weights files' headers (not the tensors) and the tokenizer files:
+    CheckpointError naming the model folder when config.json is missing or bad, the weights are
+    missing or truncated, there is no tokenizer, or the tokenizer's ids exceed the embedding
+    (config.json's vocab_size). A hub id is left alone (nothing local to check); `pkg:` paths are
+    resolved first. Fast (no torch or transformers import for tokenizer.json / vocab files).
+    """
+    folder = local_model_folder(path)
+    if folder is None:
+        return
+    config = check_model_files(folder)
+    if not any((folder / name).is_file() for name in VOCABULARY_FILES):
+        raise CheckpointError(f"{folder}: no tokenizer (none of {', '.join(VOCABULARY_FILES)}); "
+                              f"save the model's tokenizer into the folder")
+    ids = _ids_in_files(folder)
+    if ids is None:  # sentencepiece only: ask the tokenizer itself
+        tokenizer = _auto_tokenizer(str(folder), None, folder)
+        ids = list(tokenizer.get_vocab().values())
+    if not ids:
+        raise CheckpointError(f"{folder}: the tokenizer defines no tokens")
+    _check_tokenizer_fits(folder, max(ids), len(set(ids)), config)
+
+
+def _auto_tokenizer(path: str, revision: str | None, folder: Path | None):
+    from transformers import AutoTokenizer
+
+    if folder is None:
+        return AutoTokenizer.from_pretrained(path, revision=revision)
+    try:
+        return AutoTokenizer.from_pretrained(path, revision=revision)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
+        raise CheckpointError(f"{folder}: cannot load its tokenizer ({type(error).__name__}: "
+                              f"{str(error).splitlines()[0] if str(error) else ''})") from None
+
+
 def load_model(path: str, dtype: str | torch.dtype = "float32", device: str = "cpu",
                revision: str | None = None):
     """Load a checkpoint for analysis: its causal LM when the checkpoint has one (so the logit
     lens has its head), else the bare model (BERT-style encoders). Refuses checkpoints whose
-    weights would be partly random."""
+    weights would be partly random.
+
+    A local folder is checked first (`check_model_files`): no config.json, missing or truncated
+    weights raise CheckpointError naming the file, and so does any error transformers or
+    safetensors raise while loading it. Hub ids go to transformers as they are.
+    """
+    import torch
+    from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
     _register_depthlab_models()
-    path = resolve_model_path(path)
+    folder = local_model_folder(path)
+    path = str(folder) if folder is not None else resolve_model_path(path)
+    if folder is not None:
+        check_model_files(folder)
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    config = AutoConfig.from_pretrained(path, revision=revision)
+    try:
+        config = AutoConfig.from_pretrained(path, revision=revision)
+    except (OSError, ValueError, KeyError) as error:
+        if folder is None:
+            raise
+        raise CheckpointError(f"{folder / 'config.json'}: {str(error).splitlines()[0]}") from None
     auto = AutoModelForCausalLM if _is_causal_lm(config) else AutoModel
-    model, info = auto.from_pretrained(path, revision=revision, dtype=dtype,
-                                       output_loading_info=True)
+    try:
+        model, info = auto.from_pretrained(path, revision=revision, dtype=dtype,
+                                           output_loading_info=True)
+    except (SafetensorError, OSError, ValueError, RuntimeError, EOFError,
+            zipfile.BadZipFile) as error:
+        if folder is None:
+            raise
+        weights = next((folder / name for name in (*SAFETENSORS_WEIGHTS, *PICKLE_WEIGHTS)
+                        if (folder / name).is_file()), folder)
+        raise CheckpointError(f"{weights}: cannot load the weights ({type(error).__name__}: "
+                              f"{str(error).splitlines()[0] if str(error) else ''})") from None
     missing = [k for k in info.get("missing_keys", []) if "position_ids" not in k]
     if missing:
-        raise ValueError(f"{path}: checkpoint lacks weights for {missing[:5]} "
-                         f"({len(missing)} in all); they would be randomly initialised")
+        raise CheckpointError(f"{path}: checkpoint lacks weights for {missing[:5]} "
+                              f"({len(missing)} in all); they would be randomly initialised")
     return model.to(device).eval()
 
 
 def load_tokenizer(path: str, revision: str | None = None):
-    """The checkpoint's own tokenizer, with a pad token (eos, else unk) when it has none."""
-    from transformers import AutoTokenizer
+    """The checkpoint's own tokenizer, with a pad token (eos, else unk) when it has none.
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(path), revision=revision)
+    A local folder without tokenizer files, whose tokenizer cannot be loaded, or whose
+    tokenizer's ids exceed the model's embedding (config.json's vocab_size) is a CheckpointError
+    naming the folder.
+    """
+    folder = local_model_folder(path)
+    if folder is not None and not any((folder / n).is_file() for n in VOCABULARY_FILES):
+        raise CheckpointError(f"{folder}: no tokenizer (none of {', '.join(VOCABULARY_FILES)})")
+    tokenizer = _auto_tokenizer(str(folder) if folder is not None else resolve_model_path(path),
+                                revision, folder)
+    if folder is not None and (folder / "config.json").is_file():
+        ids = tokenizer.get_vocab().values()
+        _check_tokenizer_fits(folder, max(ids, default=-1), len(ids),
+                              _read_json(folder / "config.json", "config.json"))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     if tokenizer.pad_token is None:
-        raise ValueError(f"{path}: tokenizer has no pad, eos or unk token to pad batches with")
+        raise CheckpointError(f"{path}: tokenizer has no pad, eos or unk token to pad batches "
+                              f"with")
     return tokenizer

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import functools
 import glob
 import importlib.util
 import json
@@ -146,6 +147,7 @@ def apply_overrides(config: dict, overrides: dict) -> dict:
 # Schema
 
 
+@functools.lru_cache(maxsize=1)
 def _schema_validator():
     import jsonschema
 
@@ -514,6 +516,8 @@ def _resolve_pretrain_jobs(resolved: Resolved) -> None:
         resolved.add("plot_loss_curves", "loss_curves", {
             "models": [paths.model(name) for name in pretrained],
             "labels": {name: resolved.models[name]["norm_scheme"] for name in pretrained},
+            "sweeps": {name: resolved.models[name]["sweep"] for name in pretrained
+                       if "sweep" in resolved.models[name]},
             "out": paths.figure("loss_curves", fmt),
         }, outputs=[paths.figure("loss_curves", fmt)])
 

@@ -24,7 +24,8 @@ Output folder (written atomically):
   train.bin      flat token ids of the train documents, each followed by eos_id (dtype in meta)
   val.bin        the same for the validation documents
   val.jsonl      one {"text": ...} per validation document, in val.bin order
-  meta.json      dtype, vocab_size, eos/pad/bos ids, per-split token and document counts, source
+  meta.json      dtype, vocab_size, eos/pad/bos ids, per-split token and document counts and the
+                 sha256 of each .bin (load_tokens checks length, id range and checksum), source
   provenance.json
 """
 
@@ -102,7 +103,11 @@ class DocumentFilter:
     def keep(self, text: str) -> bool:
         if len(text) < self.min_chars or not text.strip():
             return self.drop("too_short")
-        digest = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+        try:
+            encoded = text.encode("utf-8")
+        except UnicodeEncodeError:  # a docstring spelling an unpaired surrogate ("\udc80")
+            return self.drop("not_utf8")
+        digest = hashlib.blake2b(encoded, digest_size=16).digest()
         if digest in self.seen:
             return self.drop("duplicate")
         self.seen.add(digest)
@@ -289,33 +294,118 @@ def resolve_text_files(paths: list[str]) -> list[Path]:
     return files
 
 
+def _jsonl_lines(path: str | os.PathLike):
+    """(line number, bytes) of a file, numbered as an editor does: a line ends at LF, CR LF or
+    CR. Read as bytes so that an undecodable line is named, not the file's chunk."""
+    number = 0
+    with open(path, "rb") as handle:
+        for raw in handle:  # splits at LF only; a lone CR inside is split below
+            pieces = raw.splitlines() if b"\r" in raw else [raw]
+            for piece in pieces:
+                number += 1
+                yield number, piece.rstrip(b"\r\n")
+
+
+def _decode_jsonl_line(path, number: int, raw: bytes, where: str) -> str:
+    if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]  # a UTF-8 byte-order mark (Windows editors write one)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(f"{where}: {path}:{number}: not UTF-8 (byte 0x{raw[error.start]:02x} at "
+                        f"column {error.start + 1}: {error.reason})") from None
+
+
+def _unencodable(text: str) -> str | None:
+    """None for text that UTF-8 can hold, else a description of the first bad character."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return (f"character {error.start + 1} is {text[error.start]!r}, an unpaired surrogate "
+                f"(not UTF-8 text)")
+    return None
+
+
 def iter_jsonl_texts(path: str | os.PathLike, field: str = "text", where: str = "texts"):
-    """The `field` of every record of a JSON-lines file; errors name the file and line."""
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(f"{where}: {path}:{number}: not JSON ({error})") from None
-            if not isinstance(record, dict) or not isinstance(record.get(field), str):
-                raise DataError(f"{where}: {path}:{number}: no string '{field}' field")
-            yield record[field]
+    """The `field` of every record of a JSON-lines file; errors name the file and line.
+
+    Every failure is a DataError naming `path:line`: a missing file, bytes that are not UTF-8,
+    a line that is not JSON (including JSON nested too deeply for the parser or with an integer
+    too long to convert), a record that is not an object with a string `field`, and a string
+    holding an unpaired surrogate escape (valid JSON, but no UTF-8 text; the tokenizer and the
+    data stage's hashes would fail on it much later, without a name).
+    """
+    try:
+        lines = _jsonl_lines(path)
+        first = next(lines, None)
+    except OSError as error:
+        raise DataError(f"{where}: {path}: cannot read ({error.strerror or error})") from None
+    if first is None:
+        return
+    for number, raw in itertools.chain([first], lines):
+        line = _decode_jsonl_line(path, number, raw, where)
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            at = "" if error.msg.endswith(" at") else " at"
+            raise DataError(f"{where}: {path}:{number}: not JSON ({error.msg}{at} column "
+                            f"{error.colno})") from None
+        except (RecursionError, ValueError) as error:  # deep nesting; int over 4300 digits
+            reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+            raise DataError(f"{where}: {path}:{number}: not JSON that can be read "
+                            f"({reason})") from None
+        if not isinstance(record, dict) or not isinstance(record.get(field), str):
+            raise DataError(f"{where}: {path}:{number}: no string '{field}' field")
+        problem = _unencodable(record[field])
+        if problem:
+            raise DataError(f"{where}: {path}:{number}: '{field}': {problem}")
+        yield record[field]
+
+
+def _root_cause(error: BaseException) -> str:
+    """The innermost cause's message (datasets wraps parse errors in a generic one)."""
+    seen = set()
+    while (error.__cause__ or error.__context__) is not None and id(error) not in seen:
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
 
 
 def iter_dataset_texts(name: str, config_name: str | None, split: str, field: str,
                        where: str = "dataset", **load_kwargs):
-    """The `field` of every record of a `datasets` dataset split (streamed when asked)."""
+    """The `field` of every record of a `datasets` dataset split (streamed when asked).
+
+    A dataset that cannot be loaded or read (a local data file with a line that is not JSON or
+    not UTF-8 included, whether it fails at load time or while streaming) is a DataError.
+    """
     import datasets
 
+    key = "data_files" if load_kwargs.get("data_files") is not None else "name"
     try:
         dataset = datasets.load_dataset(name, config_name, split=split, **load_kwargs)
-    except (OSError, ValueError) as error:  # not found, offline, bad config name or split
-        key = "data_files" if load_kwargs.get("data_files") is not None else "name"
-        raise DataError(f"{where}.{key}: cannot load dataset '{name}' split '{split}': "
-                        f"{error}") from None
-    for record in dataset:
+    except (OSError, ValueError, datasets.exceptions.DatasetsError) as error:
+        # not found, offline, bad config name or split, unreadable data files
+        cause = (f"{error}" if not isinstance(error, datasets.exceptions.DatasetsError)
+                 else _root_cause(error))
+        files = load_kwargs.get("data_files")
+        raise DataError(f"{where}.{key}: cannot load dataset '{name}' split '{split}'"
+                        f"{f' from {files}' if files is not None else ''}: {cause}") from None
+    records = iter(dataset)
+    number = 0
+    while True:
+        try:
+            record = next(records)
+        except StopIteration:
+            return
+        except (OSError, ValueError, datasets.exceptions.DatasetsError) as error:
+            files = load_kwargs.get("data_files")
+            raise DataError(f"{where}.{key}: cannot read dataset '{name}' split '{split}'"
+                            f"{f' from {files}' if files is not None else ''} past record "
+                            f"{number}: {_root_cause(error)}") from None
+        number += 1
         if field not in record:
             raise DataError(f"{where}.text_field: '{field}' is not a field of dataset '{name}' "
                             f"(fields: {', '.join(sorted(record))})")
@@ -484,6 +574,7 @@ class SplitWriter:
         self.jsonl = open(folder / "val.jsonl", "w", encoding="utf-8") if split == "val" else None
         self.pending: list[str] = []
         self.counts = {"documents": 0, "tokens": 0, "bytes": 0}
+        self.sha256 = hashlib.sha256()  # of the .bin as written: load_tokens checks it
 
     def add(self, text: str) -> None:
         self.pending.append(text)
@@ -498,6 +589,7 @@ class SplitWriter:
         flat = np.fromiter(itertools.chain.from_iterable(
             itertools.chain(i, (self.eos_id,)) for i in ids), dtype=self.dtype, count=count)
         flat.tofile(self.bin)
+        self.sha256.update(flat.tobytes())
         if self.jsonl is not None:
             self.jsonl.writelines(json.dumps({"text": t}, ensure_ascii=False) + "\n"
                                   for t in self.pending)
@@ -507,11 +599,12 @@ class SplitWriter:
         self.pending = []
 
     def close(self) -> dict:
+        """The split's meta.json entry: documents, tokens, text bytes and the .bin's sha256."""
         self.flush()
         self.bin.close()
         if self.jsonl is not None:
             self.jsonl.close()
-        return self.counts
+        return {**self.counts, "sha256": self.sha256.hexdigest()}
 
 
 # --------------------------------------------------------------------------- the stage
@@ -618,15 +711,99 @@ def prepare_corpus(data_config: dict, out_dir: str | os.PathLike, seed: int,
 
 
 def read_meta(data_dir: str | os.PathLike) -> dict:
+    """A data stage output's meta.json; DataError naming the file when it is missing or bad."""
     path = Path(data_dir) / "meta.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no meta.json (is {data_dir} a data stage output?)")
-    return json.loads(path.read_text())
+        raise DataError(f"{path}: no meta.json (is {data_dir} a data stage output?)")
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise DataError(f"{path}: not a JSON file ({error})") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{path}: not a JSON object")
+    return meta
+
+
+# Per process: (file identity, expected length/range/checksum) already verified -> skip rehashing.
+_VERIFIED: set[tuple] = set()
+VERIFY_CHUNK_TOKENS = 1 << 22  # 4M tokens (8-16 MB) per read while hashing and range-checking
+
+
+def _meta_field(meta: dict, key: str, meta_path: Path, check):
+    value = meta.get(key)
+    if not check(value):
+        raise DataError(f"{meta_path}: '{key}' is missing or invalid ({value!r})")
+    return value
+
+
+def verify_tokens(data_dir: str | os.PathLike, split: str, meta: dict | None = None) -> None:
+    """Check `<split>.bin` against meta.json: a whole number of tokens, the recorded token count,
+    every id below vocab_size, and (folders written since checksums were added) the recorded
+    sha256. DataError naming the file and what is wrong otherwise. One pass over the file; a
+    file already verified by this process (same inode, size, mtime) is not read again.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split: '{split}' is not one of {', '.join(SPLITS)}")
+    data_dir = Path(data_dir)
+    meta = read_meta(data_dir) if meta is None else meta
+    meta_path = data_dir / "meta.json"
+    dtype = np.dtype(_meta_field(meta, "dtype", meta_path, lambda v: v in ("uint16", "uint32")))
+    vocab = _meta_field(meta, "vocab_size", meta_path,
+                        lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0)
+    splits = meta.get("splits")
+    recorded = splits.get(split) if isinstance(splits, dict) else None
+    recorded = recorded if isinstance(recorded, dict) else {}
+    expected_tokens, expected_sha = recorded.get("tokens"), recorded.get("sha256")
+    if expected_tokens is not None and not isinstance(expected_tokens, int):
+        raise DataError(f"{meta_path}: splits.{split}.tokens is not a count ({expected_tokens!r})")
+    if expected_sha is not None and not isinstance(expected_sha, str):
+        raise DataError(f"{meta_path}: splits.{split}.sha256 is not a hex digest")
+    path = data_dir / f"{split}.bin"
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing (is {data_dir} a complete data stage output?)") from None
+    if not path.is_file():
+        raise DataError(f"{path}: not a file")
+    if stat.st_size % dtype.itemsize:
+        raise DataError(f"{path}: {stat.st_size} bytes is not a whole number of {dtype.name} "
+                        f"tokens (truncated mid-token?); rerun the data stage")
+    length = stat.st_size // dtype.itemsize
+    if expected_tokens is not None and length != expected_tokens:
+        what = "truncated" if length < expected_tokens else "longer than written"
+        raise DataError(f"{path}: {length} tokens, but meta.json records {expected_tokens} "
+                        f"({what}); rerun the data stage")
+    if length == 0:
+        raise DataError(f"{path}: no tokens; rerun the data stage")
+    key = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns, dtype.name, vocab,
+           expected_sha)
+    if key in _VERIFIED:
+        return
+    tokens = np.memmap(path, dtype=dtype, mode="r")
+    digest = hashlib.sha256()
+    for start in range(0, length, VERIFY_CHUNK_TOKENS):
+        chunk = np.asarray(tokens[start:start + VERIFY_CHUNK_TOKENS])
+        if int(chunk.max()) >= vocab:
+            position = start + int(np.argmax(chunk >= vocab))
+            raise DataError(f"{path}: token id {int(tokens[position])} at position {position} is "
+                            f"outside the vocabulary (vocab_size {vocab} in meta.json); the file "
+                            f"does not belong to this tokenizer or is corrupt")
+        if expected_sha is not None:
+            digest.update(chunk.data)
+    del tokens
+    if expected_sha is not None and digest.hexdigest() != expected_sha:
+        raise DataError(f"{path}: sha256 {digest.hexdigest()[:16]}... differs from the "
+                        f"{expected_sha[:16]}... meta.json records: the file changed after the "
+                        f"data stage wrote it (overwritten or zeroed?); rerun the data stage")
+    _VERIFIED.add(key)
 
 
 def load_tokens(data_dir: str | os.PathLike, split: str) -> np.memmap:
-    """A split's flat token ids as a read-only 1-D memory map (dtype from meta.json)."""
+    """A split's flat token ids as a read-only 1-D memory map (dtype from meta.json), verified
+    against meta.json first (`verify_tokens`): a truncated, zeroed or foreign .bin is a
+    DataError naming it, never silently trained on."""
     if split not in SPLITS:
         raise ValueError(f"split: '{split}' is not one of {', '.join(SPLITS)}")
     meta = read_meta(data_dir)
+    verify_tokens(data_dir, split, meta)
     return np.memmap(Path(data_dir) / f"{split}.bin", dtype=np.dtype(meta["dtype"]), mode="r")

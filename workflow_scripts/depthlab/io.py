@@ -30,10 +30,10 @@ def atomic_path(final: str | os.PathLike, is_dir: bool = False):
         tmp = Path(name)
     try:
         yield tmp
-        # mkdtemp/mkstemp create owner-only entries; results must be as readable as any file.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, (0o777 if is_dir else 0o666) & ~umask)
+        # mkdtemp/mkstemp create owner-only entries, and so do libraries that write through
+        # their own temporary files (safetensors' model.safetensors is 0600): every result must
+        # be as readable as any file the user creates, so everything inside is fixed too.
+        fix_permissions(tmp)
         if is_dir and final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -43,6 +43,44 @@ def atomic_path(final: str | os.PathLike, is_dir: bool = False):
         else:
             tmp.unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    """The process umask (read by setting and restoring it: there is no pure getter)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+def fix_permissions(path: str | os.PathLike, umask: int | None = None) -> None:
+    """Give `path` and, for a folder, everything inside it the mode a plain `open` / `mkdir`
+    would: folders 0777 & ~umask, files 0666 & ~umask (0777 & ~umask if any execute bit was set).
+    Symbolic links are left alone (chmod would follow them out of the folder)."""
+    umask = current_umask() if umask is None else umask
+    path = Path(path)
+
+    def fix(entry: Path, is_dir: bool) -> None:
+        if is_dir:
+            mode = 0o777
+        else:
+            mode = 0o777 if entry.lstat().st_mode & 0o111 else 0o666
+        os.chmod(entry, mode & ~umask)
+
+    if path.is_symlink():
+        return
+    if not path.is_dir():
+        fix(path, False)
+        return
+    fix(path, True)
+    for root, dirnames, filenames in os.walk(path):
+        for name in dirnames:
+            entry = Path(root, name)
+            if not entry.is_symlink():
+                fix(entry, True)
+        for name in filenames:
+            entry = Path(root, name)
+            if not entry.is_symlink():
+                fix(entry, False)
 
 
 def json_safe(obj):

@@ -11,6 +11,9 @@ averaging) against independent teachers, ~ 1/l^3 against tied ones once converge
 
 The embedding is a frozen Gaussian matrix shared by teacher and students, so both read the same
 coordinates (with input size = width this is the paper's rmsnorm(x) up to a rotation).
+
+The depth-exponent fits of the trained students are in `toy_fit.py`, the figure in
+`toy_plots.py`.
 """
 
 from __future__ import annotations
@@ -274,95 +277,3 @@ def run_teacher_kind(kind: str, settings: dict, seed: int, log=print,
               "mean_angle_deg": float(np.mean([t["mean_angle_deg"] for t in teachers])),
               "replicates": teachers}
     return pd.DataFrame(rows), angles
-
-
-def fit_depth_exponent(depths, losses, form: str = "power", exponent_bounds=(0.0, 10.0)) -> dict:
-    """Depth exponent a of one loss-vs-student-depth curve.
-
-    form="power": L = c / l^a, ordinary least squares of log L on log l (a may come out
-        negative when deeper students are further from converged); standard error from OLS.
-    form="power_offset": L = c / l^a + L0 with the scaling-law fitter (least squares on log L);
-        needs at least 3 points; standard error from the Jacobian.
-    """
-    depths = np.asarray(depths, float)
-    losses = np.asarray(losses, float)
-    if (losses <= 0).any() or (depths <= 0).any():
-        raise ValueError("fit_depth_exponent: depths and losses must be positive")
-    if len(np.unique(depths)) < 2:
-        raise ValueError("fit_depth_exponent: needs at least two distinct student depths")
-    x, y = np.log(depths), np.log(losses)
-    if form == "power":
-        design = np.stack([np.ones_like(x), -x], axis=1)
-        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-        resid = y - design @ coef
-        dof = len(y) - 2
-        se = (float(np.sqrt(resid @ resid / dof * np.linalg.inv(design.T @ design)[1, 1]))
-              if dof > 0 else float("nan"))
-        return {"form": form, "a": float(coef[1]), "a_se": se, "c": float(np.exp(coef[0])),
-                "L0": 0.0, "rmse_log": float(np.sqrt(np.mean(resid ** 2))), "n": len(y)}
-    if form == "power_offset":
-        from .scaling import Law, FitResult, FitSettings, fit_centred
-
-        law = Law("toy_depth", "L = c/l^a + L0", ("depth",), ("c",), ("a",), "L0")
-        settings = FitSettings(exponent_bounds=tuple(exponent_bounds),
-                               start_exponents=(0.5, 1.0, 2.0, 3.0))
-        log_ref = np.array([x.mean()])
-        X = (x - log_ref[0])[:, None]
-        out = fit_centred(X, y, settings, floor=True)
-        result = FitResult(law, settings, out["theta"], log_ref, X, y,
-                           pd.DataFrame({"depth": depths, "loss": losses}), out["objective"],
-                           out["converged"], out["n_starts"], out["n_starts_at_best"])
-        est = result.estimates
-        return {"form": form, "a": est["a"],
-                "a_se": result.jacobian_standard_errors().get("a", float("nan")),
-                "c": est["c"], "L0": est["L0"],
-                "rmse_log": float(np.sqrt(np.mean(result.residuals ** 2))), "n": len(y)}
-    raise ValueError(f"toy.fit_form: '{form}' is not power or power_offset")
-
-
-def fit_toy_exponents(losses: pd.DataFrame, form: str = "power",
-                      exponent_bounds=(0.0, 10.0)) -> list[dict]:
-    """One depth-exponent fit per (teacher kind, temperature), on all replicates' test losses."""
-    fits = []
-    for (kind, temperature), group in losses.groupby(["teacher_kind", "temperature"], sort=True):
-        fit = fit_depth_exponent(group["student_depth"], group["test_loss"], form,
-                                 exponent_bounds)
-        fits.append({"teacher_kind": kind, "temperature": float(temperature), **fit})
-    return fits
-
-
-def plot_toy(losses: pd.DataFrame, fits: list[dict], angles: dict[str, dict]):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .scaling_plots import plain_log_ticks
-
-    kinds = [k for k in TEACHER_KINDS if k in set(losses["teacher_kind"])]
-    fig, axes = plt.subplots(1, len(kinds), figsize=(5.5 * len(kinds), 4.4), squeeze=False)
-    temperatures = sorted(losses["temperature"].unique())
-    colours = plt.cm.viridis(np.linspace(0, 0.9, len(temperatures)))
-    for ax, kind in zip(axes[0], kinds):
-        for colour, temperature in zip(colours, temperatures):
-            group = losses[(losses["teacher_kind"] == kind)
-                           & (losses["temperature"] == temperature)]
-            fit = next(f for f in fits if f["teacher_kind"] == kind
-                       and np.isclose(f["temperature"], temperature))
-            ax.scatter(group["student_depth"], group["test_loss"], color=colour, s=18)
-            grid = np.geomspace(group["student_depth"].min(), group["student_depth"].max(), 100)
-            ax.plot(grid, fit["c"] / grid ** fit["a"] + fit["L0"], color=colour,
-                    label=f"T = {temperature:.3g}: a = {fit['a']:.2f}")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        plain_log_ticks(ax.xaxis, sorted(losses["student_depth"].unique()))
-        ax.set_xlabel("student depth l")
-        ax.set_ylabel("test KL to teacher")
-        angle = angles.get(kind, {}).get("mean_angle_deg")
-        ax.set_title(f"{kind} teacher ({angles.get(kind, {}).get('teacher_layers', '?')} "
-                     f"layers, successive-update angle {angle:.1f} deg)", fontsize=9)
-        ax.legend(fontsize=7)
-    fig.suptitle("Reproduces Liu et al. (2026) teacher-student toy model: loss vs student depth "
-                 "(independent teacher a ~ 1, tied teacher a ~ 3 when converged)", fontsize=10)
-    fig.tight_layout()
-    return fig

@@ -3,6 +3,11 @@
 Data order is a pure function of (seed, step): the batch of step s is drawn from
 `np.random.default_rng([seed, s])`, so resuming needs only the step counter, and any number of
 DDP ranks see the same global batch (each takes its rows).
+
+The resumable state (`<state_dir>/state.pt`) holds only tensors and plain Python values and is
+read with `torch.load(weights_only=True)`: a state file cannot run code. It also carries how many
+processes the run has taken and their summed wall time, so a resumed run's provenance records
+that it resumed, from which step, and its total time.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from . import data as data_lib
+from .adapter import CheckpointError
 from .io import atomic_path, write_dataframe
 from .models import build_model, make_config, save_checkpoint
 from .provenance import Provenance
@@ -167,9 +173,60 @@ def run_fingerprint(model_decl: dict, seed: int, data_meta: dict, world_size: in
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+STATE_KEYS = ("fingerprint", "step", "model", "optimizer", "scheduler", "torch_rng", "log_rows",
+              "wall_s")
+
+
 def save_state(path: Path, state: dict) -> None:
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
+
+
+def load_state(path: Path, device) -> dict:
+    """A saved training state, unpickled with weights_only=True (tensors and plain values only).
+    CheckpointError naming the file when it cannot be read that way or lacks a part."""
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as error:  # noqa: BLE001 - UnpicklingError, zip errors, EOF, ...
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CheckpointError(f"{path}: not a training state that loads safely "
+                              f"({type(error).__name__}: {first}); delete it to start the run "
+                              f"over") from None
+    missing = [key for key in STATE_KEYS if not isinstance(state, dict) or key not in state]
+    if missing:
+        raise CheckpointError(f"{path}: not a training state (no {', '.join(missing)}); delete "
+                              f"it to start the run over")
+    return state
+
+
+def load_data_tokenizer(data_dir: str | Path, meta: dict):
+    """The data stage's tokenizer; DataError when it is missing, unreadable, or has ids beyond
+    meta.json's vocab_size (the embedding is sized from meta.json)."""
+    folder = Path(data_dir) / "tokenizer"
+    if not folder.is_dir():
+        raise data_lib.DataError(f"{folder}: missing (is {data_dir} a complete data stage "
+                                 f"output?)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise data_lib.DataError(f"{folder}: cannot load the tokenizer "
+                                 f"({type(error).__name__}: {first})") from None
+    largest = max(tokenizer.get_vocab().values(), default=-1)
+    if largest >= meta["vocab_size"]:
+        raise data_lib.DataError(f"{folder}: token id {largest} is outside meta.json's "
+                                 f"vocab_size {meta['vocab_size']}: the tokenizer does not "
+                                 f"belong to this data")
+    return tokenizer
+
+
+def check_split_length(data_dir: str | Path, split: str, tokens, seq_len: int) -> None:
+    """A split must hold at least one window of seq_len + 1 tokens (+1 for the random start)."""
+    need = seq_len + 1 + (split == "train")
+    if len(tokens) < need:
+        raise data_lib.DataError(f"{Path(data_dir) / f'{split}.bin'}: {len(tokens)} tokens, "
+                                 f"fewer than the {need} that one window of train.seq_len "
+                                 f"{seq_len} needs; use a larger corpus or a shorter seq_len")
 
 
 def make_optimizer(model, settings: TrainSettings) -> torch.optim.AdamW:
@@ -185,6 +242,7 @@ def make_optimizer(model, settings: TrainSettings) -> torch.optim.AdamW:
 def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: str | Path,
              state_dir: str | Path, seed: int, threads: int, progress: bool = True) -> dict:
     """Train one declared model and write its HF checkpoint directory atomically to out_dir."""
+    process_start = time.perf_counter()
     torch.set_num_threads(threads)
     settings = TrainSettings.from_dict(model_decl["train"])
     ddp = Distributed()
@@ -196,8 +254,12 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
     autocast_dtype = torch.bfloat16 if settings.precision == "bf16" else None
 
     meta = data_lib.read_meta(data_dir)
-    train_tokens = data_lib.load_tokens(data_dir, "train")
-    val_batches = validation_batches(data_lib.load_tokens(data_dir, "val"), settings)
+    train_tokens = data_lib.load_tokens(data_dir, "train")  # checked against meta.json
+    val_tokens = data_lib.load_tokens(data_dir, "val")
+    check_split_length(data_dir, "train", train_tokens, settings.seq_len)
+    check_split_length(data_dir, "val", val_tokens, settings.seq_len)
+    val_batches = validation_batches(val_tokens, settings)
+    tokenizer = load_data_tokenizer(data_dir, meta)  # before training, not after it
     config = make_config(model_decl["architecture"], model_decl["norm_scheme"],
                          vocab_size=meta["vocab_size"], max_positions=settings.seq_len,
                          init_std=settings.init_std, bos_token_id=meta.get("bos_id"),
@@ -210,14 +272,20 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
     state_path = Path(state_dir) / "state.pt"
     fingerprint = run_fingerprint(model_decl, seed, meta, ddp.world_size)
     step, log_rows, wall_offset = 0, [], 0.0
+    # Earlier processes of this run (a resume): how many, and their summed wall time up to
+    # their last saved state (time after it was lost with the process).
+    earlier_processes, earlier_wall, resumed_from = 0, 0.0, None
     if state_path.exists():
-        state = torch.load(state_path, map_location=ddp.device, weights_only=False)
+        state = load_state(state_path, ddp.device)
         if state["fingerprint"] == fingerprint:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             scheduler.load_state_dict(state["scheduler"])
-            torch.set_rng_state(state["torch_rng"])
+            torch.set_rng_state(state["torch_rng"].cpu())
             step, log_rows, wall_offset = state["step"], state["log_rows"], state["wall_s"]
+            resumed_from = step
+            earlier_processes = int(state.get("processes", 1))  # states saved before the count
+            earlier_wall = float(state.get("total_wall_s", state["wall_s"]))
             print(f"[{model_name}] resumed from step {step} ({state_path})", file=sys.stderr)
         else:
             print(f"[{model_name}] ignoring {state_path}: saved by a different run "
@@ -242,6 +310,7 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
               f"world {ddp.world_size}", file=sys.stderr)
 
     started = time.perf_counter()
+    wall = wall_offset
     bar = tqdm(total=settings.steps, initial=step, disable=not (progress and ddp.is_main),
                desc=model_name, file=sys.stderr, mininterval=5)
     model.train()
@@ -283,7 +352,8 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
                 "fingerprint": fingerprint, "step": step, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "torch_rng": torch.get_rng_state(), "log_rows": log_rows,
-                "wall_s": wall})
+                "wall_s": wall, "processes": earlier_processes + 1,
+                "total_wall_s": earlier_wall + time.perf_counter() - process_start})
         bar.update(1)
     bar.close()
 
@@ -292,13 +362,25 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
                "tokens_per_s": settings.steps * settings.tokens_per_step / max(wall, 1e-9),
                "params": n_params, "world_size": ddp.world_size}
     if ddp.is_main:
-        tokenizer = AutoTokenizer.from_pretrained(Path(data_dir) / "tokenizer")
         with atomic_path(out_dir, is_dir=True) as tmp:
             save_checkpoint(model, tokenizer, tmp)
             write_dataframe(tmp / "train_log.csv", pd.DataFrame(log_rows, columns=LOG_COLUMNS))
+            record = run_record(resumed_from, earlier_processes, earlier_wall, process_start)
+            summary.update(record)
+            provenance.extra.update(record)
             provenance.extra["summary"] = summary
             provenance.write(tmp / "provenance.json")
         state_path.unlink(missing_ok=True)
+    else:
+        summary.update(run_record(resumed_from, earlier_processes, earlier_wall, process_start))
     ddp.barrier()
     ddp.close()
     return summary
+
+
+def run_record(resumed_from: int | None, earlier_processes: int, earlier_wall: float,
+               process_start: float) -> dict:
+    """Whether the run resumed, from which step, its processes and their total wall time."""
+    return {"resumed": resumed_from is not None, "resumed_from_step": resumed_from,
+            "processes": earlier_processes + 1,
+            "total_wall_s": round(earlier_wall + time.perf_counter() - process_start, 3)}
