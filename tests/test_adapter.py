@@ -109,7 +109,7 @@ def test_states_match_hf_hidden_states_and_head(family):
 
 
 def test_hf_last_hidden_state_is_post_norm_and_ours_is_not():
-    """The trap DESIGN.md names: HF's hidden_states[-1] has the final norm applied; the
+    """The trap docs/design.md names: HF's hidden_states[-1] has the final norm applied; the
     adapter's h_L is the raw last-layer output."""
     model = build("llama", dtype=torch.float64)
     batch = full_batch()

@@ -1,7 +1,7 @@
 """depthlab.models: the six norm schemes against a from-the-formula float64 reference, init
 scales, and checkpoint export (plain Llama loads without depthlab; the rest reload exactly).
 
-The reference below is plain torch written from DESIGN.md section 1 and the LLaMA formulas
+The reference below is plain torch written from docs/design.md (Curse of Depth) and the LLaMA formulas
 (RMSNorm, rotate-half RoPE, causal GQA attention, SwiGLU); it reads weights from the model's
 state_dict by name and never calls transformers or depthlab code.
 """
@@ -85,7 +85,7 @@ def swiglu(x, w, prefix):
 
 
 def scheme_plan(scheme, num_layers):
-    """Per-layer (is_post_ln, residual alpha, norm-output scale) from DESIGN.md section 1."""
+    """Per-layer (is_post_ln, residual alpha, norm-output scale) from docs/design.md (Curse of Depth)."""
     mix_post = round(0.25 * num_layers)
     plan = []
     for idx in range(num_layers):
@@ -189,7 +189,7 @@ def test_forward_matches_formula_reference(scheme, arch_name):
 
 
 WRONG_PLANS = {
-    # what a plausible bug would compute instead of the DESIGN.md definition
+    # what a plausible bug would compute instead of the docs/design.md definition
     "lns": {"pre_ln": lambda L: scheme_plan("pre_ln", L),
             "lns 0-based l+1 off by one": lambda L: [(False, 1.0, 1 / math.sqrt(i + 2))
                                                      for i in range(L)],

@@ -16,8 +16,9 @@ from depthlab.config import load_config, resolve
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 CONFIG = ROOT / "config" / "test.yaml"
+# .git too: provenance records the checkout's commit
 CHECKOUT_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "data", "profiles",
-                  "environment.yml")
+                  "environment.yml", ".git")
 
 pytestmark = pytest.mark.workflow
 
@@ -120,8 +121,9 @@ def test_rerun_is_a_no_op_and_one_stage_reruns_alone(checkout):
 @pytest.mark.parametrize("module, expected", [
     # measures.py: the analysis pass, and the figures made from it; never pretraining
     ("measures.py", {"analyse_model", "plot_analysis", "all"}),
-    # power-law fitter: both fit stages and their figures
-    ("scaling_plots.py", {"plot_scaling", "all"}),
+    # the generic power-law fitter, imported through scaling.py and toy_fit.py: both fit
+    # stages, the sweep collector (scaling.py) and the fit figures; never toy training
+    ("power_law.py", {"collect_sweep", "fit_scaling", "plot_scaling", "fit_toy", "all"}),
 ])
 def test_editing_one_library_module_reruns_exactly_its_users(checkout, module, expected):
     path = checkout / "workflow_scripts" / "depthlab" / module

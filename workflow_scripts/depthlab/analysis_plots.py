@@ -18,7 +18,7 @@ FIGURES = ("angular_distance", "variance_growth", "contributions", "logit_lens",
 
 
 def read_analyses(folders) -> tuple:
-    """(tidy measures of all models, {model: summary}) from analyze.py output folders."""
+    """(tidy measures of all models, {model: summary}) from analyse_model.py output folders."""
     import pandas as pd
 
     frames, summaries = [], {}

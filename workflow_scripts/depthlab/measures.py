@@ -20,7 +20,7 @@ a_l / m_l = attention / MLP update (see depthlab.adapter for their meaning per b
   Liu et al. (angles, radians, over tokens)
     angle_adjacent theta(h_l, h_{l+1})   angle_update theta(dh_l, dh_{l+1}), dh_l = h_{l+1} - h_l
 
-Everything per token is computed in float64 (at least fp32, as DESIGN.md asks; float64 keeps
+Everything per token is computed in float64 (at least fp32, as docs/design.md asks; float64 keeps
 arccos accurate for nearly parallel states) and summed in float64 on the model's device; means are
 sums over counts, the element variance is merged batch by batch (Chan et al.), so the result is
 exact and memory is flat in the number of tokens. Cosines are clamped to [-1, 1] before arccos.

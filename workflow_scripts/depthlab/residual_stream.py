@@ -1,6 +1,6 @@
 """Residual-stream capture by hooks, streamed to a consumer one layer at a time.
 
-DESIGN.md: the residual stream is read by hooks, not from `output_hidden_states` (whose last entry
+docs/design.md: the residual stream is read by hooks, not from `output_hidden_states` (whose last entry
 is the final-norm output in HF Llama/Qwen/Mistral). During one forward pass the consumer sees, in
 order, for l = 0..L-1:
 
