@@ -48,6 +48,8 @@ include: "rules/pretrain.smk"
 include: "rules/analysis.smk"
 include: "rules/scaling.smk"
 include: "rules/toy.smk"
+include: "rules/pruning.smk"
+include: "rules/depth_use.smk"
 include: "rules/targets.smk"
 
 

@@ -3,7 +3,7 @@
 import ast
 import re
 
-from depthlab.config import ANALYSIS_FIGURES, spec_json
+from depthlab.config import ANALYSIS_FIGURES, DEPTH_USE_FIGURES, PRUNING_FIGURES, spec_json
 
 PATHS = RESOLVED.paths
 FIGURE_FORMAT = config["figures"]["format"]

@@ -4,7 +4,7 @@
 
 rule pretrain_model:
     input:
-        data=PATHS.data,
+        unpack(lambda wildcards: RESOLVED.inputs_for("pretrain_model", wildcards)),
         script=script("pretrain_model.py"),
         library=library("pretrain_model.py"),
     output:

@@ -13,6 +13,12 @@ for _fit in jobs("plot_scaling"):
     FIGURES[f"scaling_{_fit}"] = expand(rules.plot_scaling.output.figure, job=_fit)
 if jobs("fit_toy"):
     FIGURES["toy_loss_vs_depth"] = [rules.fit_toy.output.figure]
+if jobs("plot_pruning"):
+    for _figure, _path in zip(PRUNING_FIGURES, rules.plot_pruning.output.figures):
+        FIGURES[f"pruning_{_figure}"] = [_path]
+if jobs("plot_depth_use"):
+    for _figure, _path in zip(DEPTH_USE_FIGURES, rules.plot_depth_use.output.figures):
+        FIGURES[f"depth_use_{_figure}"] = [_path]
 
 STAGE_TARGETS = {
     "data": expand(rules.prepare_data.output.data),
@@ -24,6 +30,13 @@ STAGE_TARGETS = {
     + expand(rules.plot_analysis.output.figures, job=jobs("plot_analysis")),
     "scaling": expand(rules.fit_scaling.output, job=jobs("fit_scaling"))
     + expand(rules.plot_scaling.output.figure, job=jobs("plot_scaling")),
+    "pruning": (list(rules.build_lm_tasks.output) if jobs("build_lm_tasks") else [])
+    + expand(rules.prune_model.output.pruning, job=jobs("prune_model"))
+    + (list(rules.plot_pruning.output.figures) if jobs("plot_pruning") else []),
+    "depth_use": (list(rules.make_problems.output) if jobs("make_problems") else [])
+    + expand(rules.skip_interventions.output.skip, job=jobs("skip_interventions"))
+    + expand(rules.linear_maps.output.maps, job=jobs("linear_maps"))
+    + (list(rules.plot_depth_use.output.figures) if jobs("plot_depth_use") else []),
     "toy": expand(rules.train_toy.output.run, zip, kind=RESOLVED.wildcard_values("train_toy", "kind"),
              index=RESOLVED.wildcard_values("train_toy", "index"))
     + (list(rules.fit_toy.output) if jobs("fit_toy") else []),

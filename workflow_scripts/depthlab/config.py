@@ -234,6 +234,26 @@ class RunPaths:
     def toy_fit(self) -> str:
         return f"{self.root}/toy/fit.json"
 
+    @property
+    def problems(self) -> str:
+        return f"{self.root}/depth_use/problems"
+
+    def skip(self, model: str) -> str:
+        return f"{self.root}/depth_use/skip/{model}"
+
+    def linear_map(self, pair: str) -> str:
+        return f"{self.root}/depth_use/linear_maps/{pair}"
+
+    @property
+    def lm_tasks(self) -> str:
+        return f"{self.root}/pruning/tasks"
+
+    def pruning(self, model: str) -> str:
+        return f"{self.root}/pruning/{model}"
+
+    def datasets_cache(self, model: str) -> str:
+        return f"{self.root}/pruning/.datasets_cache/{model}"
+
     def figure(self, name: str, fmt: str) -> str:
         return f"{self.root}/figures/{name}.{fmt}"
 
@@ -479,6 +499,8 @@ def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
     _resolve_analysis(resolved, base_dir)
     _resolve_scaling(resolved, base_dir)
     _resolve_toy(resolved)
+    _resolve_pruning(resolved, base_dir)
+    _resolve_depth_use(resolved, base_dir)
     return resolved
 
 
@@ -501,16 +523,35 @@ def _resolve_data(resolved: Resolved, base_dir: Path) -> None:
                  outputs=[resolved.paths.data])
 
 
+def data_folder(resolved: Resolved, name: str) -> str | None:
+    """The data folder a declared pretrain model trains on (None for hf models)."""
+    model = resolved.models[name]
+    if model["kind"] != "pretrain":
+        return None
+    if model.get("data", "corpus") == "problems":
+        if not (resolved.config.get("depth_use") or {}).get("problems"):
+            raise ConfigError(f"models.{name}.data: 'problems' needs depth_use.problems")
+        return resolved.paths.problems
+    return resolved.paths.data
+
+
+def corpus_models(resolved: Resolved) -> list:
+    """Declared models that read the corpus (every model except those trained on problems)."""
+    return [name for name, m in resolved.models.items() if m.get("data", "corpus") == "corpus"]
+
+
 def _resolve_pretrain_jobs(resolved: Resolved) -> None:
     paths = resolved.paths
     for name, model in resolved.models.items():
         if model["kind"] != "pretrain":
             continue
+        data = data_folder(resolved, name)
         resolved.add("pretrain_model", name, {
-            "model_name": name, "model": model, "data": paths.data, "seed":
+            "model_name": name, "model": model, "data": data, "seed":
             resolved.config["seed"], "out": paths.model(name), "state_dir": paths.train_state(name),
-        }, outputs=[paths.model(name), paths.train_state(name)])
-    pretrained = [name for name, m in resolved.models.items() if m["kind"] == "pretrain"]
+        }, outputs=[paths.model(name), paths.train_state(name)], inputs={"data": [data]})
+    pretrained = [name for name, m in resolved.models.items() if m["kind"] == "pretrain"
+                  and name in corpus_models(resolved)]
     if pretrained:
         fmt = resolved.config["figures"]["format"]
         resolved.add("plot_loss_curves", "loss_curves", {
@@ -520,6 +561,17 @@ def _resolve_pretrain_jobs(resolved: Resolved) -> None:
                        if "sweep" in resolved.models[name]},
             "out": paths.figure("loss_curves", fmt),
         }, outputs=[paths.figure("loss_curves", fmt)])
+
+
+def declared_models(resolved: Resolved, names, key: str) -> list:
+    """A stage's model list, checked (null: every model that reads the corpus)."""
+    if names is None:
+        return corpus_models(resolved)
+    for index, name in enumerate(names):
+        if name not in resolved.models:
+            raise ConfigError(f"{key}[{index}]: '{name}' is not a declared model "
+                              f"(declared: {', '.join(sorted(resolved.models))})")
+    return list(names)
 
 
 def model_location(resolved: Resolved, name: str) -> str:
@@ -533,27 +585,12 @@ def _resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
     if not analysis:
         return
     paths = resolved.paths
-    names = list(resolved.models) if analysis["models"] is None else analysis["models"]
-    for index, name in enumerate(names):
-        if name not in resolved.models:
-            raise ConfigError(f"analysis.models[{index}]: '{name}' is not a declared model "
-                              f"(declared: {', '.join(sorted(resolved.models))})")
+    names = declared_models(resolved, analysis["models"], "analysis.models")
     fmt = resolved.config["figures"]["format"]
     for text_set, spec in analysis["text_sets"].items():
         check_name(text_set, f"analysis.text_sets.{text_set}")
-        key = f"analysis.text_sets.{text_set}"
         settings = {k: spec.get(k, analysis[k]) for k in ANALYSIS_TEXT_KEYS}
-        if spec["source"] == "val":
-            texts = {"source": "jsonl", "path": f"{paths.data}/val.jsonl", "input": paths.data}
-        elif spec["source"] == "jsonl":
-            local = _local_path(spec["path"], base_dir)
-            if local is None or not os.path.isfile(local):
-                raise ConfigError(f"{key}.path: '{spec['path']}' is not a file")
-            texts = {"source": "jsonl", "path": local, "input": local}
-        else:
-            texts = {"source": "hf_dataset", "name": spec["name"],
-                     "config_name": spec.get("config_name"), "split": spec["split"],
-                     "input": None}
+        texts = text_set_texts(resolved, text_set, base_dir, "analysis.text_sets")
         for name in names:
             model = resolved.models[name]
             out = paths.analysis(text_set, name)
@@ -575,6 +612,66 @@ def _resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
             "out_dir": f"{paths.root}/figures/analysis/{text_set}", "format": fmt,
             "figures": figures,
         }, outputs=list(figures.values()))
+
+
+def text_set_texts(resolved: Resolved, text_set: str, base_dir: Path, key: str,
+                   model: str | None = None) -> dict:
+    """Where a text set's documents come from: {source: jsonl, path, input} or {source:
+    hf_dataset, name, config_name, split, input: None}. `val` is the held-out split of the data
+    folder `model` trained on (the run's corpus for every other model)."""
+    if text_set == "val" and (resolved.config.get("analysis") or {}).get(
+            "text_sets", {}).get("val", {"source": "val"})["source"] == "val":
+        folder = (data_folder(resolved, model) if model else None) or resolved.paths.data
+        return {"source": "jsonl", "path": f"{folder}/val.jsonl", "input": folder}
+    spec = ((resolved.config.get("analysis") or {}).get("text_sets") or {}).get(text_set)
+    if spec is None:
+        raise ConfigError(f"{key}: '{text_set}' is not a text set of analysis.text_sets")
+    if spec["source"] == "val":
+        return {"source": "jsonl", "path": f"{resolved.paths.data}/val.jsonl",
+                "input": resolved.paths.data}
+    if spec["source"] == "jsonl":
+        local = _local_path(spec["path"], base_dir)
+        if local is None or not os.path.isfile(local):
+            raise ConfigError(f"analysis.text_sets.{text_set}.path: '{spec['path']}' is not a file")
+        return {"source": "jsonl", "path": local, "input": local}
+    return {"source": "hf_dataset", "name": spec["name"], "config_name": spec.get("config_name"),
+            "split": spec["split"], "input": None}
+
+
+def model_layers(resolved: Resolved, name: str, key: str) -> int | None:
+    """A declared model's decoder layers: its architecture, or a local checkpoint's config
+    (None for a hub model: its layer settings are checked when the job has downloaded it)."""
+    model = resolved.models[name]
+    if model["kind"] == "pretrain":
+        return model["architecture"]["num_layers"]
+    local = _local_path(resolve_model_path(model["path"]), REPO_ROOT)
+    if local is None:
+        return None
+    config = json.loads((Path(local) / "config.json").read_text())
+    for field_name in ("num_hidden_layers", "n_layer", "num_layers"):
+        if isinstance(config.get(field_name), int):
+            return config[field_name]
+    raise ConfigError(f"{key}: {local}/config.json names no layer count")
+
+
+def _has_lm_head(resolved: Resolved, name: str) -> bool:
+    model = resolved.models[name]
+    if model["kind"] == "pretrain":
+        return True
+    local = _local_path(resolve_model_path(model["path"]), REPO_ROOT)
+    if local is None:
+        return True  # a hub causal LM (checked when downloaded)
+    architectures = json.loads((Path(local) / "config.json").read_text()).get("architectures") or []
+    return any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
+
+
+def _library_check(check, *args, **kwargs) -> None:
+    """Run a stage library's config-time check; its ValueError (message starts with the key)
+    becomes a ConfigError."""
+    try:
+        check(*args, **kwargs)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 ANALYSIS_FIGURES = ("angular_distance", "variance_growth", "contributions", "logit_lens",
@@ -696,3 +793,187 @@ def _resolve_toy(resolved: Resolved) -> None:
 def spec_json(spec: dict) -> str:
     """A spec as the rules pass it: compact, key-sorted JSON (stable for rerun triggers)."""
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+PRUNING_FIGURES = ("delta_p", "sweep", "speedup")
+PRUNING_SETTINGS = ("strategies", "n_grid", "val", "lm_eval", "healing", "auto_depth", "export",
+                    "speed", "device", "dtype")
+
+
+def _resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
+    pruning = resolved.config.get("pruning")
+    if not pruning:
+        return
+    from .lm_tasks import validate_task_names, validate_task_settings
+    from .pruning import validate_pruning_settings
+
+    paths, config = resolved.paths, resolved.config
+    _require_resources(config, "pruning")
+    tasks = pruning["tasks"]
+    _library_check(validate_task_settings, tasks, "pruning.tasks")
+    lm_eval = pruning["lm_eval"]
+    if lm_eval["enabled"]:
+        _library_check(validate_task_names, lm_eval["tasks"], tasks["kinds"],
+                       "pruning.lm_eval.tasks")
+    names = declared_models(resolved, pruning["models"], "pruning.models")
+    text_set = pruning["text_set"]
+    analysis_jobs = resolved.jobs("analyse_model")
+    resolved.add("build_lm_tasks", "tasks", {
+        "data": paths.data, "tokenizer": f"{paths.data}/tokenizer", "out": paths.lm_tasks,
+        **{key: tasks[key] for key in ("kinds", "examples", "words", "context_tokens",
+                                       "max_per_document")},
+        "seed": config["seed"]}, outputs=[paths.lm_tasks])
+    settings = {key: pruning[key] for key in PRUNING_SETTINGS}
+    for index, name in enumerate(names):
+        key = f"pruning.models[{index}]"
+        if not _has_lm_head(resolved, name):
+            raise ConfigError(f"{key}: model '{name}' has no LM head (a bare encoder); layer "
+                              f"removal is scored by validation loss and lm-eval, which need one")
+        if name not in corpus_models(resolved):
+            raise ConfigError(f"{key}: model '{name}' is not trained on the run's corpus, which "
+                              f"the validation loss and tasks are built from")
+        layers = model_layers(resolved, name, key)
+        if layers is not None:
+            _library_check(validate_pruning_settings, settings, layers, "pruning")
+        if f"{text_set}/{name}" not in analysis_jobs:
+            raise ConfigError(f"{key}: the angular block choice needs the analysis of '{name}' "
+                              f"on text set '{text_set}' (pruning.text_set); add it to "
+                              f"analysis.models / analysis.text_sets")
+        model = resolved.models[name]
+        out = paths.pruning(name)
+        resolved.add("prune_model", name, {
+            "model_name": name, "model": model_location(resolved, name),
+            "analysis": paths.analysis(text_set, name), "data": paths.data,
+            "tasks": paths.lm_tasks, "datasets_cache": paths.datasets_cache(name), "out": out,
+            "seed": config["seed"], **settings,
+            "dtype": model.get("dtype", settings["dtype"])},
+            outputs=[out, paths.datasets_cache(name)], inputs={
+                "model": resolved.model_inputs(name), "analysis": [paths.analysis(text_set, name)],
+                "data": [paths.data], "tasks": [paths.lm_tasks]})
+    fmt = config["figures"]["format"]
+    figures = {figure: paths.figure(f"pruning/{figure}", fmt) for figure in PRUNING_FIGURES}
+    resolved.add("plot_pruning", "pruning", {
+        "prunings": {name: paths.pruning(name) for name in names},
+        "labels": {name: resolved.models[name].get("norm_scheme", name) for name in names},
+        "metric": lm_eval["metric"], "chance": 0.25, "run_name": config["run_name"],
+        "figures": figures}, outputs=list(figures.values()))
+
+
+DEPTH_USE_FIGURES = ("skip_effects", "output_effect", "depth_score", "linear_maps")
+
+
+def _require_resources(config: dict, stage: str) -> None:
+    if stage not in config["resources"]:
+        raise ConfigError(f"resources.{stage}: missing (the {stage} stage is on; give it "
+                          f"threads, mem_mb, runtime)")
+
+
+def _resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
+    depth_use = resolved.config.get("depth_use")
+    if not depth_use:
+        return
+    from .interventions import validate_intervention_settings
+    from .linear_maps import validate_linear_map_settings
+    from .problems import validate_problem_settings
+
+    paths, config = resolved.paths, resolved.config
+    _require_resources(config, "depth_use")
+    problems = depth_use["problems"]
+    if problems:
+        _library_check(validate_problem_settings, problems, "depth_use.problems")
+        resolved.add("make_problems", "problems", {"out": paths.problems, "seed": config["seed"],
+                                                   **problems}, outputs=[paths.problems])
+    skip, score = depth_use["skip"], depth_use["depth_score"]
+    skip_models = declared_models(resolved, skip["models"], "depth_use.skip.models")
+    score_models = declared_models(resolved, score["models"], "depth_use.depth_score.models")
+    if score_models and not problems:
+        raise ConfigError("depth_use.depth_score.models: a depth score needs problems "
+                          "(depth_use.problems)")
+    per_model = skip.get("per_model") or {}
+    for name in per_model:
+        if name not in skip_models + score_models:
+            raise ConfigError(f"depth_use.skip.per_model.{name}: not a model of "
+                              f"depth_use.skip.models or depth_use.depth_score.models")
+    skip_folders = []
+    for name in dict.fromkeys(skip_models + score_models):
+        key = (f"depth_use.skip.models[{skip_models.index(name)}]" if name in skip_models
+               else f"depth_use.depth_score.models[{score_models.index(name)}]")
+        settings = {**{k: skip[k] for k in ("max_samples", "max_length", "batch_size", "variants",
+                                            "layers", "no_skip_front", "future_positions",
+                                            "future_min_position", "max_rows")},
+                    **per_model.get(name, {})}
+        scored = name in score_models
+        _library_check(validate_intervention_settings,
+                       {**settings, "depth_score_variant": score["variant"]},
+                       model_layers(resolved, name, key), f"depth_use.skip")
+        texts = text_set_texts(resolved, skip["text_set"], base_dir, "depth_use.skip.text_set",
+                               model=name)
+        model = resolved.models[name]
+        out = paths.skip(name)
+        skip_folders.append(out)
+        resolved.add("skip_interventions", name, {
+            "model_name": name, "model_path": model_location(resolved, name),
+            "revision": model.get("revision"), "out": out, "texts": texts,
+            "text_field": (config.get("analysis") or {}).get("text_field", "text"),
+            "text_set": skip["text_set"], **settings, "seed": config["seed"],
+            "problems": f"{paths.problems}/problems.jsonl" if scored else None,
+            "depth_score_variant": score["variant"], "prepend_bos": score["prepend_bos"],
+            "bootstrap": score["bootstrap"], "dtype": model.get("dtype", depth_use["dtype"]),
+            "device": depth_use["device"]}, outputs=[out], inputs={
+                "model": resolved.model_inputs(name),
+                "texts": [texts["input"]] if texts["input"] else [],
+                "problems": [paths.problems] if scored else []})
+    maps = depth_use["linear_maps"]
+    _library_check(validate_linear_map_settings, maps, "depth_use.linear_maps")
+    map_folders = []
+    for pair, ends in maps["pairs"].items():
+        key = f"depth_use.linear_maps.pairs.{pair}"
+        check_name(pair, key)
+        for end in ("source", "target"):
+            if ends[end] not in resolved.models:
+                raise ConfigError(f"{key}.{end}: '{ends[end]}' is not a declared model")
+        _check_same_tokens(resolved, ends["source"], ends["target"], key)
+        texts = text_set_texts(resolved, maps["text_set"], base_dir,
+                               "depth_use.linear_maps.text_set", model=ends["source"])
+        out = paths.linear_map(pair)
+        map_folders.append(out)
+        source, target = resolved.models[ends["source"]], resolved.models[ends["target"]]
+        resolved.add("linear_maps", pair, {
+            "pair": pair, "source_name": ends["source"],
+            "source_path": model_location(resolved, ends["source"]),
+            "target_name": ends["target"], "target_path": model_location(resolved, ends["target"]),
+            "revision": source.get("revision") or target.get("revision"), "out": out,
+            "texts": texts, "text_field": (config.get("analysis") or {}).get("text_field", "text"),
+            **{k: maps[k] for k in ("max_documents", "max_length", "batch_size", "skip_first",
+                                    "val_fraction", "test_fraction", "alphas", "max_memory_mb",
+                                    "error")},
+            "dtype": depth_use["dtype"], "device": depth_use["device"]}, outputs=[out], inputs={
+                "models": resolved.model_inputs(ends["source"])
+                + resolved.model_inputs(ends["target"]),
+                "texts": [texts["input"]] if texts["input"] else []})
+    fmt = config["figures"]["format"]
+    figures = {figure: paths.figure(f"depth_use/{figure}", fmt) for figure in DEPTH_USE_FIGURES}
+    resolved.add("plot_depth_use", "depth_use", {
+        "skip": skip_folders, "linear_maps": map_folders,
+        "out_dir": f"{paths.root}/figures/depth_use", "format": fmt},
+        outputs=list(figures.values()))
+
+
+def _check_same_tokens(resolved: Resolved, source: str, target: str, key: str) -> None:
+    """Two models of a linear map must read the same token ids."""
+    folders = {name: data_folder(resolved, name) for name in (source, target)}
+    if all(folders.values()):
+        if folders[source] != folders[target]:
+            raise ConfigError(f"{key}: '{source}' and '{target}' are trained on different data "
+                              f"folders ({folders[source]}, {folders[target]}), so their tokens "
+                              f"differ")
+        return
+    if any(folders.values()):
+        raise ConfigError(f"{key}: '{source}' and '{target}' do not share a tokenizer (one is "
+                          f"trained here on the run's BPE, the other is a declared checkpoint)")
+    from .linear_maps import check_same_tokenizer
+
+    locations = [_local_path(resolve_model_path(resolved.models[n]["path"]), REPO_ROOT)
+                 for n in (source, target)]
+    if all(locations):
+        _library_check(check_same_tokenizer, *locations, where=key)

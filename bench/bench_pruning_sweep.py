@@ -1,0 +1,126 @@
+#!/usr/bin/env python
+"""Benchmark of the pruning stage's loss sweep (depthlab.pruning.LossSweep) against rebuilding
+and rerunning every variant (depthlab.pruning.rebuild_loss: copy the pruned model, run it).
+
+The sweep is the default stage's: every single-layer removal, angular and deepest blocks for
+every n in 1..L-1 and the greedy path to n = L-1 (each greedy step asks for all its candidates
+at once, as the stage does), on the default validation windows (32 x 64 tokens in batches of 16).
+The reference rebuilds each distinct removal set once (no credit is taken for the sweep's
+deduplication). Asserts the losses are identical (relative 1e-6) and prints the wall-time ratio
+and the ratio of decoder-layer calls (machine-independent). Timings alternate the two methods
+over --repeats rounds and keep each one's best, since the machine is shared.
+
+    python bench/bench_pruning_sweep.py [--model DIR] [--analysis DIR] [--data DIR]
+                                        [--threads 1] [--repeats 1]
+
+Without --model: the default suite's 12 x 128 pre-LN toy shape with random weights, random
+validation tokens and a random distance matrix.
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow_scripts"))
+
+
+def inputs(args):
+    import numpy as np
+    import torch
+
+    from depthlab.pruning import read_distance_matrix
+
+    if args.model:
+        from depthlab.adapter import load_model
+        from depthlab.data import load_tokens
+
+        model = load_model(args.model)
+        tokens = load_tokens(args.data, "val")
+        distance = read_distance_matrix(Path(args.analysis) / "angular_distance_last.csv")
+        return model, tokens, distance
+    from depthlab.models import build_model, make_config
+
+    config = make_config({"hidden_size": 128, "num_layers": 12, "num_heads": 4,
+                          "intermediate_size": 352}, "pre_ln", vocab_size=4096, max_positions=64)
+    model = build_model(config, seed=0).to(torch.float32).eval()
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(2, 4096, 20000).astype(np.uint16)
+    distance = rng.random((13, 13))
+    return model, tokens, (distance + distance.T) / 2
+
+
+def sweep_requests(num_layers, distance, losses_of):
+    """The stage's requests in order; returns every distinct removal set asked for."""
+    from depthlab.pruning import angular_removal, deepest_removal, greedy_path
+
+    asked = []
+
+    def record(sets):
+        asked.extend(sets)
+        return losses_of(sets)
+
+    n_values = range(1, num_layers)
+    greedy = greedy_path(record, num_layers, num_layers - 1)
+    plans = [angular_removal(distance, n) for n in n_values]
+    plans += [deepest_removal(num_layers, n) for n in n_values]
+    plans += [r["removed"] for r in greedy]
+    record([()] + [(l,) for l in range(num_layers)] + plans)
+    return list(dict.fromkeys(tuple(sorted(s)) for s in asked))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="HF model folder (default: random 12 x 128 toy)")
+    parser.add_argument("--analysis", help="analysis folder with angular_distance_last.csv")
+    parser.add_argument("--data", help="data folder with val.bin")
+    parser.add_argument("--windows", type=int, default=32)
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+
+    import numpy as np
+    import torch
+
+    from depthlab.pruning import LossSweep, rebuild_loss, validation_windows
+
+    torch.set_num_threads(args.threads)
+    model, tokens, distance = inputs(args)
+    windows = validation_windows(tokens, args.windows, args.seq_len, args.batch_size)
+    num_layers = distance.shape[0] - 1
+
+    best = {"sweep": float("inf"), "rebuild": float("inf")}
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        sweep = LossSweep(model, windows)
+        sets = sweep_requests(num_layers, distance, sweep.losses)
+        best["sweep"] = min(best["sweep"], time.perf_counter() - start)
+        cached = dict(zip(sets, sweep.losses(sets)))
+
+        start = time.perf_counter()
+        rebuilt = {s: rebuild_loss(model, s, windows) for s in sets}
+        best["rebuild"] = min(best["rebuild"], time.perf_counter() - start)
+
+    got = np.array([cached[s] for s in sets])
+    expected = np.array([rebuilt[s] for s in sets])
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=0)
+    naive_calls = sum(num_layers - len(s) for s in sets) * len(windows)
+    load = os.getloadavg()[0]
+    print(f"threads: {args.threads}; load {load:.2f} (the machine is shared: timings are noisy)")
+    print(f"model: {args.model or 'random 12 x 128 pre-LN toy'}; {num_layers} layers; "
+          f"{len(windows)} batches of {args.batch_size} x {args.seq_len} tokens")
+    print(f"distinct removal sets: {len(sets)}; losses identical to rebuilding "
+          f"(max |diff| {np.max(np.abs(got - expected)):.2e})")
+    print(f"layer calls: sweep {sweep.layer_calls} vs rebuild {naive_calls} "
+          f"({naive_calls / sweep.layer_calls:.2f}x fewer)")
+    print(f"wall: sweep {best['sweep']:.2f} s vs rebuild {best['rebuild']:.2f} s -> "
+          f"ratio {best['rebuild'] / best['sweep']:.2f}x (goal >= 2x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+#!/usr/bin/env python
+"""Benchmark: batched layer-skip interventions (depthlab.interventions.skip_effects: many prompts
+per pass, layers before the skipped one never recomputed, all rows stacked layer by layer)
+against the reference code's loop (one prompt per full forward pass: one clean pass per prompt,
+then one intervened pass per skipped layer and sampled position t). Both give the same effect
+matrices; the script prints the largest difference and the time ratio (goal >= 5x).
+
+Default model: the default run's deepest sweep model if it exists (results/default/models/
+depth_width_l16_m96), else a random-weight 16 x 96 pre-LN model with vocabulary 4096. Texts: the
+run's val.jsonl if it exists, else random token ids.
+
+    python bench/bench_skip_interventions.py [--model DIR] [--texts val.jsonl] [--prompts 16]
+        [--length 64] [--variants layer_all layer_future] [--threads 1] [--repeats 2]
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow_scripts"))
+DEFAULT_RUN = ROOT / "results" / "default"
+
+
+def load(args):
+    import torch
+
+    from depthlab.adapter import adapt, load_model, load_tokenizer
+
+    model_dir = args.model or (DEFAULT_RUN / "models" / "depth_width_l16_m96")
+    if Path(model_dir).is_dir():
+        model, tokenizer = load_model(str(model_dir)), load_tokenizer(str(model_dir))
+        name = Path(model_dir).name
+    else:
+        from depthlab.models import build_model, make_config
+
+        config = make_config({"hidden_size": 96, "num_layers": 16, "num_heads": 3,
+                              "intermediate_size": 256}, "pre_ln", vocab_size=4096,
+                             max_positions=args.length)
+        model, tokenizer, name = build_model(config, 0).eval(), None, "random 16x96 pre_ln"
+    texts = args.texts or (DEFAULT_RUN / "data" / "val.jsonl")
+    if tokenizer is not None and Path(texts).is_file():
+        from depthlab.data import iter_jsonl_texts
+
+        rows = []
+        for text in iter_jsonl_texts(texts):
+            ids = tokenizer(text, truncation=True, max_length=args.length)["input_ids"]
+            if len(ids) >= 12:
+                rows.append(ids)
+            if len(rows) == args.prompts:
+                break
+    else:
+        generator = torch.Generator().manual_seed(0)
+        rows = [torch.randint(2, model.config.vocab_size, (args.length - (i % 5),),
+                              generator=generator).tolist() for i in range(args.prompts)]
+    return adapt(model), rows, name
+
+
+def batched(adapter, rows, settings, batch_size):
+    import torch
+
+    from depthlab.interventions import skip_effects
+
+    def batches():
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start:start + batch_size]
+            width = max(len(r) for r in chunk)
+            ids = torch.zeros(len(chunk), width, dtype=torch.long)
+            mask = torch.zeros(len(chunk), width, dtype=torch.long)
+            for i, r in enumerate(chunk):
+                ids[i, :len(r)] = torch.tensor(r)
+                mask[i, :len(r)] = 1
+            yield {"input_ids": ids, "attention_mask": mask}
+
+    return skip_effects(adapter, batches(), settings)
+
+
+def one_prompt_per_pass(adapter, rows, settings):
+    import numpy as np
+    import torch
+
+    from depthlab.interventions import (future_positions, reference_clean_states,
+                                        reference_skip_effects)
+
+    L = adapter.num_layers
+    out = {}
+    for variant in settings.variants:
+        umax, omax = np.zeros((L, L)), np.zeros(L)
+        usum, osum, count = np.zeros((L, L)), np.zeros(L), np.zeros(L)
+        for prompt_id, r in enumerate(rows):
+            ids = torch.tensor(r)
+            clean = reference_clean_states(adapter, ids)      # once per prompt, as the reference
+            ts = [None] if variant.endswith("_all") else future_positions(len(r), prompt_id,
+                                                                          settings)
+            for s in range(L):
+                for t in ts:
+                    change, output = reference_skip_effects(adapter, ids, variant, s, t,
+                                                            settings.no_skip_front, clean=clean)
+                    umax[s] = np.maximum(umax[s], change.max(axis=1))
+                    usum[s] += change.sum(axis=1)
+                    omax[s] = max(omax[s], output.max())
+                    osum[s] += output.sum()
+                    count[s] += change.shape[1]
+        for s in range(L):
+            umax[s, :s] = usum[s, :s] = 0.0
+        out[variant] = (umax, usum / count[:, None], omax, osum / count)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model")
+    parser.add_argument("--texts")
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--max-rows", type=int, default=256)
+    parser.add_argument("--variants", nargs="+", default=["layer_all", "layer_future"])
+    parser.add_argument("--future-positions", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+
+    import numpy as np
+    import torch
+
+    from depthlab.interventions import SkipSettings
+
+    torch.set_num_threads(args.threads)
+    adapter, rows, name = load(args)
+    settings = SkipSettings(variants=tuple(args.variants), no_skip_front=1,
+                            future_positions=args.future_positions, future_min_position=8,
+                            max_rows=args.max_rows, seed=0)
+    best = {"batched": float("inf"), "one_prompt_per_pass": float("inf")}
+    for _ in range(args.repeats):   # alternate, keep the best (shared machine)
+        start = time.perf_counter()
+        fast = batched(adapter, rows, settings, args.batch_size)
+        best["batched"] = min(best["batched"], time.perf_counter() - start)
+        start = time.perf_counter()
+        slow = one_prompt_per_pass(adapter, rows, settings)
+        best["one_prompt_per_pass"] = min(best["one_prompt_per_pass"],
+                                          time.perf_counter() - start)
+    diff = 0.0
+    for variant in settings.variants:
+        umax, umean, omax, omean = slow[variant]
+        for a, b in ((fast.update_max[variant], umax), (fast.update_mean[variant], umean),
+                     (fast.output_max[variant], omax), (fast.output_mean[variant], omean)):
+            diff = max(diff, float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-3))))
+    tokens = sum(len(r) for r in rows)
+    print(f"model: {name}, {adapter.num_layers} layers; {len(rows)} prompts, {tokens} tokens; "
+          f"variants {', '.join(settings.variants)}; {args.threads} thread(s); best of "
+          f"{args.repeats}")
+    print(f"batched (batch {args.batch_size}, max_rows {args.max_rows}): "
+          f"{best['batched']:.2f} s;  one prompt per pass: {best['one_prompt_per_pass']:.2f} s;  "
+          f"speed-up x{best['one_prompt_per_pass'] / best['batched']:.1f} (goal >= 5)")
+    print(f"largest relative difference of the effects (float32): {diff:.2e}")
+    print(json.dumps({"batched_s": round(best["batched"], 3),
+                      "one_prompt_per_pass_s": round(best["one_prompt_per_pass"], 3),
+                      "speedup": round(best["one_prompt_per_pass"] / best["batched"], 2),
+                      "max_relative_difference": diff}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+# Depth-use stage (Csordás et al.): synthetic problems of graded difficulty (a model is trained on
+# them by pretrain_model); layer-skip interventions and the depth score per model; cross-model
+# linear maps per declared pair; figures.
+
+
+rule make_problems:
+    input:
+        script=script("make_problems.py"),
+        library=library("make_problems.py"),
+    output:
+        problems=directory(PATHS.problems),
+    params:
+        spec=job_spec("make_problems"),
+    localrule: True
+    log:
+        log_file("make_problems", "problems"),
+    benchmark:
+        benchmark_file("make_problems", "problems")
+    conda:
+        ENVIRONMENT
+    threads: stage_threads("fits")
+    resources:
+        **stage_resources("fits", gpu=False),
+    shell:
+        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+
+
+rule skip_interventions:
+    input:
+        unpack(lambda wildcards: RESOLVED.inputs_for("skip_interventions", wildcards)),
+        script=script("skip_interventions.py"),
+        library=library("skip_interventions.py"),
+    output:
+        skip=directory(PATHS.skip("{job}")),
+    params:
+        spec=job_spec("skip_interventions"),
+    wildcard_constraints:
+        job=wildcard_alternatives(jobs("skip_interventions")),
+    log:
+        log_file("skip_interventions"),
+    benchmark:
+        benchmark_file("skip_interventions")
+    conda:
+        ENVIRONMENT
+    threads: stage_threads("depth_use")
+    resources:
+        **stage_resources("depth_use"),
+    shell:
+        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+
+
+rule linear_maps:
+    input:
+        unpack(lambda wildcards: RESOLVED.inputs_for("linear_maps", wildcards)),
+        script=script("linear_maps.py"),
+        library=library("linear_maps.py"),
+    output:
+        maps=directory(PATHS.linear_map("{job}")),
+    params:
+        spec=job_spec("linear_maps"),
+    wildcard_constraints:
+        job=wildcard_alternatives(jobs("linear_maps")),
+    log:
+        log_file("linear_maps"),
+    benchmark:
+        benchmark_file("linear_maps")
+    conda:
+        ENVIRONMENT
+    threads: stage_threads("depth_use")
+    resources:
+        **stage_resources("depth_use"),
+    shell:
+        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+
+
+rule plot_depth_use:
+    input:
+        skip=[PATHS.skip(name) for name in jobs("skip_interventions")],
+        maps=[PATHS.linear_map(name) for name in jobs("linear_maps")],
+        script=script("plot_depth_use.py"),
+        library=library("plot_depth_use.py"),
+    output:
+        figures=[report(PATHS.figure(f"depth_use/{figure}", FIGURE_FORMAT), category="Depth use",
+                        caption=f"captions/depth_use_{figure}.rst")
+                 for figure in DEPTH_USE_FIGURES],
+    params:
+        spec=job_spec("plot_depth_use"),
+    localrule: True
+    log:
+        log_file("plot_depth_use", "depth_use"),
+    benchmark:
+        benchmark_file("plot_depth_use", "depth_use")
+    conda:
+        ENVIRONMENT
+    threads: stage_threads("figures")
+    resources:
+        **stage_resources("figures", gpu=False),
+    shell:
+        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

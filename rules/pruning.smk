@@ -1,0 +1,75 @@
+# Pruning stage (Gromov et al.; Curse of Depth Fig. 2): offline lm-eval tasks from the held-out
+# corpus; per model, single-layer removal, block removal by three strategies over n, healing,
+# lm-eval scores, auto depth and measured speed-up; figures across models.
+
+
+rule build_lm_tasks:
+    input:
+        data=PATHS.data,
+        script=script("build_lm_tasks.py"),
+        library=library("build_lm_tasks.py"),
+    output:
+        tasks=directory(PATHS.lm_tasks),
+    params:
+        spec=job_spec("build_lm_tasks"),
+    localrule: True
+    log:
+        log_file("build_lm_tasks", "tasks"),
+    benchmark:
+        benchmark_file("build_lm_tasks", "tasks")
+    conda:
+        ENVIRONMENT
+    threads: stage_threads("fits")
+    resources:
+        **stage_resources("fits", gpu=False),
+    shell:
+        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+
+
+rule prune_model:
+    input:
+        unpack(lambda wildcards: RESOLVED.inputs_for("prune_model", wildcards)),
+        script=script("prune_model.py"),
+        library=library("prune_model.py"),
+    output:
+        pruning=directory(PATHS.pruning("{job}")),
+    params:
+        spec=job_spec("prune_model"),
+    wildcard_constraints:
+        job=wildcard_alternatives(jobs("prune_model")),
+    log:
+        log_file("prune_model"),
+    benchmark:
+        benchmark_file("prune_model")
+    conda:
+        ENVIRONMENT
+    threads: stage_threads("pruning")
+    resources:
+        **stage_resources("pruning"),
+    shell:
+        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+
+
+rule plot_pruning:
+    input:
+        prunings=[PATHS.pruning(name) for name in jobs("prune_model")],
+        script=script("plot_pruning.py"),
+        library=library("plot_pruning.py"),
+    output:
+        figures=[report(PATHS.figure(f"pruning/{figure}", FIGURE_FORMAT), category="Pruning",
+                        caption=f"captions/pruning_{figure}.rst")
+                 for figure in PRUNING_FIGURES],
+    params:
+        spec=job_spec("plot_pruning"),
+    localrule: True
+    log:
+        log_file("plot_pruning", "pruning"),
+    benchmark:
+        benchmark_file("plot_pruning", "pruning")
+    conda:
+        ENVIRONMENT
+    threads: stage_threads("figures")
+    resources:
+        **stage_resources("figures", gpu=False),
+    shell:
+        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

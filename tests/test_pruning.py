@@ -1,0 +1,344 @@
+"""Layer removal: the pruned view and the exported folder equal the full model with the removed
+layers skipped by a hook (an independent reference), on several architectures; the prefix-cached
+loss sweep equals rebuilding every variant; greedy, auto depth and the angular block choice
+against independent computations; bad settings rejected naming the key; the stage script end to
+end on a tiny model."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import transformers as tf
+from tiny_models import VOCAB, build, random_batch
+
+from depthlab.adapter import adapt
+from depthlab.pruning import (LossSweep, PruningError, angular_block_choice, angular_removal,
+                              auto_depth, block_choice_table, check_prunable, config_updates,
+                              deepest_removal, export_pruned, greedy_path, grid, prune_copy,
+                              pruned_view, rebuild_loss, validate_pruning_settings,
+                              validation_windows)
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "workflow_scripts"
+FAMILIES = ("llama", "qwen2_sliding", "gpt2", "opt", "gpt_neox", "depthlab_lns",
+            "depthlab_mix_ln", "depthlab_deepnorm")
+
+
+def make(family: str):
+    if family == "qwen2_sliding":
+        # alternating attention types: removal must slice config.layer_types with the layers
+        torch.manual_seed(0)
+        config = tf.Qwen2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=4,
+                                num_attention_heads=4, num_key_value_heads=2,
+                                intermediate_size=48, max_position_embeddings=64,
+                                use_sliding_window=True, sliding_window=3,
+                                layer_types=["full_attention", "sliding_attention"] * 2)
+        config._attn_implementation = "eager"
+        return tf.Qwen2ForCausalLM(config).eval()
+    return build(family)
+
+
+def skip_reference(model, removed, ids):
+    """Logits of the full model with each removed layer replaced by the identity (a hook
+    returning the layer's input): the definition of removal, computed without depthlab.pruning."""
+    layers = adapt(model).layers
+    handles = []
+    for index in removed:
+        def identity(module, args, kwargs, output):
+            hidden = args[0] if args else kwargs["hidden_states"]
+            return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+        handles.append(layers[index].register_forward_hook(identity, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            return model(input_ids=ids).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_pruned_view_and_copy_equal_hook_skip(family):
+    model = make(family)
+    ids = random_batch([12, 12], seed=1)["input_ids"]
+    with torch.no_grad():
+        full = model(input_ids=ids).logits
+    layer_types = list(getattr(model.config, "layer_types", None) or [])
+    for removed in [(1,), (0, 2)]:
+        reference = skip_reference(model, removed, ids)
+        assert not torch.allclose(reference, full, atol=1e-4)  # the removal matters
+        with pruned_view(model, removed) as view:
+            kept = [l for l in range(adapt(model).num_layers + len(removed)) if l not in removed]
+            assert view.config.num_hidden_layers == len(kept)
+            assert adapt(view).num_layers == len(kept)
+            if layer_types:
+                assert list(view.config.layer_types) == [layer_types[l] for l in kept]
+            with torch.no_grad():
+                viewed = view(input_ids=ids).logits
+        torch.testing.assert_close(viewed, reference, rtol=1e-5, atol=1e-6)
+        copied = prune_copy(model, removed)
+        with torch.no_grad():
+            torch.testing.assert_close(copied(input_ids=ids).logits, reference, rtol=1e-5,
+                                       atol=1e-6)
+        # the view left the model as it was
+        with torch.no_grad():
+            torch.testing.assert_close(model(input_ids=ids).logits, full, rtol=0, atol=0)
+        if layer_types:
+            assert list(model.config.layer_types) == layer_types
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "depthlab_mix_ln"])
+def test_view_generates_with_renumbered_cache(family):
+    """Generation with a KV cache indexes the cache by layer_idx: the view must renumber."""
+    model = make(family)
+    ids = random_batch([6], seed=2)["input_ids"]
+    copied = prune_copy(model, (1,))
+    with pruned_view(model, (1,)) as view, torch.no_grad():
+        indices = [m.layer_idx for layer in adapt(view).layers for m in layer.modules()
+                   if isinstance(getattr(m, "layer_idx", None), int)]
+        assert sorted(set(indices)) == list(range(adapt(view).num_layers))
+        generated = view.generate(input_ids=ids, max_new_tokens=5, do_sample=False,
+                                  pad_token_id=0)
+    with torch.no_grad():
+        expected = copied.generate(input_ids=ids, max_new_tokens=5, do_sample=False,
+                                   pad_token_id=0)
+    assert torch.equal(generated, expected)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "opt", "depthlab_deepnorm",
+                                    "depthlab_lns"])
+def test_export_loads_without_missing_weights(family, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = make(family)
+    ids = random_batch([10], seed=3)["input_ids"]
+    record = export_pruned(model, (1,), tmp_path)
+    assert record["removed_layers"] == [1] and record["num_layers"] == 2
+    loaded, info = AutoModelForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+    assert loaded.config.num_hidden_layers == 2
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(input_ids=ids).logits,
+                                   skip_reference(model, (1,), ids), rtol=1e-4, atol=1e-5)
+    if family == "depthlab_lns":
+        assert type(loaded).__name__ == "LlamaForCausalLM"  # LNS folded, kept layers' depth
+
+
+def test_config_updates_slice_and_recount():
+    config = tf.Qwen2Config(num_hidden_layers=6, max_window_layers=3,
+                            layer_types=["full_attention"] * 3 + ["sliding_attention"] * 3)
+    updates = config_updates(config, [0, 2, 4, 5], 6)
+    assert updates["num_hidden_layers"] == 4
+    assert updates["max_window_layers"] == 2  # kept layers 0 and 2 lie below the old boundary
+    assert updates["layer_types"] == ["full_attention", "full_attention",
+                                      "sliding_attention", "sliding_attention"]
+
+
+# ------------------------------------------------------------------ loss sweep with reuse
+
+
+def markov_tokens(count: int, vocab: int = VOCAB, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    table = rng.integers(0, vocab, size=(vocab, 3))
+    tokens = [0]
+    for _ in range(count - 1):
+        tokens.append(table[tokens[-1], rng.integers(3)])
+    return np.asarray(tokens, dtype=np.uint16)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "opt", "depthlab_post_ln"])
+def test_sweep_equals_rebuilding_every_variant(family):
+    model = make(family)
+    windows = validation_windows(markov_tokens(3000), 6, 16, 4)
+    sets = [(), (0,), (1,), (2,), (0, 1), (0, 2), (1, 2)]
+    sweep = LossSweep(model, windows)
+    got = sweep.losses(sets)
+    expected = [rebuild_loss(model, s, windows) for s in sets]
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=0)
+    assert len(set(np.round(got, 6))) == len(sets)  # every variant differs
+    naive = sum((3 - len(s)) for s in sets) * len(windows)
+    assert sweep.layer_calls < naive
+    # states cached across calls (greedy steps) or none at all: the same losses
+    uncached = LossSweep(model, windows, cache_mib=0)
+    for part in (sets[:3], sets[3:]):
+        np.testing.assert_allclose(uncached.losses(part), sweep.losses(part), rtol=1e-6)
+    # memoised: asking again runs nothing
+    calls = sweep.layer_calls
+    assert sweep.losses([(1,)]) == [got[2]] and sweep.layer_calls == calls
+
+
+def test_greedy_first_step_is_the_best_single_layer():
+    model = build("llama")
+    windows = validation_windows(markov_tokens(3000, seed=1), 6, 16, 3)
+    sweep = LossSweep(model, windows)
+    path = greedy_path(sweep.losses, 3, 2)
+    singles = [rebuild_loss(model, (l,), windows) for l in range(3)]
+    assert path[0]["removed"] == (int(np.argmin(singles)),)
+    assert path[0]["loss"] == pytest.approx(min(singles), rel=1e-6)
+    # step 2 extends step 1 by the best remaining layer
+    pairs = {l: rebuild_loss(model, tuple(sorted(path[0]["removed"] + (l,))), windows)
+             for l in range(3) if l not in path[0]["removed"]}
+    assert path[1]["layer"] == min(pairs, key=pairs.get)
+
+
+# ------------------------------------------------------------------ strategies
+
+
+def test_block_choice_equals_independent_argmin():
+    rng = np.random.default_rng(4)
+    L = 9
+    points = rng.normal(size=(L + 1, 5))
+    unit = points / np.linalg.norm(points, axis=1, keepdims=True)
+    distance = np.arccos(np.clip(unit @ unit.T, -1, 1)) / np.pi
+    table = block_choice_table(distance, range(1, L))
+    for n, l_star, d in table.itertuples(index=False):
+        diagonal = np.array([distance[i, i + n] for i in range(L + 1 - n)])
+        assert l_star == int(np.flatnonzero(diagonal == diagonal.min())[0])
+        assert d == diagonal.min()
+        assert angular_removal(distance, n) == tuple(range(l_star, l_star + n))
+    tied = np.ones((5, 5))
+    tied[1, 3] = tied[2, 4] = 0.1
+    assert angular_block_choice(tied, 2) == (1, 0.1)  # ties: the smallest l
+
+
+def test_deepest_keeps_the_last_layer():
+    assert deepest_removal(12, 3) == (8, 9, 10)
+    assert deepest_removal(12, 11) == tuple(range(0, 11))
+    with pytest.raises(PruningError):
+        deepest_removal(12, 12)
+
+
+def test_auto_depth_on_a_hand_made_table():
+    table = pd.DataFrame({"n": [0, 1, 2, 3, 4, 5],
+                          "val_loss": [2.0, 2.05, 2.1, 2.3, 2.15, 3.0],
+                          "acc": [0.60, 0.61, 0.58, 0.56, 0.57, 0.30]})
+    assert auto_depth(table, "val_loss", 0.1, higher_is_better=False)["n"] == 2
+    # n = 4 is within tolerance again, but n = 3 broke it: the drop must *stay* within
+    assert auto_depth(table, "val_loss", 0.3, higher_is_better=False)["n"] == 4
+    assert auto_depth(table, "acc", 0.03, higher_is_better=True)["n"] == 2
+    assert auto_depth(table, "acc", 0.05, higher_is_better=True)["n"] == 4
+    assert auto_depth(table, "acc", 0.001, higher_is_better=True)["n"] == 1
+    assert auto_depth(table, "val_loss", 0.01, higher_is_better=False)["n"] == 0
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def settings(**overrides):
+    base = {"strategies": ["angular", "deepest", "greedy"], "n_grid": None,
+            "val": {"windows": 4, "seq_len": 16, "batch_size": 2},
+            "lm_eval": {"enabled": False}, "healing": {"enabled": False},
+            "auto_depth": {"tolerances": {"val_loss": 0.1}}, "export": [],
+            "speed": {"enabled": False}}
+    base.update(overrides)
+    return base
+
+
+def test_validation_names_the_key():
+    validate_pruning_settings(settings(), 12)
+    with pytest.raises(ValueError, match=r"pruning\.n_grid: block size 12 >= "):
+        validate_pruning_settings(settings(n_grid=[1, 12]), 12)
+    with pytest.raises(ValueError, match=r"pruning\.strategies: unknown strategy 'random'"):
+        validate_pruning_settings(settings(strategies=["angular", "random"]), 12)
+    with pytest.raises(ValueError, match=r"pruning\.speed\.n_grid"):
+        validate_pruning_settings(settings(speed={"enabled": True, "strategy": "angular",
+                                                  "n_grid": [20], "batch_size": 1,
+                                                  "prompt_length": 4, "new_tokens": 4,
+                                                  "repeats": 1}), 12)
+    with pytest.raises(ValueError, match=r"pruning\.export\[0\]\.metric"):
+        validate_pruning_settings(settings(export=[{"strategy": "angular",
+                                                    "metric": "mean_acc"}]), 12)
+    with pytest.raises(ValueError, match=r"pruning\.healing\.rank"):
+        validate_pruning_settings(settings(healing={
+            "enabled": True, "strategies": ["angular"], "n_grid": [1], "method": "lora",
+            "rank": 0, "alpha": 1, "dropout": 0.0, "target_modules": ["mlp"], "steps": 1,
+            "batch_size": 1, "seq_len": 8, "lr": 1e-3, "warmup_steps": 0,
+            "min_lr_ratio": 0.1, "schedule": "cosine", "weight_decay": 0.0}), 12)
+    with pytest.raises(ValueError, match=r"pruning\.n_grid: block size 3 is outside"):
+        grid([3], 3)
+
+
+def test_model_without_lm_head_is_rejected():
+    bert = build("bert")
+    with pytest.raises(ValueError, match=r"pruning\.models: model 'minilm' has no LM head"):
+        check_prunable(has_lm_head=adapt(bert).has_lm_head, name="minilm")
+    with pytest.raises(ValueError, match="no LM head"):
+        check_prunable({"architectures": ["BertModel"]}, name="minilm")
+    check_prunable({"architectures": ["LlamaForCausalLM"]}, name="pre_ln")
+    with pytest.raises(ValueError, match="no LM head"):
+        LossSweep(bert, validation_windows(markov_tokens(200), 2, 8, 2))
+
+
+# ------------------------------------------------------------------ the stage script
+
+
+def test_prune_model_script_end_to_end(tmp_path):
+    from test_lm_tasks import make_run
+
+    run = make_run(tmp_path, train_steps=40)
+    L = run["num_layers"]
+    out = tmp_path / "pruning" / "m"
+    spec = {
+        "model_name": "m", "model": str(run["model"]), "analysis": str(run["analysis"]),
+        "data": str(run["data"]), "tasks": str(run["tasks"]),
+        "datasets_cache": str(tmp_path / "cache"), "out": str(out), "seed": 0,
+        "device": "cpu", "dtype": "float32", "strategies": ["angular", "deepest", "greedy"],
+        "n_grid": None, "val": {"windows": 8, "seq_len": 32, "batch_size": 4},
+        "lm_eval": {"enabled": True, "tasks": None, "n_grid": [2], "single_layer": True,
+                    "batch_size": 32, "bootstrap_iters": 100, "metric": "acc"},
+        "healing": {"enabled": False},
+        "auto_depth": {"tolerances": {"val_loss": 0.5, "mean_acc": 0.1}},
+        "export": [{"strategy": "angular", "metric": "val_loss"}],
+        "speed": {"enabled": True, "strategy": "deepest", "n_grid": [1, 2], "batch_size": 2,
+                  "prompt_length": 8, "new_tokens": 4, "repeats": 1},
+    }
+    result = subprocess.run([sys.executable, str(SCRIPTS / "prune_model.py"), "--spec",
+                             json.dumps(spec)], capture_output=True, text=True, timeout=300,
+                            cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sweep = pd.read_csv(out / "sweep.csv")
+    blocks = pd.read_csv(out / "block_choice.csv")
+    distance = pd.read_csv(run["analysis"] / "angular_distance_last.csv") \
+        .drop(columns="layer").to_numpy()
+    for n, l_star, _ in blocks.itertuples(index=False):
+        assert l_star == int(np.argmin([distance[i, i + n] for i in range(L + 1 - n)]))
+        row = sweep[(sweep["strategy"] == "angular") & (sweep["n"] == n)].iloc[0]
+        assert row["removed"] == "-".join(str(i) for i in range(l_star, l_star + n))
+    assert set(sweep["n"]) == set(range(L))
+    single = pd.read_csv(out / "single_layer.csv")
+    assert sorted(single["layer"].unique()) == list(range(L))
+    assert set(single["task"]) == {"depthlab_word_order", "depthlab_continuation"}
+    speed = pd.read_csv(out / "speed.csv")
+    assert sorted(speed["n"]) == [0, 1, 2] and (speed["prefill_tokens_per_s"] > 0).all()
+    auto = json.loads((out / "auto_depth.json").read_text())
+    export = auto["exports"][0]
+    if export["folder"]:
+        record = json.loads((out / export["folder"] / "pruning.json").read_text())
+        assert record["num_layers"] == L - export["n"]
+
+    figures = {k: str(tmp_path / f"{k}.png") for k in ("delta_p", "sweep", "speedup")}
+    plot = {"prunings": {"m": str(out)}, "labels": {"m": "Pre-LN"}, "metric": "acc",
+            "chance": 0.25, "run_name": "test", "figures": figures}
+    result = subprocess.run([sys.executable, str(SCRIPTS / "plot_pruning.py"), "--spec",
+                             json.dumps(plot)], capture_output=True, text=True, timeout=120,
+                            cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for path in figures.values():
+        assert Path(path).stat().st_size > 1000
+        assert Path(path).with_suffix("").with_name(Path(path).stem + ".provenance.json") \
+            .is_file()
+
+    # bad input: a missing task file is named, with no traceback
+    (run["tasks"] / "depthlab_continuation.jsonl").unlink()
+    result = subprocess.run([sys.executable, str(SCRIPTS / "prune_model.py"), "--spec",
+                             json.dumps({**spec, "out": str(tmp_path / "other")})],
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 2
+    assert "depthlab_continuation.jsonl does not exist" in result.stderr
+    assert "Traceback" not in result.stderr

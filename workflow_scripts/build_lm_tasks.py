@@ -1,0 +1,73 @@
+#!/usr/bin/env python
+"""Build the offline multiple-choice tasks of a run from its held-out corpus, as lm-eval task
+YAML + JSON-lines in one folder (depthlab/lm_tasks.py describes the tasks).
+
+Spec (`build_lm_tasks` job, one per run); every key is required:
+  data              the data stage's folder (reads val.jsonl; the tokenizer below sizes contexts)
+  tokenizer         tokenizer folder used to cut contexts to context_tokens (the run's
+                    data/tokenizer)
+  out               output folder (written atomically): depthlab_<kind>.jsonl,
+                    depthlab_<kind>.yaml per task, tasks.json, provenance.json
+  kinds             task kinds: word_order, continuation
+  examples          examples per task (fewer when the corpus runs out; tasks.json says)
+  words             {kind: words per choice}
+  context_tokens    at most this many tokens of context (context + choice must fit the model)
+  max_per_document  at most this many contexts from one document
+  seed              the draw of places, orders and distractors
+
+Example: {"data": "results/default/data", "tokenizer": "results/default/data/tokenizer",
+"out": "results/default/pruning/tasks", "kinds": ["word_order", "continuation"],
+"examples": 64, "words": {"word_order": 6, "continuation": 1}, "context_tokens": 24,
+"max_per_document": 4, "seed": 0}
+"""
+
+from depthlab.cli import job_spec, main_guard, set_threads, stage_parser
+
+
+def main() -> None:
+    parser = stage_parser(__doc__, "build_lm_tasks")
+    args = parser.parse_args()
+    spec = job_spec(args)
+    set_threads(args.threads)
+
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from depthlab.data import iter_jsonl_texts
+    from depthlab.io import atomic_path
+    from depthlab.lm_tasks import build_examples, validate_task_settings, write_task_folder
+    from depthlab.provenance import Provenance
+
+    from depthlab.cli import UserError
+    from depthlab.lm_tasks import TaskFileError
+
+    try:
+        validate_task_settings(spec, "pruning.tasks")
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    val = Path(spec["data"]) / "val.jsonl"
+    if not val.is_file():
+        raise UserError(f"data: {val} does not exist (is {spec['data']} a data stage "
+                                f"output?)")
+    provenance = Provenance("pruning.tasks", config=spec, inputs=[val, spec["tokenizer"]],
+                            seed=spec["seed"])
+    tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
+    try:
+        tasks = build_examples(iter_jsonl_texts(val, "text", "data"), tokenizer, spec["kinds"],
+                               spec["examples"], spec["words"], spec["context_tokens"],
+                               spec["max_per_document"], spec["seed"])
+    except TaskFileError as error:
+        raise UserError(str(error)) from None
+    settings = {k: spec[k] for k in ("kinds", "examples", "words", "context_tokens",
+                                     "max_per_document", "seed")}
+    with atomic_path(spec["out"], is_dir=True) as tmp:
+        record = write_task_folder(tasks, tmp, spec["out"], settings)
+        provenance.extra["tasks"] = record["tasks"]
+        provenance.write(tmp / "provenance.json")
+    for task in record["tasks"]:
+        print(f"{task['name']}: {task['examples']} examples from {task['documents']} documents")
+
+
+if __name__ == "__main__":
+    main_guard(main)

@@ -1,0 +1,208 @@
+"""Healing a pruned model: LoRA (peft) on the pretraining corpus, QLoRA when configured.
+
+Gromov et al. heal each pruned model with QLoRA: the base weights in 4-bit NF4 (bitsandbytes),
+LoRA adapters on the MLP, C4, 5000 steps, global batch 16, cosine schedule with 100 warmup steps,
+sequence length 2048 (up to 7B) or 4096. Here:
+
+  method  lora   adapters on the full-precision pruned model
+          qlora  the pruned model is exported and reloaded with 4-bit NF4 weights
+                 (`BitsAndBytesConfig(load_in_4bit=True)`; bitsandbytes has a CPU backend), the
+                 adapters train against the quantised base
+  data    random windows of the run's train split (`train.bin`, the pretraining corpus), the
+          batch of step s drawn from (seed, s) as in pretraining (depthlab.training.train_batch)
+  merge   the trained adapters are merged (`merge_and_unload`) into the *full-precision* pruned
+          weights (QLoRA too: its adapters are loaded onto the fp32 pruned model and merged),
+          so a healed variant is an ordinary model evaluated exactly like an unhealed one.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, fields
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from .pruning import PruningError
+from .training import language_model_loss, lr_multiplier, train_batch
+
+METHODS = ("lora", "qlora")
+SCHEDULES = ("cosine", "constant")
+
+
+@dataclass(frozen=True)
+class HealSettings:
+    method: str
+    rank: int
+    alpha: float
+    dropout: float
+    target_modules: tuple
+    steps: int
+    batch_size: int
+    seq_len: int
+    lr: float
+    warmup_steps: int
+    min_lr_ratio: float
+    schedule: str
+    weight_decay: float
+
+    @classmethod
+    def from_dict(cls, values: dict, where: str = "pruning.healing") -> "HealSettings":
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise PruningError(f"{where}.{missing[0]}: missing healing setting")
+        settings = cls(**{n: values[n] for n in names if n != "target_modules"},
+                       target_modules=tuple(values["target_modules"]))
+        if settings.method not in METHODS:
+            raise PruningError(f"{where}.method: unknown method '{settings.method}' "
+                             f"(known: {', '.join(METHODS)})")
+        if settings.schedule not in SCHEDULES:
+            raise PruningError(f"{where}.schedule: unknown schedule '{settings.schedule}' "
+                             f"(known: {', '.join(SCHEDULES)})")
+        return settings
+
+
+def validate_healing_settings(values: dict, where: str = "pruning.healing") -> None:
+    """Config-time check (ValueError naming the key); QLoRA needs bitsandbytes installed."""
+    settings = HealSettings.from_dict(values, where)
+    for key in ("rank", "steps", "batch_size", "seq_len"):
+        value = getattr(settings, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PruningError(f"{where}.{key}: must be an integer >= 1 (got {value!r})")
+    for key in ("alpha", "lr"):
+        if not getattr(settings, key) > 0:
+            raise PruningError(f"{where}.{key}: must be > 0 (got {getattr(settings, key)!r})")
+    if not 0 <= settings.dropout < 1:
+        raise PruningError(f"{where}.dropout: must be in [0, 1) (got {settings.dropout!r})")
+    if not 0 <= settings.min_lr_ratio <= 1:
+        raise PruningError(f"{where}.min_lr_ratio: must be in [0, 1]")
+    if not isinstance(settings.warmup_steps, int) or settings.warmup_steps < 0:
+        raise PruningError(f"{where}.warmup_steps: must be an integer >= 0")
+    if settings.method == "qlora":
+        import importlib.util
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise PruningError(f"{where}.method: qlora needs the bitsandbytes package")
+    if not settings.target_modules:
+        raise PruningError(f"{where}.target_modules: name at least one module")
+
+
+def _schedule(settings: HealSettings):
+    shape = SimpleNamespace(warmup_steps=settings.warmup_steps, steps=settings.steps,
+                            min_lr_ratio=settings.min_lr_ratio)
+
+    def multiplier(step: int) -> float:
+        if settings.schedule == "constant":
+            return min(1.0, (step + 1) / settings.warmup_steps) if settings.warmup_steps else 1.0
+        return lr_multiplier(step, shape)
+
+    return multiplier
+
+
+def _lora_config(settings: HealSettings):
+    from peft import LoraConfig
+
+    return LoraConfig(r=settings.rank, lora_alpha=settings.alpha,
+                      lora_dropout=settings.dropout,
+                      target_modules=list(settings.target_modules), bias="none",
+                      task_type="CAUSAL_LM")
+
+
+def _check_targets(model, settings: HealSettings) -> None:
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    missing = [t for t in settings.target_modules if t not in names]
+    if missing:
+        raise PruningError(f"pruning.healing.target_modules: {missing} are not modules of "
+                         f"{type(model).__name__}")
+
+
+def _quantised_copy(pruned, device: str):
+    """The pruned model reloaded with 4-bit NF4 linear weights (QLoRA's frozen base)."""
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    from .adapter import _register_depthlab_models
+
+    _register_depthlab_models()
+    config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                bnb_4bit_compute_dtype=torch.float32,
+                                bnb_4bit_use_double_quant=True)
+    from .pruning import export_pruned
+
+    with tempfile.TemporaryDirectory(prefix="depthlab-qlora-") as folder:
+        # the export keeps each layer's LNS factor / DeepNorm alpha of its original depth
+        export_pruned(pruned, (), folder)
+        quantised = AutoModelForCausalLM.from_pretrained(
+            folder, quantization_config=config, dtype=torch.float32,
+            device_map={"": device})
+    return quantised
+
+
+def heal(pruned, train_tokens: np.ndarray, settings: HealSettings, seed: int,
+         device: str = "cpu", log=None):
+    """Train adapters on `pruned` (a model of its own, e.g. depthlab.pruning.prune_copy; it is
+    modified: the adapters are merged into it) and return (merged model in eval mode, record)."""
+    from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+
+    _check_targets(pruned, settings)
+    context = getattr(pruned.config, "max_position_embeddings", None)
+    if context is not None and settings.seq_len > context:
+        raise PruningError(f"pruning.healing.seq_len: {settings.seq_len} exceeds the model's "
+                         f"context of {context} positions")
+    torch.manual_seed(seed)
+    base = _quantised_copy(pruned, device) if settings.method == "qlora" else pruned
+    if settings.method == "qlora":
+        from peft import prepare_model_for_kbit_training
+
+        base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
+    model = get_peft_model(base, _lora_config(settings))
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                  lr=settings.lr, weight_decay=settings.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(settings))
+    model.train()
+    losses, start = [], time.perf_counter()
+    for step in range(settings.steps):
+        window = train_batch(train_tokens, step, seed, settings.batch_size,
+                             settings.seq_len).to(device)
+        loss = language_model_loss(model, window, None)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    seconds = time.perf_counter() - start
+    if settings.method == "qlora":
+        adapters = get_peft_model_state_dict(model)
+        model = get_peft_model(pruned, _lora_config(settings))
+        set_peft_model_state_dict(model, adapters)
+    merged = model.merge_and_unload().eval()
+    for parameter in merged.parameters():
+        parameter.requires_grad_(False)
+    record = {"method": settings.method, "steps": settings.steps,
+              "trainable_parameters": int(trainable), "train_seconds": round(seconds, 3),
+              "first_train_loss": losses[0] if losses else None,
+              "last_train_loss": float(np.mean(losses[-max(1, len(losses) // 10):]))
+              if losses else None}
+    if log:
+        log(f"healed ({settings.method}, {settings.steps} steps, {trainable} adapter "
+            f"parameters) in {seconds:.1f} s: train loss {record['first_train_loss']:.3f} -> "
+            f"{record['last_train_loss']:.3f}")
+    return merged, record
+
+
+def model_loss(model, windows) -> float:
+    """Mean next-token cross-entropy of a model over validation windows (no reuse)."""
+    from .pruning import token_loss_sum
+
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    with torch.inference_mode():
+        for window in windows:
+            window = window.to(device)
+            logits = model(input_ids=window[:, :-1], use_cache=False).logits
+            total += float(token_loss_sum(logits, window[:, 1:]))
+            count += window[:, 1:].numel()
+    return total / count

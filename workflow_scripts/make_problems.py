@@ -1,0 +1,54 @@
+#!/usr/bin/env python
+"""Generate the synthetic graded-difficulty problem set of the depth-use stage, offline.
+
+Writes spec["out"], a folder in exactly the data stage's format (tokenizer/, train.bin, val.bin,
+val.jsonl, meta.json, provenance.json; see depthlab/data.py), so the `pretrain` rule trains the
+problem model on it unchanged, plus problems.jsonl: the evaluation problems (family, level,
+prompt, answer) whose per-level accuracy and depth score skip_interventions.py measures. See
+depthlab/problems.py for the families.
+
+Spec keys (all required unless marked):
+  out              output folder (results/<run>/depth_use/problems)
+  seed             seed of the generator (relation tables, problems)
+  families         {family: settings}; family one of arithmetic | hops | lookup;
+                   settings: levels (list of ints >= 1); hops: relations (1..8);
+                   lookup: table_pairs (>= the highest level, <= 15)
+  train_problems   problems in train.bin (documents, levels mixed)
+  val_problems     problems in val.bin / val.jsonl (the pretraining validation loss)
+  eval_per_level   evaluation problems per (family, level) in problems.jsonl
+  level_weights    (optional, default uniform) uniform | level (level k drawn with weight k)
+
+Example: --spec '{"out": "results/default/depth_use/problems", "seed": 0,
+  "families": {"hops": {"levels": [1, 2, 3, 4], "relations": 2}}, "train_problems": 30000,
+  "val_problems": 500, "eval_per_level": 100, "level_weights": "uniform"}'
+"""
+
+import json
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin
+
+from depthlab.cli import UserError, job_spec, main_guard, set_threads, stage_parser  # noqa: E402
+
+
+def main() -> None:
+    parser = stage_parser(__doc__, "make_problems")
+    args = parser.parse_args()
+    spec = job_spec(args)
+    set_threads(args.threads)
+    from depthlab.problems import ProblemError, write_problem_set
+
+    settings = {k: v for k, v in spec.items() if k not in ("out", "seed")}
+    for key in ("out", "seed"):
+        if key not in spec:
+            raise UserError(f"spec.{key}: required")
+    try:
+        meta = write_problem_set(settings, spec["out"], seed=int(spec["seed"]))
+    except ProblemError as error:
+        raise UserError(str(error)) from None
+    print(json.dumps({"out": spec["out"], "splits": meta["splits"],
+                      "problems": meta["problems"]["count"]}))
+
+
+if __name__ == "__main__":
+    main_guard(main)

@@ -1,0 +1,52 @@
+#!/usr/bin/env python
+"""Figures of the depth-use stage (Csordás et al. 2025 layout), from skip_interventions.py and
+linear_maps.py output folders: <out_dir>/{skip_effects, output_effect, depth_score,
+linear_maps}.<format>, each with a .provenance.json sidecar. See depthlab/depth_use_plots.py.
+
+Spec keys (all required):
+  skip          list of skip_interventions output folders (results/<run>/depth_use/skip/<model>)
+  linear_maps   list of linear_maps output folders (may be empty)
+  out_dir       figure folder (results/<run>/figures/depth_use)
+  format        png | pdf | svg
+
+Example: --spec '{"skip": ["results/default/depth_use/skip/depth_problems",
+  "results/default/depth_use/skip/depth_width_l16_m96"],
+  "linear_maps": ["results/default/depth_use/linear_maps/l4_to_l16_m96"],
+  "out_dir": "results/default/figures/depth_use", "format": "png"}'
+"""
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from depthlab.cli import UserError, job_spec, main_guard, set_threads, stage_parser  # noqa: E402
+
+
+def main() -> None:
+    parser = stage_parser(__doc__, "plot_depth_use")
+    args = parser.parse_args()
+    spec = job_spec(args)
+    set_threads(args.threads)
+    for key in ("skip", "linear_maps", "out_dir", "format"):
+        if key not in spec:
+            raise UserError(f"spec.{key}: required (see --help)")
+    if spec["format"] not in ("png", "pdf", "svg"):
+        raise UserError(f"spec.format: png, pdf or svg (got {spec['format']!r})")
+    from depthlab.depth_use_plots import FIGURES, plot_all
+    from depthlab.io import save_figure
+    from depthlab.provenance import Provenance, sidecar_path
+
+    inputs = [f"{folder}/effects.csv" for folder in spec["skip"]] + \
+        [f"{folder}/relative_error.csv" for folder in spec["linear_maps"]]
+    provenance = Provenance("figures.depth_use", config=spec, inputs=inputs)
+    figures = plot_all(spec["skip"], spec["linear_maps"])
+    paths = [Path(spec["out_dir"]) / f"{name}.{spec['format']}" for name in FIGURES]
+    for name, path in zip(FIGURES, paths):
+        save_figure(path, figures[name])
+    provenance.write(*(sidecar_path(path) for path in paths))
+    print(" ".join(str(p) for p in paths))
+
+
+if __name__ == "__main__":
+    main_guard(main)

@@ -1,0 +1,51 @@
+#!/usr/bin/env python
+"""Figures of the pruning stage across the models of a run, from prune_model.py folders
+(depthlab/pruning_plots.py): per-layer ablation Delta P(l) (Curse of Depth Fig. 2 layout), loss
+and task accuracy vs fraction removed per strategy, healed and unhealed (Gromov et al. Fig. 1/2
+layout), measured speed-up vs fraction removed.
+
+Spec (`plot_pruning` job, one per run); every key is required:
+  prunings   {model name: prune_model output folder}
+  labels     {model name: label in the figures, e.g. its norm scheme}; the models' order
+  metric     acc or acc_norm (the lm-eval metric plotted)
+  chance     chance accuracy of the tasks (a dotted line), or null
+  run_name   named in the titles
+  figures    {delta_p, sweep, speedup: output path}; each gets a .provenance.json sidecar
+
+Example: {"prunings": {"pre_ln": "results/default/pruning/pre_ln",
+"lns": "results/default/pruning/lns"}, "labels": {"pre_ln": "Pre-LN", "lns": "LNS"},
+"metric": "acc", "chance": 0.25, "run_name": "default",
+"figures": {"delta_p": "results/default/figures/pruning_delta_p.png",
+"sweep": "results/default/figures/pruning_sweep.png",
+"speedup": "results/default/figures/pruning_speedup.png"}}
+"""
+
+from depthlab.cli import job_spec, main_guard, set_threads, stage_parser
+
+
+def main() -> None:
+    parser = stage_parser(__doc__, "plot_pruning")
+    args = parser.parse_args()
+    spec = job_spec(args)
+    set_threads(args.threads)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    from depthlab.io import save_figure
+    from depthlab.provenance import Provenance, sidecar_path
+    from depthlab.pruning_plots import plot_all
+
+    inputs = [f"{folder}/{name}.csv" for folder in spec["prunings"].values()
+              for name in ("sweep", "single_layer")]
+    provenance = Provenance("figures.pruning", config=spec, inputs=inputs)
+    figures = plot_all(spec["prunings"], spec["labels"], spec["metric"], spec["run_name"],
+                       spec["chance"])
+    for name, path in spec["figures"].items():
+        save_figure(path, figures[name])
+    provenance.write(*(sidecar_path(path) for path in spec["figures"].values()))
+
+
+if __name__ == "__main__":
+    main_guard(main)

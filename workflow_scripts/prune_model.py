@@ -1,0 +1,87 @@
+#!/usr/bin/env python
+"""Layer-removal ablations of one model (Gromov et al. 2024; Curse of Depth per-layer ablation):
+strategies angular / deepest / greedy over a grid of block sizes, single-layer removal, lm-eval on
+the run's offline tasks, LoRA/QLoRA healing, auto depth, measured speed, optional exports.
+See depthlab/pruning.py, lm_tasks.py, healing.py and speed.py.
+
+Spec (`prune_model` job, one per model); paths:
+  model_name      the model's name in the config (a label in every table)
+  model           the model's HF folder (a causal LM: a bare encoder is rejected)
+  analysis        analysis folder of the model (reads angular_distance_last.csv, (L+1)x(L+1))
+  data            the data stage's folder (val.bin for the loss, train.bin for healing)
+  tasks           build_lm_tasks output folder
+  datasets_cache  HF_DATASETS_CACHE for lm-eval's loading of the task files (inside the run)
+  out             output folder, written atomically
+settings:
+  seed, device (auto|cpu|cuda), dtype (float32|bfloat16|float16)
+  strategies      subset of [angular, deepest, greedy]
+  n_grid          block sizes n (null: every n from 1 to L-1)
+  val             {windows, seq_len, batch_size}: evenly spaced validation windows of val.bin
+  lm_eval         {enabled, tasks (null: every task of the folder), n_grid (null: n_grid),
+                   single_layer (lm-eval on every single-layer removal), batch_size,
+                   bootstrap_iters, metric (acc|acc_norm, for auto depth)}
+  healing         {enabled, strategies, n_grid, method (lora|qlora), rank, alpha, dropout,
+                   target_modules, steps, batch_size, seq_len, lr, warmup_steps, min_lr_ratio,
+                   schedule (cosine|constant), weight_decay}
+  auto_depth      {tolerances: {val_loss | mean_acc | <task name>: absolute tolerance}}
+  export          [{strategy, metric}]: export the auto-depth choice (unhealed) as an HF folder
+  speed           {enabled, strategy, n_grid, batch_size, prompt_length, new_tokens, repeats}
+
+Outputs in `out`: block_choice.csv (n, l_star, distance), single_layer.csv (layer, val_loss,
+delta_loss, task, acc, acc_stderr, delta_acc, ...), sweep.csv (model, strategy, n, fraction,
+removed, healed, val_loss, val_ppl, delta_loss, task, acc, acc_stderr, acc_norm,
+acc_norm_stderr, samples), greedy_path.csv, healing.csv, speed.csv, auto_depth.json,
+summary.json, export/<strategy>_<metric>_n<k>/ (where configured), provenance.json.
+
+Example: {"model_name": "pre_ln", "model": "results/default/models/pre_ln",
+"analysis": "results/default/analysis/val/pre_ln", "data": "results/default/data",
+"tasks": "results/default/pruning/tasks",
+"datasets_cache": "results/default/pruning/.datasets_cache/pre_ln",
+"out": "results/default/pruning/pre_ln", "seed": 0, "device": "auto", "dtype": "float32",
+"strategies": ["angular", "deepest", "greedy"], "n_grid": null,
+"val": {"windows": 32, "seq_len": 64, "batch_size": 16},
+"lm_eval": {"enabled": true, "tasks": null, "n_grid": [3, 6, 9], "single_layer": true,
+ "batch_size": 64, "bootstrap_iters": 1000, "metric": "acc"},
+"healing": {"enabled": true, "strategies": ["angular"], "n_grid": [3, 6, 9], "method": "lora",
+ "rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["gate_proj", "up_proj", "down_proj"],
+ "steps": 40, "batch_size": 8, "seq_len": 64, "lr": 0.002, "warmup_steps": 4,
+ "min_lr_ratio": 0.1, "schedule": "cosine", "weight_decay": 0.0},
+"auto_depth": {"tolerances": {"val_loss": 0.25, "mean_acc": 0.05}},
+"export": [{"strategy": "angular", "metric": "val_loss"}],
+"speed": {"enabled": true, "strategy": "angular", "n_grid": [3, 6, 9], "batch_size": 4,
+ "prompt_length": 32, "new_tokens": 32, "repeats": 3}}
+"""
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+from depthlab.cli import job_spec, main_guard, resolve_device, set_threads, stage_parser
+
+
+def main() -> None:
+    parser = stage_parser(__doc__, "prune_model")
+    args = parser.parse_args()
+    spec = job_spec(args)
+    set_threads(args.threads)
+    # lm-eval loads the task files with `datasets`: its cache goes inside the run, before import
+    os.environ["HF_DATASETS_CACHE"] = str(spec["datasets_cache"])
+
+    from depthlab.cli import UserError
+    from depthlab.lm_tasks import TaskFileError
+    from depthlab.pruning import PruningError, run_stage
+
+    try:
+        summary = run_stage(spec, device=resolve_device(spec.get("device", "auto")),
+                            log=lambda message: print(message, flush=True))
+    except (PruningError, TaskFileError) as error:
+        raise UserError(str(error)) from None
+    print(f"[{spec['model_name']}] done in {summary['wall_s']:.1f} s: "
+          f"{summary['phase_seconds']}")
+
+
+if __name__ == "__main__":
+    main_guard(main)
