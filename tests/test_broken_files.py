@@ -9,7 +9,6 @@ permissions of a saved checkpoint, the record of a resumed run, a model folder w
 tokenizer and one whose tokenizer is larger than its embedding.
 """
 
-import copy
 import hashlib
 import json
 import os

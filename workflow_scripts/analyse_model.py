@@ -22,19 +22,17 @@ import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin on a shared core
 
-from depthlab.cli import job_spec, main_guard, resolve_device, set_threads, stage_parser  # noqa: E402
+from depthlab.cli import main_guard, resolve_device, start_job
 
 
 def main() -> None:
-    args = stage_parser(__doc__, "analyse_model").parse_args()
-    spec = job_spec(args)
-    set_threads(args.threads)
+    _, spec = start_job(__doc__, "analyse_model")
 
     import pandas as pd
     from transformers.utils import logging as hf_logging
 
     from depthlab.adapter import adapt, load_model, load_tokenizer, resolve_model_path
-    from depthlab.data import iter_dataset_texts, iter_jsonl_texts
+    from depthlab.data import iter_texts
     from depthlab.io import atomic_path, write_dataframe, write_json
     from depthlab.measures import analyse
     from depthlab.provenance import Provenance
@@ -52,11 +50,7 @@ def main() -> None:
                        revision=spec["revision"])
     tokenizer = load_tokenizer(spec["model_path"], revision=spec["revision"])
     adapter = adapt(model)
-    if texts["source"] == "jsonl":
-        documents = iter_jsonl_texts(texts["path"], spec["text_field"], "texts.path")
-    else:
-        documents = iter_dataset_texts(texts["name"], texts["config_name"], texts["split"],
-                                       spec["text_field"], "texts.name", streaming=True)
+    documents = iter_texts(texts, spec["text_field"])
     # never past the context the model was trained for (RoPE/learned positions beyond it)
     context = getattr(model.config, "max_position_embeddings", None) or spec["max_length"]
     max_length = min(spec["max_length"], context)

@@ -21,14 +21,11 @@ Example: {"data": "results/default/data", "tokenizer": "results/default/data/tok
 "max_per_document": 4, "seed": 0}
 """
 
-from depthlab.cli import job_spec, main_guard, set_threads, stage_parser
+from depthlab.cli import main_guard, start_job
 
 
 def main() -> None:
-    parser = stage_parser(__doc__, "build_lm_tasks")
-    args = parser.parse_args()
-    spec = job_spec(args)
-    set_threads(args.threads)
+    _, spec = start_job(__doc__, "build_lm_tasks")
 
     from pathlib import Path
 

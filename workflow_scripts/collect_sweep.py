@@ -8,12 +8,11 @@ Spec (`collect_sweep` job): models (sweep model folders: config.json + train_log
 min_tokens (skip val rows before this many tokens: log D needs D > 0), out (points CSV).
 """
 
-from depthlab.cli import job_spec, main_guard, stage_parser
+from depthlab.cli import main_guard, start_job
 
 
 def main() -> None:
-    args = stage_parser(__doc__, "collect_sweep").parse_args()
-    spec = job_spec(args)
+    _, spec = start_job(__doc__, "collect_sweep")
 
     from depthlab.io import write_dataframe
     from depthlab.provenance import Provenance, sidecar_path

@@ -9,13 +9,11 @@ start_grid, bootstrap, validation, columns, ...), seed, out_json, out_samples.
 By hand: python workflow_scripts/fit_scaling.py --config config/default.yaml --job chinchilla_liu
 """
 
-from depthlab.cli import job_spec, main_guard, set_threads, stage_parser
+from depthlab.cli import main_guard, start_job
 
 
 def main() -> None:
-    args = stage_parser(__doc__, "fit_scaling").parse_args()
-    spec = job_spec(args)
-    set_threads(args.threads)  # BLAS threads are fixed when numpy loads: before the library
+    _, spec = start_job(__doc__, "fit_scaling")
 
     from depthlab.io import write_dataframe, write_json
     from depthlab.provenance import Provenance, sidecar_path

@@ -10,13 +10,11 @@ power_offset), out_json, figure (.png, .pdf or .svg).
 import json
 from pathlib import Path
 
-from depthlab.cli import UserError, job_spec, main_guard, set_threads, stage_parser
+from depthlab.cli import UserError, main_guard, start_job
 
 
 def main() -> None:
-    args = stage_parser(__doc__, "fit_toy").parse_args()
-    spec = job_spec(args)
-    set_threads(args.threads)
+    _, spec = start_job(__doc__, "fit_toy")
 
     import pandas as pd
 

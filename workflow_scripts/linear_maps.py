@@ -55,8 +55,7 @@ import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin
 
-from depthlab.cli import (UserError, job_spec, main_guard, resolve_device,  # noqa: E402
-                          set_threads, stage_parser)
+from depthlab.cli import UserError, main_guard, resolve_device, start_job
 
 REQUIRED = ("pair", "source_name", "source_path", "target_name", "target_path", "revision",
             "out", "texts",
@@ -66,13 +65,7 @@ REQUIRED = ("pair", "source_name", "source_path", "target_name", "target_path", 
 
 
 def main() -> None:
-    parser = stage_parser(__doc__, "linear_maps")
-    args = parser.parse_args()
-    spec = job_spec(args)
-    set_threads(args.threads)
-    missing = [key for key in REQUIRED if key not in spec]
-    if missing:
-        raise UserError(f"spec.{missing[0]}: required (see --help)")
+    _, spec = start_job(__doc__, "linear_maps", REQUIRED)
 
     import itertools
 
@@ -81,7 +74,7 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     from depthlab.adapter import adapt, load_model, load_tokenizer, resolve_model_path
-    from depthlab.data import iter_dataset_texts, iter_jsonl_texts
+    from depthlab.data import iter_texts
     from depthlab.io import atomic_path, write_dataframe, write_json
     from depthlab.linear_maps import (check_same_tokenizer, fit_linear_maps, split_of,
                                       validate_linear_map_settings)
@@ -113,12 +106,7 @@ def main() -> None:
     max_length = min([spec["max_length"], *contexts])
 
     def batches_by_split(split):
-        if texts["source"] == "jsonl":
-            documents = iter_jsonl_texts(texts["path"], spec["text_field"], "texts.path")
-        else:
-            documents = iter_dataset_texts(texts["name"], texts.get("config_name"),
-                                           texts["split"], spec["text_field"], "texts.name",
-                                           streaming=True)
+        documents = iter_texts(texts, spec["text_field"])
         documents = itertools.islice(documents, spec["max_documents"])
         chosen = (text for text in documents
                   if split_of(text, spec["val_fraction"], spec["test_fraction"]) == split)

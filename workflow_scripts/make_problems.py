@@ -28,14 +28,11 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin
 
-from depthlab.cli import UserError, job_spec, main_guard, set_threads, stage_parser  # noqa: E402
+from depthlab.cli import UserError, main_guard, start_job
 
 
 def main() -> None:
-    parser = stage_parser(__doc__, "make_problems")
-    args = parser.parse_args()
-    spec = job_spec(args)
-    set_threads(args.threads)
+    _, spec = start_job(__doc__, "make_problems")
     from depthlab.problems import ProblemError, write_problem_set
 
     settings = {k: v for k, v in spec.items() if k not in ("out", "seed")}

@@ -10,12 +10,11 @@ Spec (`plot_analysis` job, one per text set): analyses (analyse_model output fol
 format, figures.
 """
 
-from depthlab.cli import job_spec, main_guard, stage_parser
+from depthlab.cli import main_guard, start_job
 
 
 def main() -> None:
-    args = stage_parser(__doc__, "plot_analysis").parse_args()
-    spec = job_spec(args)
+    _, spec = start_job(__doc__, "plot_analysis")
 
     from depthlab.analysis_plots import plot_all, read_analyses
     from depthlab.io import save_figure

@@ -20,14 +20,11 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from depthlab.cli import UserError, job_spec, main_guard, set_threads, stage_parser  # noqa: E402
+from depthlab.cli import UserError, main_guard, start_job
 
 
 def main() -> None:
-    parser = stage_parser(__doc__, "plot_depth_use")
-    args = parser.parse_args()
-    spec = job_spec(args)
-    set_threads(args.threads)
+    _, spec = start_job(__doc__, "plot_depth_use")
     for key in ("skip", "linear_maps", "out_dir", "format"):
         if key not in spec:
             raise UserError(f"spec.{key}: required (see --help)")

@@ -6,12 +6,11 @@ legend label, the norm scheme), sweeps (model name -> its depth x width sweep: t
 the sweep panel, the others the norm-scheme panel), out (.png, .pdf or .svg).
 """
 
-from depthlab.cli import job_spec, main_guard, stage_parser
+from depthlab.cli import main_guard, start_job
 
 
 def main() -> None:
-    args = stage_parser(__doc__, "plot_loss_curves").parse_args()
-    spec = job_spec(args)
+    _, spec = start_job(__doc__, "plot_loss_curves")
 
     from depthlab.io import save_figure
     from depthlab.pretrain_plots import plot_loss_curves

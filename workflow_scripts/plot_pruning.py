@@ -20,14 +20,11 @@ Example: {"prunings": {"pre_ln": "results/default/pruning/pre_ln",
 "speedup": "results/default/figures/pruning_speedup.png"}}
 """
 
-from depthlab.cli import job_spec, main_guard, set_threads, stage_parser
+from depthlab.cli import main_guard, start_job
 
 
 def main() -> None:
-    parser = stage_parser(__doc__, "plot_pruning")
-    args = parser.parse_args()
-    spec = job_spec(args)
-    set_threads(args.threads)
+    _, spec = start_job(__doc__, "plot_pruning")
 
     import matplotlib
 

@@ -8,12 +8,11 @@ CSV), out (figure path; .png, .pdf or .svg).
 
 import json
 
-from depthlab.cli import job_spec, main_guard, stage_parser
+from depthlab.cli import main_guard, start_job
 
 
 def main() -> None:
-    args = stage_parser(__doc__, "plot_scaling").parse_args()
-    spec = job_spec(args)
+    _, spec = start_job(__doc__, "plot_scaling")
 
     import pandas as pd
 

@@ -13,12 +13,11 @@ import os
 import sys
 import time
 
-from depthlab.cli import job_spec, main_guard, stage_parser
+from depthlab.cli import main_guard, start_job
 
 
 def main() -> None:
-    args = stage_parser(__doc__, "prepare_data").parse_args()
-    spec = job_spec(args)
+    args, spec = start_job(__doc__, "prepare_data")
     # The tokenizers thread pool reads this once, on first use: set it before anything encodes.
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true" if args.threads > 1 else "false")

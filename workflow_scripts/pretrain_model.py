@@ -15,14 +15,13 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin on a shared core
 
-from depthlab.cli import job_spec, main_guard, stage_parser  # noqa: E402
+from depthlab.cli import main_guard, stage_parser, start_job  # noqa: E402
 
 
 def main() -> None:
     parser = stage_parser(__doc__, "pretrain_model")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = parser.parse_args()
-    spec = job_spec(args)
+    args, spec = start_job(__doc__, "pretrain_model", parser=parser)
 
     from depthlab.training import pretrain
 

@@ -59,14 +59,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-from depthlab.cli import job_spec, main_guard, resolve_device, set_threads, stage_parser
+from depthlab.cli import main_guard, resolve_device, start_job
 
 
 def main() -> None:
-    parser = stage_parser(__doc__, "prune_model")
-    args = parser.parse_args()
-    spec = job_spec(args)
-    set_threads(args.threads)
+    _, spec = start_job(__doc__, "prune_model")
     # lm-eval loads the task files with `datasets`: its cache goes inside the run, before import
     os.environ["HF_DATASETS_CACHE"] = str(spec["datasets_cache"])
 

@@ -59,8 +59,7 @@ import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin
 
-from depthlab.cli import (UserError, job_spec, main_guard, resolve_device,  # noqa: E402
-                          set_threads, stage_parser)
+from depthlab.cli import UserError, main_guard, resolve_device, start_job
 
 REQUIRED = ("model_name", "model_path", "revision", "out", "texts", "text_field", "text_set",
             "max_samples", "max_length", "batch_size", "variants", "layers", "no_skip_front", "future_positions",
@@ -69,20 +68,14 @@ REQUIRED = ("model_name", "model_path", "revision", "out", "texts", "text_field"
 
 
 def main() -> None:
-    parser = stage_parser(__doc__, "skip_interventions")
-    args = parser.parse_args()
-    spec = job_spec(args)
-    set_threads(args.threads)
-    missing = [key for key in REQUIRED if key not in spec]
-    if missing:
-        raise UserError(f"spec.{missing[0]}: required (see --help)")
+    _, spec = start_job(__doc__, "skip_interventions", REQUIRED)
 
     import numpy as np
     import pandas as pd
     from transformers.utils import logging as hf_logging
 
     from depthlab.adapter import adapt, load_model, load_tokenizer, resolve_model_path
-    from depthlab.data import iter_dataset_texts, iter_jsonl_texts
+    from depthlab.data import iter_texts
     from depthlab.interventions import (SkipSettings, depth_scores_by_group, skip_effects,
                                         validate_intervention_settings)
     from depthlab.io import atomic_path, write_dataframe, write_json
@@ -126,11 +119,7 @@ def main() -> None:
     max_length = min(spec["max_length"], context)
 
     clock = time.perf_counter()
-    if texts["source"] == "jsonl":
-        documents = iter_jsonl_texts(texts["path"], spec["text_field"], "texts.path")
-    else:
-        documents = iter_dataset_texts(texts["name"], texts.get("config_name"), texts["split"],
-                                       spec["text_field"], "texts.name", streaming=True)
+    documents = iter_texts(texts, spec["text_field"])
     batches = iter_token_batches(documents, tokenizer, max_length=max_length,
                                  batch_size=spec["batch_size"], max_samples=spec["max_samples"])
     effects = skip_effects(adapter, batches, settings)

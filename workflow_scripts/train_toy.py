@@ -12,13 +12,11 @@ config's toy section with `temperatures` expanded to a list), seed, out.
 
 import sys
 
-from depthlab.cli import job_spec, main_guard, set_threads, stage_parser
+from depthlab.cli import main_guard, start_job
 
 
 def main() -> None:
-    args = stage_parser(__doc__, "train_toy").parse_args()
-    spec = job_spec(args)
-    set_threads(args.threads)
+    _, spec = start_job(__doc__, "train_toy")
 
     from depthlab.io import atomic_path, write_json
     from depthlab.provenance import Provenance

@@ -60,6 +60,18 @@ def job_spec(args: argparse.Namespace) -> dict:
     return jobs[args.job]
 
 
+def start_job(doc: str | None, family: str, required=(), parser=None):
+    """What every stage script does first: parse the arguments, get the job's spec, check that
+    it has the `required` keys, set threads. Returns (args, spec)."""
+    args = (parser or stage_parser(doc, family)).parse_args()
+    spec = job_spec(args)
+    missing = [key for key in required if key not in spec]
+    if missing:
+        fail(f"spec.{missing[0]}: required (see --help)")
+    set_threads(args.threads)
+    return args, spec
+
+
 def set_threads(threads: int) -> None:
     """Match torch's and BLAS's threads to the rule's `threads:` (two busy 2-thread jobs on two
     cores run 5-15x slower than two 1-thread jobs)."""

@@ -804,7 +804,7 @@ def _resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
     pruning = resolved.config.get("pruning")
     if not pruning:
         return
-    from .lm_tasks import validate_task_names, validate_task_settings
+    from .lm_tasks import MAX_TOKENS_PER_WORD, validate_task_names, validate_task_settings
     from .pruning import validate_pruning_settings
 
     paths, config = resolved.paths, resolved.config
@@ -832,6 +832,15 @@ def _resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
         if name not in corpus_models(resolved):
             raise ConfigError(f"{key}: model '{name}' is not trained on the run's corpus, which "
                               f"the validation loss and tasks are built from")
+        model = resolved.models[name]
+        if model["kind"] == "pretrain":
+            longest = tasks["context_tokens"] + MAX_TOKENS_PER_WORD * max(
+                tasks["words"].get(kind, 1) for kind in tasks["kinds"])
+            if longest > model["train"]["seq_len"]:
+                raise ConfigError(
+                    f"pruning.tasks.context_tokens: {tasks['context_tokens']} context tokens plus "
+                    f"a choice of up to {longest - tasks['context_tokens']} tokens exceed the "
+                    f"{model['train']['seq_len']} positions '{name}' was trained on")
         layers = model_layers(resolved, name, key)
         if layers is not None:
             _library_check(validate_pruning_settings, settings, layers, "pruning")
@@ -839,7 +848,6 @@ def _resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
             raise ConfigError(f"{key}: the angular block choice needs the analysis of '{name}' "
                               f"on text set '{text_set}' (pruning.text_set); add it to "
                               f"analysis.models / analysis.text_sets")
-        model = resolved.models[name]
         out = paths.pruning(name)
         resolved.add("prune_model", name, {
             "model_name": name, "model": model_location(resolved, name),
@@ -905,7 +913,7 @@ def _resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
         scored = name in score_models
         _library_check(validate_intervention_settings,
                        {**settings, "depth_score_variant": score["variant"]},
-                       model_layers(resolved, name, key), f"depth_use.skip")
+                       model_layers(resolved, name, key), "depth_use.skip")
         texts = text_set_texts(resolved, skip["text_set"], base_dir, "depth_use.skip.text_set",
                                model=name)
         model = resolved.models[name]

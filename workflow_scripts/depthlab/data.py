@@ -414,6 +414,15 @@ def iter_dataset_texts(name: str, config_name: str | None, split: str, field: st
         yield record[field]
 
 
+def iter_texts(texts: dict, field: str = "text"):
+    """The documents of a resolved text set: {source: jsonl, path} (a local JSON-lines file) or
+    {source: hf_dataset, name, config_name, split} (streamed with `datasets`)."""
+    if texts["source"] == "jsonl":
+        return iter_jsonl_texts(texts["path"], field, "texts.path")
+    return iter_dataset_texts(texts["name"], texts.get("config_name"), texts["split"], field,
+                              "texts.name", streaming=True)
+
+
 def text_file_source(cfg: dict, keep: DocumentFilter):
     """(documents iterator, description, files): .jsonl = one {"text"} per line, else a file."""
     where = "data.text_files.paths"

@@ -36,6 +36,8 @@ import numpy as np
 
 TASK_KINDS = ("word_order", "continuation")
 TASK_PREFIX = "depthlab_"
+# Longest choice, in tokens per word (BPE on docstrings: most words take 1-3 tokens).
+MAX_TOKENS_PER_WORD = 3
 CHOICES = 4
 METRICS = ("acc", "acc_norm")
 _WORD = re.compile(r"\S+")
@@ -179,8 +181,12 @@ def _contexts(documents: list[str], tokenizer, words: int, context_tokens: int,
         for pick in sorted(picks):
             start, end = spans[pick]
             context = _context(text, start, tokenizer, context_tokens)
-            if context is not None:
-                items.append((int(doc), context, text[start:end].split(" ")))
+            target = text[start:end]
+            # a "word" without spaces can be a long run of symbols: keep choices short enough
+            # that context + choice fits the model's context (checked against seq_len at config)
+            if context is not None and len(tokenizer.encode(" " + target, add_special_tokens=False)) \
+                    <= MAX_TOKENS_PER_WORD * words:
+                items.append((int(doc), context, target.split(" ")))
     return items
 
 
