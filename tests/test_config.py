@@ -125,6 +125,9 @@ PROBES = {
                                                                        ["layer_sideways"]),
                           r"^depth_use\.skip\.variants\[0\]: 'layer_sideways' is not one of"),
     "stage resources": (lambda c: c["resources"].pop("pruning"), r"^resources\.pruning: missing"),
+    "positions": (lambda c: c["pruning"]["val"].__setitem__("seq_len", 64),
+                  r"^pruning\.val\.seq_len: 64 tokens exceed the 32 positions 'pre_ln' was "
+                  r"trained on"),
     "task length": (lambda c: c["pruning"]["tasks"].__setitem__("context_tokens", 30),
                     r"^pruning\.tasks\.context_tokens: 30 context tokens plus a choice of up to "
                     r"12 tokens exceed the 32 positions"),

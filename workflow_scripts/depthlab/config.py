@@ -654,6 +654,15 @@ def model_layers(resolved: Resolved, name: str, key: str) -> int | None:
     raise ConfigError(f"{key}: {local}/config.json names no layer count")
 
 
+def check_positions(resolved: Resolved, name: str, length: int, key: str) -> None:
+    """A sequence length a stage feeds to a model trained here must not exceed the positions it
+    was trained on (its RoPE never saw more)."""
+    model = resolved.models[name]
+    if model["kind"] == "pretrain" and length > model["train"]["seq_len"]:
+        raise ConfigError(f"{key}: {length} tokens exceed the {model['train']['seq_len']} "
+                          f"positions '{name}' was trained on (its train.seq_len)")
+
+
 def _has_lm_head(resolved: Resolved, name: str) -> bool:
     model = resolved.models[name]
     if model["kind"] == "pretrain":
@@ -841,6 +850,14 @@ def _resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
                     f"pruning.tasks.context_tokens: {tasks['context_tokens']} context tokens plus "
                     f"a choice of up to {longest - tasks['context_tokens']} tokens exceed the "
                     f"{model['train']['seq_len']} positions '{name}' was trained on")
+        check_positions(resolved, name, pruning["val"]["seq_len"], "pruning.val.seq_len")
+        if pruning["healing"]["enabled"]:
+            check_positions(resolved, name, pruning["healing"].get("seq_len", 0),
+                            "pruning.healing.seq_len")
+        if pruning["speed"]["enabled"]:
+            speed = pruning["speed"]
+            check_positions(resolved, name, speed.get("prompt_length", 0)
+                            + speed.get("new_tokens", 0), "pruning.speed.new_tokens")
         layers = model_layers(resolved, name, key)
         if layers is not None:
             _library_check(validate_pruning_settings, settings, layers, "pruning")
@@ -914,6 +931,9 @@ def _resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
         _library_check(validate_intervention_settings,
                        {**settings, "depth_score_variant": score["variant"]},
                        model_layers(resolved, name, key), "depth_use.skip")
+        check_positions(resolved, name, settings["max_length"],
+                        f"depth_use.skip.per_model.{name}.max_length" if "max_length" in
+                        per_model.get(name, {}) else "depth_use.skip.max_length")
         texts = text_set_texts(resolved, skip["text_set"], base_dir, "depth_use.skip.text_set",
                                model=name)
         model = resolved.models[name]
@@ -941,6 +961,9 @@ def _resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
             if ends[end] not in resolved.models:
                 raise ConfigError(f"{key}.{end}: '{ends[end]}' is not a declared model")
         _check_same_tokens(resolved, ends["source"], ends["target"], key)
+        for end in ("source", "target"):
+            check_positions(resolved, ends[end], maps["max_length"],
+                            "depth_use.linear_maps.max_length")
         texts = text_set_texts(resolved, maps["text_set"], base_dir,
                                "depth_use.linear_maps.text_set", model=ends["source"])
         out = paths.linear_map(pair)
