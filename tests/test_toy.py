@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from depthlab import toy, toy_fit
+from depthlab.config import temperature_grid
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,11 +132,11 @@ def test_training_lowers_the_test_kl_and_temperature_slices_reproduce_the_full_r
 
 
 def test_temperature_grid_matches_the_papers_logspace():
-    grid = toy.temperature_grid({"min": 0.01, "max": 1.0, "count": 16})
+    grid = temperature_grid({"min": 0.01, "max": 1.0, "count": 16})
     np.testing.assert_allclose(grid, torch.logspace(-2, 0, 16, dtype=torch.float64).numpy())
-    assert toy.temperature_grid([0.1, 1]) == [0.1, 1.0]
+    assert temperature_grid([0.1, 1]) == [0.1, 1.0]
     with pytest.raises(ValueError, match="toy.temperatures"):
-        toy.temperature_grid([0.0, 1.0])
+        toy.run_teacher_kind("tied", {**SETTINGS, "temperatures": [0.0, 1.0]}, seed=0)
 
 
 def test_depth_exponent_fits():

@@ -18,6 +18,8 @@ import json
 import os
 import sys
 
+from .devices import DeviceError, resolve_device  # noqa: F401  (scripts import it from here)
+
 
 class UserError(Exception):
     """An error in the user's input (config, file): printed as one line, exit status 2."""
@@ -92,17 +94,6 @@ def _torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def resolve_device(name: str = "auto") -> str:
-    """`auto` -> cuda when a GPU is visible, else cpu; `cpu` / `cuda` / `cuda:N` as given."""
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"device {name!r} requested but no CUDA device is visible")
-    return name
-
-
 def fail(message: str) -> None:
     """Exit with a one-line error (status 2), no traceback."""
     print(f"error: {message}", file=sys.stderr)
@@ -118,6 +109,8 @@ def main_guard(main) -> None:
     except (UserError, ConfigError) as error:
         fail(str(error))
     except Exception as error:  # noqa: BLE001 - data and model errors that name a file
-        if type(error).__name__ in ("DataError", "CheckpointError", "UnsupportedModelError"):
+        if type(error).__name__ in ("DataError", "CheckpointError", "UnsupportedModelError",
+                                    "DeviceError", "PruningError", "TaskFileError",
+                                    "ProblemError"):
             fail(str(error))
         raise

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .devices import resolve_device
+
 TEACHER_KINDS = ("independent", "tied")
 
 
@@ -212,30 +214,10 @@ def train_students(teacher: ToyResNet, depths, temperatures, steps: int, batch_s
     return results
 
 
-def temperature_grid(spec) -> list[float]:
-    """A list of temperatures, or {min, max, count}: `count` values log-spaced in [min, max]."""
-    if isinstance(spec, dict):
-        if spec["count"] < 1 or not 0 < spec["min"] <= spec["max"]:
-            raise ValueError(f"toy.temperatures: bad log-spaced grid {spec}")
-        return [float(t) for t in np.geomspace(spec["min"], spec["max"], spec["count"])]
-    temperatures = [float(t) for t in spec]
-    if not temperatures or min(temperatures) <= 0:
-        raise ValueError(f"toy.temperatures: {spec} must be positive numbers")
-    return temperatures
-
-
 def toy_shape(settings: dict) -> ToyShape:
     return ToyShape(width=settings["width"], hidden=settings["hidden"],
                     input_size=settings.get("input_size") or settings["width"],
                     output_size=settings["output_size"])
-
-
-def resolve_device(name: str = "auto") -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("toy.device: cuda requested but no GPU is available")
-    return torch.device(name)
 
 
 def run_teacher_kind(kind: str, settings: dict, seed: int, log=print,
@@ -244,14 +226,17 @@ def run_teacher_kind(kind: str, settings: dict, seed: int, log=print,
     the temperatures[temperature_index] students (same teacher, same streams: a slice of the
     full run). Returns the losses frame and the teacher's successive-update angle statistic."""
     shape = toy_shape(settings)
-    temperatures = temperature_grid(settings["temperatures"])
+    # the grid arrives expanded (depthlab.config.temperature_grid)
+    temperatures = [float(t) for t in settings["temperatures"]]
+    if not temperatures or min(temperatures) <= 0:
+        raise ValueError(f"toy.temperatures: {settings['temperatures']} must be positive numbers")
     offset = 0
     if temperature_index is not None:
         if not 0 <= temperature_index < len(temperatures):
             raise ValueError(f"temperature index {temperature_index} outside the "
                              f"{len(temperatures)} configured temperatures")
         temperatures, offset = [temperatures[temperature_index]], temperature_index
-    device = resolve_device(settings.get("device", "auto"))
+    device = torch.device(resolve_device(settings.get("device", "auto")))
     rows, teachers = [], []
     kind_index = TEACHER_KINDS.index(kind)
     for replicate in range(settings["replicates"]):
