@@ -18,9 +18,9 @@ from depthlab.config import (
     resolve,
     sweep_model_name,
 )
+from local_snakemake import SNAKEMAKE, local_env
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
 def load(name: str) -> dict:
@@ -35,7 +35,7 @@ def dry_run(config: dict | None, tmp_path: Path, *args: str,
     # A scratch working directory: results of earlier runs must not make the DAG empty.
     return subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "--snakefile", str(ROOT / "Snakefile"),
                            "--directory", str(tmp_path), f"--configfile={config_file}", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=local_env())
 
 
 @pytest.mark.parametrize("name", ["default.yaml", "test.yaml", "paper.yaml"])
@@ -126,7 +126,7 @@ PROBES = {
                           r"^depth_use\.skip\.variants\[0\]: 'layer_sideways' is not one of"),
     "stage resources": (lambda c: c["resources"].pop("pruning"), r"^resources\.pruning: missing"),
     "positions": (lambda c: c["pruning"]["val"].__setitem__("seq_len", 64),
-                  r"^pruning\.val\.seq_len: 64 tokens exceed the 32 positions 'pre_ln' was "
+                  r"^pruning\.val\.seq_len: 64 tokens exceed the 32 positions 'lns' was "
                   r"trained on"),
     "task length": (lambda c: c["pruning"]["tasks"].__setitem__("context_tokens", 30),
                     r"^pruning\.tasks\.context_tokens: 30 context tokens plus a choice of up to "
@@ -196,7 +196,7 @@ def test_injection_through_a_sweep_name_runs_nothing(tmp_path):
     result = subprocess.run(  # a real run, not a dry run: nothing may execute
         [SNAKEMAKE, "--cores", "1", "--snakefile", str(ROOT / "Snakefile"), "--directory",
          str(tmp_path), f"--configfile={path}"], cwd=tmp_path, capture_output=True, text=True,
-        timeout=120)
+        timeout=120, env=local_env())
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert "sweeps" in output and "'s$(touch pwned)x' is not a safe name" in output, output
@@ -242,7 +242,7 @@ def test_a_fit_source_with_a_space_in_its_path_runs(tmp_path):
     target = f"results/{config['run_name']}/scaling/spaced/fit.json"
     result = subprocess.run([SNAKEMAKE, "--cores", "1", "--snakefile", str(ROOT / "Snakefile"),
                              "--directory", str(tmp_path), f"--configfile={path}", target],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, env=local_env())
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     record = json.loads((tmp_path / target).read_text())
     assert record["points_file"].endswith("my points/chinchilla points.csv")
@@ -316,5 +316,5 @@ def test_clashing_sweep_name_is_rejected():
 
 def test_workflow_passes_snakemake_lint():
     result = subprocess.run([SNAKEMAKE, "--lint", "--cores", "1"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
+                            text=True, timeout=120, env=local_env())
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]

@@ -40,6 +40,9 @@ def data_dir(tmp_path_factory, test_config):
 
 def tiny_model(test_config, **train) -> dict:
     config = copy.deepcopy(test_config)
+    for stage in ("pruning", "depth_use", "analysis", "scaling", "sweeps"):
+        config.pop(stage, None)  # only the tiny model's own resolution matters here
+    config["models"] = {}
     config["models"]["tiny"] = {"kind": "pretrain", "norm_scheme": "lns", "architecture": {
         "hidden_size": 16, "num_layers": 2, "num_heads": 2, "intermediate_size": 32}}
     config["pretrain"].update({"seq_len": 16, "batch_size": 4, "log_every": 1, **train})

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from depthlab.config import load_config, resolve
+from local_snakemake import SNAKEMAKE, local_env
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 CONFIG = ROOT / "config" / "test.yaml"
 # .git too: provenance records the checkout's commit
 CHECKOUT_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "data", "profiles",
@@ -27,7 +27,8 @@ pytestmark = pytest.mark.workflow
 def snakemake(checkout: Path, *args: str) -> subprocess.CompletedProcess:
     """Snakemake from the checkout's root, as a user runs it."""
     command = [SNAKEMAKE, "--configfile=config/test.yaml", "--cores", "2", *args]
-    return subprocess.run(command, cwd=checkout, capture_output=True, text=True, timeout=900)
+    return subprocess.run(command, cwd=checkout, capture_output=True, text=True, timeout=900,
+                          env=local_env())
 
 
 def planned_rules(result: subprocess.CompletedProcess) -> set[str]:

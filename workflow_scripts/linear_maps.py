@@ -69,8 +69,6 @@ def main() -> None:
 
     import itertools
 
-    import numpy as np
-    import pandas as pd
     from transformers.utils import logging as hf_logging
 
     from depthlab.adapter import adapt, load_model, load_tokenizer, resolve_model_path
@@ -119,24 +117,16 @@ def main() -> None:
     seconds = time.perf_counter() - clock
     frame = result.to_frame(pair=spec["pair"])
     centred = spec["error"] == "centred"
-    best = result.best_target(centred=centred)
-    L_a, L_b = result.source_layers - 1, result.target_layers - 1
-    best_frame = pd.DataFrame({
-        "pair": spec["pair"], "source_layer": np.arange(L_a + 1),
-        "source_depth": np.arange(L_a + 1) / max(L_a, 1), "best_target_layer": best,
-        "best_target_depth": best / max(L_b, 1),
-        "equal_depth_target_layer": np.round(np.arange(L_a + 1) * L_b / max(L_a, 1)).astype(int),
-        "relative_error": result.relative_error[np.arange(L_a + 1), best],
-        "centred_error": result.centred_error[np.arange(L_a + 1), best]})
+    best_frame = result.best_target_frame(centred, pair=spec["pair"])
     summary = {"pair": spec["pair"], "error": spec["error"], "source": spec["source_name"],
-               "target": spec["target_name"],
-               "source_layers": L_a, "target_layers": L_b, "tokens": result.tokens,
+               "target": spec["target_name"], "source_layers": result.source_layers - 1,
+               "target_layers": result.target_layers - 1, "tokens": result.tokens,
                "blocks": result.blocks, "alphas": result.alphas, "max_length": max_length,
                "fit_seconds": round(seconds, 3),
                "alpha_chosen_counts": {str(a): int((result.alpha == a).sum())
                                        for a in result.alphas},
-               "mean_abs_depth_offset_of_best_target": float(np.mean(np.abs(
-                   best / max(L_b, 1) - np.arange(L_a + 1) / max(L_a, 1))))}
+               "mean_abs_depth_offset_of_best_target":
+                   result.depth_offset_of_best_target(centred)}
     with atomic_path(spec["out"], is_dir=True) as out:
         write_dataframe(out / "relative_error.csv", frame)
         write_dataframe(out / "best_target.csv", best_frame)

@@ -70,17 +70,14 @@ REQUIRED = ("model_name", "model_path", "revision", "out", "texts", "text_field"
 def main() -> None:
     _, spec = start_job(__doc__, "skip_interventions", REQUIRED)
 
-    import numpy as np
-    import pandas as pd
     from transformers.utils import logging as hf_logging
 
     from depthlab.adapter import adapt, load_model, load_tokenizer, resolve_model_path
     from depthlab.data import iter_texts
-    from depthlab.interventions import (SkipSettings, depth_scores_by_group, skip_effects,
+    from depthlab.interventions import (SkipSettings, skip_effects,
                                         validate_intervention_settings)
     from depthlab.io import atomic_path, write_dataframe, write_json
-    from depthlab.problems import (accuracy_table, evaluate_problems, problem_batches,
-                                   read_problems)
+    from depthlab.problems import depth_score_tables, read_problems
     from depthlab.provenance import Provenance
     from depthlab.residual_stream import iter_token_batches
 
@@ -135,38 +132,10 @@ def main() -> None:
     if spec["problems"]:
         clock = time.perf_counter()
         problems = read_problems(spec["problems"], "spec.problems")
-        prepend = bool(spec["prepend_bos"]) and tokenizer.bos_token_id is not None
-        correct = evaluate_problems(model, tokenizer, problems, batch_size=spec["batch_size"],
-                                    prepend_bos=prepend)
-        tables["accuracy"] = accuracy_table(problems, correct)
-        score_settings = SkipSettings(variants=(spec["depth_score_variant"],),
-                                      layers=settings.layers, no_skip_front=settings.no_skip_front,
-                                      future_positions=settings.future_positions,
-                                      future_min_position=settings.future_min_position,
-                                      max_rows=settings.max_rows, seed=settings.seed)
-        scored = skip_effects(adapter, problem_batches(tokenizer, problems, spec["batch_size"],
-                                                       prepend_bos=prepend,
-                                                       max_length=context),
-                              score_settings, per_prompt=True)
-        per_problem = scored.per_prompt_output[spec["depth_score_variant"]]
-        families = np.array([p["family"] for p in problems])
-        levels = np.array([p["level"] for p in problems])
-        frames = []
-        for family in sorted(set(families)):
-            member = families == family
-            frame = depth_scores_by_group(per_problem[member], levels[member],
-                                          resamples=spec["bootstrap"]["resamples"],
-                                          confidence=spec["bootstrap"]["confidence"],
-                                          seed=spec["seed"])
-            frame.insert(0, "family", family)
-            frames.append(frame.rename(columns={"group": "level", "prompts": "problems"}))
-        tables["depth_score"] = pd.concat(frames, ignore_index=True)
-        L = adapter.num_layers
-        tables["problem_effects"] = pd.DataFrame({
-            "problem": np.repeat(np.arange(len(problems)), L),
-            "family": np.repeat(families, L), "level": np.repeat(levels, L),
-            "correct": np.repeat(correct, L), "skipped": np.tile(np.arange(L), len(problems)),
-            "output_effect": per_problem.reshape(-1)})
+        tables = depth_score_tables(
+            adapter, tokenizer, problems, settings, spec["depth_score_variant"],
+            batch_size=spec["batch_size"], max_length=context,
+            prepend_bos=bool(spec["prepend_bos"]), bootstrap=spec["bootstrap"], seed=spec["seed"])
         summary.update({
             "problems": len(problems), "depth_score_variant": spec["depth_score_variant"],
             "problem_seconds": round(time.perf_counter() - clock, 3),

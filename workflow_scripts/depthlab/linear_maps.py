@@ -311,6 +311,31 @@ class LinearMapResult:
     def best_target(self, centred: bool = False) -> np.ndarray:
         return np.argmin(self.centred_error if centred else self.relative_error, axis=1)
 
+    def best_target_frame(self, centred: bool = False, **labels):
+        """Per source layer: the target layer of least error, its relative depth, and the
+        target layer at equal relative depth (the paper's diagonal)."""
+        import pandas as pd
+
+        best = self.best_target(centred)
+        source = np.arange(self.source_layers)
+        last_a, last_b = max(self.source_layers - 1, 1), max(self.target_layers - 1, 1)
+        frame = pd.DataFrame({
+            "source_layer": source, "source_depth": source / last_a, "best_target_layer": best,
+            "best_target_depth": best / last_b,
+            "equal_depth_target_layer": np.round(source * (self.target_layers - 1) / last_a)
+            .astype(int),
+            "relative_error": self.relative_error[source, best],
+            "centred_error": self.centred_error[source, best]})
+        for key, value in reversed(labels.items()):
+            frame.insert(0, key, value)
+        return frame
+
+    def depth_offset_of_best_target(self, centred: bool = False) -> float:
+        """Mean |relative depth of the best target - relative depth of the source|."""
+        best = self.best_target(centred)
+        source = np.arange(self.source_layers) / max(self.source_layers - 1, 1)
+        return float(np.mean(np.abs(best / max(self.target_layers - 1, 1) - source)))
+
     def to_frame(self, **labels):
         import pandas as pd
 

@@ -404,3 +404,46 @@ def problem_batches(tokenizer, problems: list[dict], batch_size: int,
 
 def read_val_texts(data_dir: str | os.PathLike) -> list[str]:
     return list(iter_jsonl_texts(Path(data_dir) / "val.jsonl"))
+
+
+def depth_score_tables(adapter, tokenizer, problems: list[dict], settings, variant: str,
+                       batch_size: int, max_length: int, prepend_bos: bool, bootstrap: dict,
+                       seed: int) -> dict:
+    """Per-level accuracy, depth score with a bootstrap interval per (family, level), and the
+    per-problem output effect of skipping each layer at the answer positions (Csordas et al.:
+    depth score = sum_l l e_l / sum_l e_l). `settings` are the skip settings; only `variant`
+    (an _all variant) is run. Returns {accuracy, depth_score, problem_effects} frames."""
+    import dataclasses
+
+    import pandas as pd
+
+    from .interventions import depth_scores_by_group, skip_effects
+
+    prepend = prepend_bos and tokenizer.bos_token_id is not None
+    correct = evaluate_problems(adapter.model, tokenizer, problems, batch_size=batch_size,
+                                prepend_bos=prepend)
+    scored = skip_effects(adapter, problem_batches(tokenizer, problems, batch_size,
+                                                   prepend_bos=prepend, max_length=max_length),
+                          dataclasses.replace(settings, variants=(variant,)), per_prompt=True)
+    per_problem = scored.per_prompt_output[variant]
+    families = np.array([p["family"] for p in problems])
+    levels = np.array([p["level"] for p in problems])
+    frames = []
+    for family in sorted(set(families)):
+        member = families == family
+        frame = depth_scores_by_group(per_problem[member], levels[member],
+                                      resamples=bootstrap["resamples"],
+                                      confidence=bootstrap["confidence"], seed=seed)
+        frame.insert(0, "family", family)
+        frames.append(frame.rename(columns={"group": "level", "prompts": "problems"}))
+    layers = adapter.num_layers
+    return {
+        "accuracy": accuracy_table(problems, correct),
+        "depth_score": pd.concat(frames, ignore_index=True),
+        "problem_effects": pd.DataFrame({
+            "problem": np.repeat(np.arange(len(problems)), layers),
+            "family": np.repeat(families, layers), "level": np.repeat(levels, layers),
+            "correct": np.repeat(correct, layers),
+            "skipped": np.tile(np.arange(layers), len(problems)),
+            "output_effect": per_problem.reshape(-1)}),
+    }
