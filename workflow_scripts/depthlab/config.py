@@ -45,9 +45,6 @@ TOY_TRAIN_KEYS = ("width", "hidden", "input_size", "output_size", "teacher_layer
                   "student_depths", "steps", "batch_size", "lr", "eval_batches", "replicates",
                   "angle_samples", "device")
 ANALYSIS_TEXT_KEYS = ("text_field", "max_samples", "max_tokens", "max_length")
-FIT_SPEC_KEYS = ("law", "source", "columns", "objective", "huber_delta", "optimizer",
-                 "exponent_bounds", "start_grid", "n_refine", "depth_offset", "drop_highest",
-                 "ties", "min_tokens", "bootstrap", "validation")
 NESTED_FIT_KEYS = ("start_grid", "bootstrap", "validation", "columns")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -463,10 +460,6 @@ class Resolved:
             return [self.paths.model(name)]
         path = model["path"]
         return [path] if not path.startswith("pkg:") and os.path.exists(path) else []
-
-    def stage_on(self, stage: str) -> bool:
-        """A stage runs when its section is in the config (delete the section to switch it off)."""
-        return bool(self.config.get(stage))
 
 
 def _resources(config: dict) -> dict:
