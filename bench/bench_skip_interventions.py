@@ -11,6 +11,10 @@ run's val.jsonl if it exists, else random token ids.
 
     python bench/bench_skip_interventions.py [--model DIR] [--texts val.jsonl] [--prompts 16]
         [--length 64] [--variants layer_all layer_future] [--threads 1] [--repeats 2]
+        [--device cuda] [--random LAYERSxWIDTH]
+
+--random 24x1024 benchmarks a random-weight pre-LN model of that size instead (e.g. on a GPU,
+where batching, not arithmetic, is what the reference loop lacks).
 """
 
 import argparse
@@ -32,16 +36,19 @@ def load(args):
     from depthlab.adapter import adapt, load_model, load_tokenizer
 
     model_dir = args.model or (DEFAULT_RUN / "models" / "depth_width_l16_m96")
-    if Path(model_dir).is_dir():
+    if Path(model_dir).is_dir() and not args.random:
         model, tokenizer = load_model(str(model_dir)), load_tokenizer(str(model_dir))
         name = Path(model_dir).name
     else:
         from depthlab.models import build_model, make_config
 
-        config = make_config({"hidden_size": 96, "num_layers": 16, "num_heads": 3,
-                              "intermediate_size": 256}, "pre_ln", vocab_size=4096,
+        layers, width = (int(v) for v in (args.random or "16x96").split("x"))
+        config = make_config({"hidden_size": width, "num_layers": layers,
+                              "num_heads": max(1, width // 32),
+                              "intermediate_size": 8 * width // 3}, "pre_ln", vocab_size=4096,
                              max_positions=args.length)
-        model, tokenizer, name = build_model(config, 0).eval(), None, "random 16x96 pre_ln"
+        model, tokenizer = build_model(config, 0).eval(), None
+        name = f"random {layers}x{width} pre_ln"
     texts = args.texts or (DEFAULT_RUN / "data" / "val.jsonl")
     if tokenizer is not None and Path(texts).is_file():
         from depthlab.data import iter_jsonl_texts
@@ -57,7 +64,7 @@ def load(args):
         generator = torch.Generator().manual_seed(0)
         rows = [torch.randint(2, model.config.vocab_size, (args.length - (i % 5),),
                               generator=generator).tolist() for i in range(args.prompts)]
-    return adapt(model), rows, name
+    return adapt(model.to(args.device)), rows, name
 
 
 def batched(adapter, rows, settings, batch_size):
@@ -79,7 +86,7 @@ def batched(adapter, rows, settings, batch_size):
     return skip_effects(adapter, batches(), settings)
 
 
-def one_prompt_per_pass(adapter, rows, settings):
+def one_prompt_per_pass(adapter, rows, settings, device):
     import numpy as np
     import torch
 
@@ -92,7 +99,7 @@ def one_prompt_per_pass(adapter, rows, settings):
         umax, omax = np.zeros((L, L)), np.zeros(L)
         usum, osum, count = np.zeros((L, L)), np.zeros(L), np.zeros(L)
         for prompt_id, r in enumerate(rows):
-            ids = torch.tensor(r)
+            ids = torch.tensor(r, device=device)
             clean = reference_clean_states(adapter, ids)      # once per prompt, as the reference
             ts = [None] if variant.endswith("_all") else future_positions(len(r), prompt_id,
                                                                           settings)
@@ -124,6 +131,9 @@ def main():
     parser.add_argument("--future-positions", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--random", metavar="LAYERSxWIDTH",
+                        help="benchmark a random-weight pre-LN model of this size")
     args = parser.parse_args()
 
     import numpy as np
@@ -142,7 +152,7 @@ def main():
         fast = batched(adapter, rows, settings, args.batch_size)
         best["batched"] = min(best["batched"], time.perf_counter() - start)
         start = time.perf_counter()
-        slow = one_prompt_per_pass(adapter, rows, settings)
+        slow = one_prompt_per_pass(adapter, rows, settings, args.device)
         best["one_prompt_per_pass"] = min(best["one_prompt_per_pass"],
                                           time.perf_counter() - start)
     diff = 0.0
@@ -153,7 +163,8 @@ def main():
             diff = max(diff, float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-3))))
     tokens = sum(len(r) for r in rows)
     print(f"model: {name}, {adapter.num_layers} layers; {len(rows)} prompts, {tokens} tokens; "
-          f"variants {', '.join(settings.variants)}; {args.threads} thread(s); best of "
+          f"variants {', '.join(settings.variants)}; device {args.device}, {args.threads} "
+          f"thread(s); best of "
           f"{args.repeats}")
     print(f"batched (batch {args.batch_size}, max_rows {args.max_rows}): "
           f"{best['batched']:.2f} s;  one prompt per pass: {best['one_prompt_per_pass']:.2f} s;  "
