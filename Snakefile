@@ -21,17 +21,22 @@ from depthlab.config import (  # noqa: E402
     load_config,
     resolve,
 )
+from depthlab.provenance import export_config_source  # noqa: E402
 
+CONFIG_FILES = workflow.overwrite_configfiles or [DEFAULT_CONFIG]
 try:
     RESOLVED = resolve(
-        apply_overrides(load_config(*(workflow.overwrite_configfiles or [DEFAULT_CONFIG])),
-                        dict(workflow.config_settings.config)),
+        apply_overrides(load_config(*CONFIG_FILES), dict(workflow.config_settings.config)),
         workflow.basedir,
     )
 except ConfigError as error:
     raise WorkflowError(f"invalid config: {error}") from None
 config.clear()
 config.update(RESOLVED.config)
+# The jobs' provenance records name these files and their checksums; they travel in the
+# environment (jobs inherit it; Slurm jobs parse this file again), not in params, so editing a
+# comment in a config file reruns nothing.
+export_config_source(CONFIG_FILES, dict(workflow.config_settings.config))
 
 
 # Jobs call `python` from the environment Snakemake runs in (the project's venv), also on Slurm.
@@ -50,6 +55,7 @@ include: "rules/scaling.smk"
 include: "rules/toy.smk"
 include: "rules/pruning.smk"
 include: "rules/depth_use.smk"
+include: "rules/claims.smk"
 include: "rules/targets.smk"
 
 

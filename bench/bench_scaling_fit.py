@@ -5,7 +5,10 @@ Target: fit plus 1000 resamples in <= 60 s on the 2-core machine. Runs Liu et al
 (decomposed law, 203 points) and Besiroglu et al.'s (reference form, Huber, 240 points) with the
 default optimizer (scipy least_squares/TRF, analytic Jacobian, warm-started resamples) and, side
 by side on the same resamples, L-BFGS-B with an analytic gradient (fewer resamples, per-resample
-ratio printed). Usage: python bench/bench_scaling_fit.py [--resamples 1000 --lbfgsb-resamples 100]
+ratio printed). Then bootstrap refits from the start grid (full) against warm-started ones on the
+same resamples: every parameter's interval side by side and the time ratio.
+Usage: python bench/bench_scaling_fit.py [--resamples 1000 --lbfgsb-resamples 100
+       --refit-resamples 1000]
 """
 
 import argparse
@@ -32,14 +35,37 @@ PROTOCOLS = {
 TARGET_S = 60.0
 
 
-def timed_fit_and_bootstrap(frame, law, objective, optimizer, resamples):
+def timed_fit_and_bootstrap(frame, law, objective, optimizer, resamples, refit="warm"):
     settings = FitSettings(objective=objective, optimizer=optimizer)
     start = time.perf_counter()
     result = fit_law(frame, law, settings)
     fitted = time.perf_counter()
-    boot = bootstrap(result, resamples, "points", 0.95, seed=0)
+    boot = bootstrap(result, resamples, "points", 0.95, seed=0, refit=refit)
     done = time.perf_counter()
     return result, boot, fitted - start, done - fitted
+
+
+def compare_refits(frame, law, objective, resamples):
+    """Warm-started and full (start-grid) refits on the same resamples, side by side."""
+    result, warm, _, warm_s = timed_fit_and_bootstrap(frame, law, objective, "least_squares",
+                                                      resamples, "warm")
+    _, full, _, full_s = timed_fit_and_bootstrap(frame, law, objective, "least_squares",
+                                                 resamples, "full")
+    print(f"  bootstrap refits, {resamples} resamples: warm {warm_s:.2f} s ({warm['local_fits']} "
+          f"local fits), full {full_s:.2f} s ({full['local_fits']} local fits); "
+          f"full / warm = {full_s / warm_s:.1f}x")
+    print(f"  {'parameter':<10} {'estimate':>10}  {'warm 95% interval':>22}  "
+          f"{'full 95% interval':>22}  {'width full/warm':>15}")
+    for name in result.law.parameter_names:
+        w, f = warm["intervals"][name], full["intervals"][name]
+        ratio = (f["high"] - f["low"]) / (w["high"] - w["low"]) if w["high"] > w["low"] else \
+            float("nan")
+        print(f"  {name:<10} {result.estimates[name]:>10.4g}  [{w['low']:>9.4g}, {w['high']:>9.4g}]"
+              f"  [{f['low']:>9.4g}, {f['high']:>9.4g}]  {ratio:>15.2f}")
+    differing = (warm["samples"] - full["samples"]).abs().max(axis=1) > 1e-6 * (
+        1 + full["samples"].abs().max(axis=1))
+    print(f"  resamples whose refits differ (any parameter, relative 1e-6): "
+          f"{int(differing.sum())} of {len(differing)}")
 
 
 def main() -> None:
@@ -47,12 +73,17 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--lbfgsb-resamples", type=int, default=100)
+    parser.add_argument("--refit-resamples", type=int, default=1000,
+                        help="resamples of the full vs warm refit comparison (0: skip it)")
+    parser.add_argument("--protocol", choices=["all", "liu", "besiroglu"], default="all")
     args = parser.parse_args()
 
     points = load_points(ROOT / "data/chinchilla/chinchilla_points.csv", COLUMNS)
     print(f"threads: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; load "
           f"{os.getloadavg()[0]:.2f} (the machine is shared: timings are noisy)")
     for name, (law, objective, drop, ties) in PROTOCOLS.items():
+        if args.protocol != "all" and not name.startswith(args.protocol):
+            continue
         frame = drop_highest_losses(points, drop, ties)
         result, boot, fit_s, boot_s = timed_fit_and_bootstrap(
             frame, law, objective, "least_squares", args.resamples)
@@ -71,6 +102,8 @@ def main() -> None:
         per_lb = boot_l / max(args.lbfgsb_resamples, 1)
         print(f"  lbfgsb: fit {fit_l:.2f} s; per resample {per_lb * 1e3:.1f} ms vs least_squares "
               f"{per_ls * 1e3:.1f} ms (lbfgsb / least_squares = {per_lb / per_ls:.2f})")
+        if args.refit_resamples:
+            compare_refits(frame, law, objective, args.refit_resamples)
 
 
 if __name__ == "__main__":

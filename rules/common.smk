@@ -84,6 +84,18 @@ def stage_threads(stage):
     return config["resources"][stage]["threads"]
 
 
+SLURM_RESOURCES = {"partition": "slurm_partition", "account": "slurm_account", "qos": "qos"}
+
+
+def stage_launcher(stage):
+    """How a stage's script starts: under torchrun when the stage runs several processes
+    (resources.<stage>.processes: one per GPU, or set for CPU runs), with python otherwise."""
+    processes = RESOLVED.config["resources"][stage].get("processes", 1)
+    if processes > 1:
+        return ["torchrun", "--standalone", "--nproc_per_node", str(processes)]
+    return ["python"]
+
+
 def stage_resources(stage, gpu=True):
     """Slurm-facing resources of a stage from config; memory and runtime grow with each retry
     (`retries:` in the Slurm profile), so an out-of-memory or time-limit kill can succeed."""
@@ -96,4 +108,8 @@ def stage_resources(stage, gpu=True):
         resources["gpu"] = spec["gpu"]
         if spec["gpu_model"]:
             resources["gpu_model"] = spec["gpu_model"]
+    # the Slurm executor plugin's own resource names (--partition, --account, --qos)
+    for key, resource in SLURM_RESOURCES.items():
+        if spec.get(key):
+            resources[resource] = spec[key]
     return resources

@@ -13,6 +13,7 @@ rule pretrain_model:
         model=directory(PATHS.model("{job}")),
     params:
         spec=job_spec("pretrain_model"),
+        launcher=stage_launcher("pretrain"),
     wildcard_constraints:
         job=wildcard_alternatives(jobs("pretrain_model")),
     log:
@@ -25,7 +26,8 @@ rule pretrain_model:
     resources:
         **stage_resources("pretrain"),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "{params.launcher:q} {input.script:q} --spec {params.spec:q} --threads {threads:q} "
+        "> {log:q} 2>&1"
 
 
 rule plot_loss_curves:

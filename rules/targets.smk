@@ -40,6 +40,7 @@ STAGE_TARGETS = {
     "toy": expand(rules.train_toy.output.run, zip, kind=RESOLVED.wildcard_values("train_toy", "kind"),
              index=RESOLVED.wildcard_values("train_toy", "index"))
     + (list(rules.fit_toy.output) if jobs("fit_toy") else []),
+    "claims": list(rules.make_claims.output) if jobs("make_claims") else [],
 }
 
 for _stage, _targets in STAGE_TARGETS.items():

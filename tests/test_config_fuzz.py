@@ -21,7 +21,7 @@ ODD_STRINGS = ["", "..", "../../escape", "a b", "$(touch pwned)", "`id`", "x;y",
                "/abs/path", "-rf", "{model}", "*", "null", "1e3"]
 ODD_VALUES = [None, True, 0, -1, 16.0, 1e12, -0.5, [], {}, [1, 2], {"a": 1}, "many"]
 KEY_PATH = re.compile(r"^(\(top level\)|run_name|seed|data|models|sweeps|pretrain|figures|scaling|"
-                      r"toy|analysis|resources|pruning|depth_use)[.\[:]")
+                      r"toy|analysis|resources|cluster|pruning|depth_use|tracking)[.\[:]")
 
 
 def leaves(node, path=()):

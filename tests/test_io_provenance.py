@@ -3,11 +3,40 @@
 import hashlib
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
+from depthlab import provenance as provenance_module
+from depthlab.cli import start_job
 from depthlab.io import atomic_path, write_json
-from depthlab.provenance import Provenance, sha256_path, sidecar_path
+from depthlab.provenance import (
+    CONFIG_SOURCE_ENV,
+    Provenance,
+    git_state,
+    set_job,
+    sha256_path,
+    sidecar_path,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGE_SECTIONS = ("analysis", "pruning", "depth_use", "scaling", "toy", "sweeps")
+
+
+def git_repo(path: Path) -> Path:
+    """A one-commit git repository (ignoring `ignored/`) at `path`."""
+    path.mkdir(parents=True)
+    (path / "module.py").write_text("x = 1\n")
+    (path / ".gitignore").write_text("ignored/\n")
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@example.org",
+           "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    return path
 
 
 def test_atomic_file_and_folder_appear_only_on_success(tmp_path):
@@ -69,3 +98,70 @@ def test_provenance_records_commit_config_inputs_versions_and_times(tmp_path):
     assert record["packages"]["torch"].startswith("2.13.0")
     assert record["end"] >= record["start"] and record["wall_s"] >= 0
     assert sidecar_path(tmp_path / "fig.png").name == "fig.provenance.json"
+
+
+def test_dirty_flag_counts_untracked_files_but_not_ignored_ones(tmp_path):
+    repo = git_repo(tmp_path / "repo")
+    clean = git_state(repo)
+    assert len(clean["commit"]) == 40 and clean["dirty"] is False and clean["n_changes"] == 0
+    (repo / "ignored").mkdir()
+    (repo / "ignored" / "big.bin").write_bytes(b"0")
+    assert git_state(repo)["dirty"] is False
+    (repo / "new_module.py").write_text("y = 2\n")  # untracked: results can depend on it
+    assert git_state(repo) == {**clean, "dirty": True, "n_changes": 1,
+                               "changes": ["?? new_module.py"]}
+    (repo / "module.py").write_text("x = 3\n")
+    assert git_state(repo)["changes"] == [" M module.py", "?? new_module.py"]
+    assert git_state(tmp_path / "not_a_repo")["dirty"] is None
+
+
+def test_records_name_the_rule_command_config_files_and_folder_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(provenance_module, "_job", {})
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "run.yaml"
+    config.write_text("seed: 1  # a comment\n")
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.bin").write_bytes(b"\x01\x02\x03")
+    (folder / "provenance.json").write_text("{}")  # not data: left out, as in sha256_path
+
+    set_job("prepare_data", "python prepare_data.py --config run.yaml", config_files=[config])
+    record = Provenance("unit", config={}, inputs=[folder]).record()
+    assert record["rule"] == "prepare_data" and record["command"].startswith("python ")
+    assert record["cwd"] == str(tmp_path)
+    assert record["config_source"] == {"files": [{
+        "path": "run.yaml", "sha256": hashlib.sha256(config.read_bytes()).hexdigest()}]}
+    assert record["inputs"] == {str(folder): sha256_path(folder)}
+    assert record["input_files"] == {str(folder): {
+        "train.bin": hashlib.sha256(b"\x01\x02\x03").hexdigest()}}
+
+    # under the workflow the config source comes from the environment the Snakefile sets
+    exported = {"files": [{"path": "config/x.yaml", "sha256": "ab"}], "overrides": {"seed": 2}}
+    monkeypatch.setenv(CONFIG_SOURCE_ENV, json.dumps(exported))
+    set_job("analyse_model", "python analyse_model.py --spec {}")
+    assert Provenance("unit", config={}).record()["config_source"] == exported
+    monkeypatch.delenv(CONFIG_SOURCE_ENV)
+    set_job("analyse_model", "python analyse_model.py --spec {}")
+    assert Provenance("unit", config={}).record()["config_source"] is None
+
+
+def test_start_job_prints_its_command_first_and_tells_provenance(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(provenance_module, "_job", {})
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(var, "1")
+    # the test config's data stage and one model only: resolving all of it takes seconds
+    test_config = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())
+    first_model = next(iter(test_config["models"]))
+    config = tmp_path / "data only.yaml"
+    config.write_text(yaml.safe_dump(
+        {**{k: v for k, v in test_config.items() if k not in STAGE_SECTIONS},
+         "models": {first_model: test_config["models"][first_model]}}))
+    monkeypatch.setattr(sys, "argv", ["prepare_data.py", "--config", str(config), "--job", "data"])
+    _, spec = start_job(None, "prepare_data")
+    assert spec["data"] == test_config["data"]
+    first_line = capsys.readouterr().err.splitlines()[0]
+    assert first_line == f"{sys.executable} prepare_data.py --config '{config}' --job data"
+    record = Provenance("unit", config=spec).record()
+    assert record["rule"] == "prepare_data" and record["command"] == first_line
+    assert record["config_source"]["files"][0]["sha256"] == \
+        hashlib.sha256(config.read_bytes()).hexdigest()

@@ -204,10 +204,12 @@ def test_script_fits_two_saved_models_and_rejects_foreign_tokenizers(tmp_path):
                              max_positions=32)
         save_checkpoint(build_model(config, seed), tokenizer, tmp_path / name)
     spec = {"pair": "a_to_b", "source_name": "a", "source_path": str(tmp_path / "a"),
-            "target_name": "b", "target_path": str(tmp_path / "b"), "revision": None,
+            "target_name": "b", "target_path": str(tmp_path / "b"),
+            "source_revision": None, "target_revision": None,
             "out": str(tmp_path / "maps"), "texts": {"source": "jsonl", "path": str(texts)},
-            "text_field": "text", "max_documents": None, "max_length": 32, "batch_size": 8,
-            "skip_first": 1, "val_fraction": 0.2, "test_fraction": 0.3,
+            "text_field": "text", "add_special_tokens": False, "max_documents": None,
+            "max_length": 32, "batch_size": 8, "skip_first": 1, "val_fraction": 0.2,
+            "test_fraction": 0.3,
             "alphas": [0.0, 0.01], "max_memory_mb": 16, "error": "relative",
             "dtype": "float32", "device": "cpu"}
     script = repo / "workflow_scripts" / "linear_maps.py"

@@ -105,3 +105,27 @@ def test_settings_from_config_ignore_keys_that_are_not_fit_settings():
                                    start_floor_fractions=(0.5,))
     with pytest.raises(ValueError, match="optimizer"):
         FitSettings(optimizer="adam")
+
+
+def test_full_bootstrap_refits_start_from_the_grid_and_cover_the_truth():
+    frame = grid_points(noise=0.01, seed=2)
+    result = power_law.fit_law(frame, TWO_TERMS, FAST)
+    full = power_law.bootstrap(result, resamples=30, seed=3, refit="full")
+    warm = power_law.bootstrap(result, resamples=30, seed=3, refit="warm")
+    # full: the n_refine best grid points of every resample are optimised; warm: one start each
+    assert full["local_fits"] == 30 * FAST.n_refine and warm["local_fits"] == 30
+    assert full["refit"] == "full" and full["failures"] == 0
+    for name, value in TRUE.items():
+        interval = full["intervals"][name]
+        assert interval["low"] < value < interval["high"], name
+    # a well-conditioned problem has one optimum: both refits find it on every resample
+    np.testing.assert_allclose(full["samples"].to_numpy(), warm["samples"].to_numpy(), rtol=1e-4)
+    # an independent loop: the same resamples (same generator) fitted from scratch by fit_law
+    rng = np.random.default_rng(3)
+    for row in range(3):
+        idx = rng.integers(0, len(frame), size=len(frame))
+        scratch = power_law.fit_law(frame.iloc[idx], TWO_TERMS, FAST).estimates
+        for name in TRUE:
+            assert full["samples"][name].iloc[row] == pytest.approx(scratch[name], rel=1e-4)
+    with pytest.raises(ValueError, match="bootstrap.refit: 'cold'"):
+        power_law.bootstrap(result, resamples=2, refit="cold")

@@ -1,4 +1,5 @@
-"""Pretraining: schedule, resume after SIGKILL (bit-identical), DDP parity, NaN stop, export."""
+"""Pretraining: schedule, resume after SIGKILL (bit-identical), DDP parity and the workflow's
+torchrun launch, NaN stop, export, pure bf16, truncate-and-pad documents."""
 
 import copy
 import json
@@ -18,8 +19,10 @@ from safetensors.torch import load_file
 
 from depthlab.config import load_config, resolve
 from depthlab.data import load_tokens, prepare_corpus
-from depthlab.training import (TrainSettings, evaluation_steps, lr_multiplier, pretrain,
-                               validation_batches, validation_loss)
+from depthlab.models import build_model, make_config
+from depthlab.training import (IGNORE, TrainSettings, document_batch, document_bounds,
+                               document_rows, evaluation_steps, language_model_loss,
+                               lr_multiplier, pretrain, validation_batches, validation_loss)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow_scripts" / "pretrain_model.py"
@@ -49,9 +52,9 @@ def tiny_model(test_config, **train) -> dict:
     return resolve(config).models["tiny"]
 
 
-def run_script(model, data_dir, out, state, *launcher, wait=True):
+def run_script(model, data_dir, out, state, *launcher, wait=True, tracking=None):
     spec = {"model_name": "tiny", "model": model, "data": str(data_dir), "seed": 0,
-            "out": str(out), "state_dir": str(state)}
+            "out": str(out), "state_dir": str(state), "tracking": tracking}
     command = [*launcher, str(SCRIPT), "--spec", json.dumps(spec), "--threads", "1",
                "--no-progress"]
     if not launcher:
@@ -110,7 +113,9 @@ def test_resume_after_sigkill_ends_bit_identical(tmp_path, test_config, data_dir
     run_script(model, data_dir, tmp_path / "reference", tmp_path / "state_ref")
 
     state = tmp_path / "state" / "state.pt"
-    process = run_script(model, data_dir, tmp_path / "resumed", tmp_path / "state", wait=False)
+    tracking = {"tensorboard": True}
+    process = run_script(model, data_dir, tmp_path / "resumed", tmp_path / "state", wait=False,
+                         tracking=tracking)
     deadline = time.time() + 120
     while not state.exists() and process.poll() is None and time.time() < deadline:
         time.sleep(0.02)
@@ -120,7 +125,8 @@ def test_resume_after_sigkill_ends_bit_identical(tmp_path, test_config, data_dir
     killed_at = torch.load(state, weights_only=False)["step"]
     assert 0 < killed_at < 300
 
-    result = run_script(model, data_dir, tmp_path / "resumed", tmp_path / "state")
+    result = run_script(model, data_dir, tmp_path / "resumed", tmp_path / "state",
+                        tracking=tracking)
     assert "resumed from step" in result.stderr
     reference = load_file(tmp_path / "reference" / "model.safetensors")
     resumed = load_file(tmp_path / "resumed" / "model.safetensors")
@@ -130,6 +136,18 @@ def test_resume_after_sigkill_ends_bit_identical(tmp_path, test_config, data_dir
     columns = ["step", "tokens", "split", "loss", "lr"]
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "reference" / "train_log.csv")[columns],
                                   pd.read_csv(tmp_path / "resumed" / "train_log.csv")[columns])
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "reference" / "layer_stats.csv"),
+                                  pd.read_csv(tmp_path / "resumed" / "layer_stats.csv"))
+    # TensorBoard: the steps the killed process logged after its last state are purged, so
+    # every step appears once, with the loss of train_log.csv
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "resumed" / "tensorboard"))
+    events.Reload()
+    logged = [(e.step, e.value) for e in events.Scalars("loss/train")]
+    train = pd.read_csv(tmp_path / "resumed" / "train_log.csv").query("split == 'train'")
+    assert [step for step, _ in logged] == train.step.tolist()
+    np.testing.assert_allclose([value for _, value in logged], train.loss, rtol=1e-6)
 
 
 def test_two_gloo_ranks_match_one_process(tmp_path, test_config, data_dir):
@@ -162,3 +180,83 @@ def test_non_finite_loss_stops_and_names_the_step(tmp_path, test_config, data_di
         pretrain("tiny", model, data_dir, tmp_path / "out", tmp_path / "state", seed=0,
                  threads=1, progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_pure_bf16_trains_bf16_weights_with_a_finite_loss(tmp_path, test_config, data_dir):
+    model = tiny_model(test_config, steps=4, eval_every=2, precision="pure_bf16")
+    summary = pretrain("tiny", model, data_dir, tmp_path / "out", tmp_path / "state", seed=0,
+                       threads=1, progress=False)
+    weights = load_file(tmp_path / "out" / "model.safetensors")
+    assert {tensor.dtype for tensor in weights.values()} == {torch.bfloat16}
+    log = pd.read_csv(tmp_path / "out" / "train_log.csv")
+    assert np.isfinite(log.loss).all() and math.isfinite(summary["final_val_loss"])
+    fp32 = tiny_model(test_config, steps=4, eval_every=2)
+    pretrain("tiny", fp32, data_dir, tmp_path / "fp32", tmp_path / "s32", seed=0, threads=1,
+             progress=False)
+    # same start, so close to fp32, but rounded: bf16 keeps ~3 significant digits
+    fp32_log = pd.read_csv(tmp_path / "fp32" / "train_log.csv")
+    assert not np.array_equal(log.loss, fp32_log.loss)
+    np.testing.assert_allclose(log.loss, fp32_log.loss, rtol=0.02)
+
+
+def test_truncate_pad_rows_are_one_document_each_cut_and_padded():
+    eos, bos = 1, 2
+    tokens = np.array([5, 6, eos, 7, eos, 8, 9, 10, 11, eos], dtype=np.uint16)
+    bounds = document_bounds(tokens, eos)
+    assert bounds.tolist() == [[0, 3], [3, 5], [5, 10]]
+    rows = document_rows(tokens, bounds, [0, 1, 2], seq_len=3, bos_id=bos)
+    assert rows.tolist() == [[bos, 5, 6, eos], [bos, 7, eos, IGNORE], [bos, 8, 9, 10]]
+    again = document_batch(tokens, bounds, step=4, seed=0, batch_size=6, seq_len=3, bos_id=bos)
+    assert torch.equal(again, document_batch(tokens, bounds, 4, 0, 6, 3, bos))
+
+
+def test_padding_does_not_change_the_loss_of_the_real_tokens(test_config):
+    torch.manual_seed(0)
+    decl = tiny_model(test_config)
+    config = make_config(decl["architecture"], "pre_ln", vocab_size=32, max_positions=16,
+                         init_std=0.02)
+    model = build_model(config, 0).eval()
+    document = torch.tensor([[2, 5, 6, 7, 1]])
+    padded = torch.cat([document, torch.full((1, 4), IGNORE)], dim=1)
+    with torch.no_grad():
+        logits = model(input_ids=document[:, :-1]).logits[0]
+        expected = torch.nn.functional.cross_entropy(logits, document[0, 1:])
+        assert language_model_loss(model, padded, None).item() == pytest.approx(
+            expected.item(), rel=1e-6)
+
+
+def test_truncate_pad_training_reads_whole_documents(tmp_path, test_config, data_dir):
+    model = tiny_model(test_config, steps=30, eval_every=15, lr=1e-2,
+                       document_layout="truncate_pad")
+    pretrain("tiny", model, data_dir, tmp_path / "out", tmp_path / "state", seed=0, threads=1,
+             progress=False)
+    log = pd.read_csv(tmp_path / "out" / "train_log.csv")
+    vocab = json.loads((data_dir / "meta.json").read_text())["vocab_size"]
+    assert log.loss.iloc[-1] < math.log(vocab) - 0.5, log
+    stats = pd.read_csv(tmp_path / "out" / "layer_stats.csv")
+    assert np.isfinite(stats.output_variance).all()
+
+
+@pytest.mark.workflow
+def test_workflow_starts_torchrun_with_two_ranks_when_asked(tmp_path):
+    from local_snakemake import SNAKEMAKE, local_env
+    from test_workflow import copy_checkout
+
+    checkout = copy_checkout(ROOT, tmp_path / "depthlab")
+    model = "depth_width_l1_m16"
+    override = ("resources={pretrain: {threads: 2, mem_mb: 2000, runtime: 5, "
+                "processes: 2}}")
+    result = subprocess.run(
+        [SNAKEMAKE, "--configfile=config/test.yaml", "--cores", "2", "--config", override,
+         "--", f"results/test/models/{model}"],
+        cwd=checkout, capture_output=True, text=True, timeout=300, env=local_env())
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    folder = checkout / "results" / "test" / "models" / model
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(folder).config.num_hidden_layers == 1
+    assert (pd.read_csv(folder / "train_log.csv").split == "train").any()
+    provenance = json.loads((folder / "provenance.json").read_text())
+    assert provenance["summary"]["world_size"] == 2
+    log = (checkout / "results" / "test" / "logs" / "pretrain_model" / f"{model}.log").read_text()
+    assert "world 2" in log and "\r" not in log and f"[{model}] step 12/12" in log

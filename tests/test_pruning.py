@@ -130,6 +130,27 @@ def test_export_loads_without_missing_weights(family, tmp_path):
         assert type(loaded).__name__ == "LlamaForCausalLM"  # LNS folded, kept layers' depth
 
 
+def test_export_of_reference_deepnorm_keeps_its_constant_alpha(tmp_path):
+    """The LNS reference DeepNorm's alpha does not depend on depth: the export must not rescale
+    the kept layers to the DeepNet alpha of the pruned depth."""
+    from transformers import AutoModelForCausalLM
+
+    from depthlab.models import build_model, make_config
+    from tiny_models import FFN, HEADS, HIDDEN, LAYERS, POSITIONS
+
+    config = make_config(dict(hidden_size=HIDDEN, num_layers=LAYERS, num_heads=HEADS,
+                              intermediate_size=FFN, deepnorm_variant="lns_reference"),
+                         "deepnorm", vocab_size=VOCAB, max_positions=POSITIONS)
+    config._attn_implementation = "eager"
+    model = build_model(config, 0).eval()
+    ids = random_batch([10], seed=3)["input_ids"]
+    export_pruned(model, (1,), tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits,
+                                   skip_reference(model, (1,), ids), rtol=1e-4, atol=1e-5)
+
+
 def test_config_updates_slice_and_recount():
     config = tf.Qwen2Config(num_hidden_layers=6, max_window_layers=3,
                             layer_types=["full_attention"] * 3 + ["sliding_attention"] * 3)

@@ -353,3 +353,21 @@ def test_scaling_config_errors_name_the_key(tmp_path):
 
 
 torch.set_num_threads(1)
+
+
+def test_run_fit_bootstrap_refits_from_the_start_grid_when_asked():
+    frame = synthetic_sweep(noise=0.01, seed=5)
+    spec = {"law": "decomposed", "n_refine": 4, "validation": {"random_splits": 1},
+            "start_grid": {"exponents": [0.5, 1.0, 2.0], "term_fractions": [0.03, 0.3],
+                           "floor_fractions": [0.5, 0.9]}}
+    records = {refit: run_fit(frame, {**spec, "bootstrap": {"resamples": 20, "refit": refit}})
+               for refit in ("full", "warm")}
+    full, warm = records["full"][0], records["warm"][0]
+    assert full["bootstrap"]["refit"] == "full" and warm["bootstrap"]["refit"] == "warm"
+    assert full["bootstrap"]["local_fits"] == 20 * 4 and warm["bootstrap"]["local_fits"] == 20
+    for name in ("a_m", "a_l", "a_D", "L0"):
+        assert full["intervals"][name]["low"] < TRUE_DECOMPOSED[name] < \
+            full["intervals"][name]["high"], name
+        for side in ("low", "high"):
+            assert full["intervals"][name][side] == pytest.approx(warm["intervals"][name][side],
+                                                                  rel=1e-4), name

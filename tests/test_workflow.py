@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config" / "test.yaml"
 # .git too: provenance records the checkout's commit
 CHECKOUT_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "data", "profiles",
-                  "environment.yml", ".git")
+                  "environment.yml", ".gitignore", ".git")
 
 pytestmark = pytest.mark.workflow
 
@@ -61,11 +61,9 @@ def copy_checkout(source: Path, target: Path, with_results: bool = False) -> Pat
 
 
 @pytest.fixture(scope="module")
-def checkout(tmp_path_factory):
-    checkout = copy_checkout(ROOT, tmp_path_factory.mktemp("workflow") / "depthlab")
-    result = snakemake(checkout)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
-    return checkout
+def checkout(finished_test_checkout):
+    """The run of config/test.yaml (conftest.py), shared with tests/test_rerun.py."""
+    return finished_test_checkout
 
 
 @pytest.fixture(scope="module")

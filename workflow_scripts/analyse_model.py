@@ -10,7 +10,9 @@ depthlab/adapter.py for the architectures and what a_l, m_l mean in each.
 Spec (`analyse_model` job, named <text_set>/<model>): model_name, model_path (HF folder, hub id
 or pkg:<package>/<folder>), dtype, revision, text_set, texts ({source: jsonl, path} or
 {source: hf_dataset, name, config_name, split}), text_field, max_samples, max_tokens,
-max_length, batch_size, logit_lens, logit_lens_stride, all_token_distance, device, out.
+max_length, batch_size, logit_lens, logit_lens_stride, all_token_distance, add_special_tokens
+(false: documents encoded as in the training stream; true: with the tokenizer's template),
+device, out.
 
 By hand: python workflow_scripts/analyse_model.py --config config/default.yaml --job val/lns
 """
@@ -59,7 +61,8 @@ def main() -> None:
               file=sys.stderr)
     batches = iter_token_batches(documents, tokenizer, max_length=max_length,
                                  batch_size=spec["batch_size"], max_samples=spec["max_samples"],
-                                 max_tokens=spec["max_tokens"])
+                                 max_tokens=spec["max_tokens"],
+                                 add_special_tokens=spec["add_special_tokens"])
     start = time.perf_counter()
     result = analyse(adapter, batches, logit_lens=spec["logit_lens"],
                      all_token_distance=spec["all_token_distance"],

@@ -1,10 +1,12 @@
 #!/usr/bin/env python
 """Fit the depth exponent of the toy models' loss vs student depth, per teacher kind and
-temperature, and plot the curves (Liu et al. 2026, teacher-student toy model).
+temperature (all replicates together, each replicate, and a t interval over replicates), and plot
+the curves (Liu et al. 2026, teacher-student toy model).
 
 Spec (`fit_toy` job): runs (train_toy output folders: losses.csv + teacher.json), form (power:
 L = c/l^a, log-log least squares | power_offset: L = c/l^a + L0), exponent_bounds (for
-power_offset), out_json, figure (.png, .pdf or .svg).
+power_offset), protocol (the training protocol's name and main settings, recorded in fit.json
+and on the figure), out_json, figure (.png, .pdf or .svg).
 """
 
 import json
@@ -35,15 +37,21 @@ def main() -> None:
         record = json.loads((Path(run) / "teacher.json").read_text())
         angles[record["teacher_kind"]] = record
     fits = fit_toy_exponents(losses, spec["form"], spec["exponent_bounds"])
+    for fit in fits:  # name each replicate's teacher by its seed
+        seeds = {r["replicate"]: r["seed"] for r in angles[fit["teacher_kind"]]["replicates"]}
+        for replicate in fit["replicates"]:
+            replicate["teacher_seed"] = seeds.get(replicate["replicate"])
+    protocol = spec.get("protocol") or {}
     write_json(spec["out_json"], {
-        "form": spec["form"], "fits": fits,
+        "form": spec["form"], "protocol": protocol, "fits": fits,
         "teacher_angles_deg": {k: v["mean_angle_deg"] for k, v in angles.items()},
         "losses": losses.to_dict(orient="records")})
-    save_figure(spec["figure"], plot_toy(losses, fits, angles))
+    save_figure(spec["figure"], plot_toy(losses, fits, angles, protocol=protocol or None))
     provenance.write(sidecar_path(spec["out_json"]), sidecar_path(spec["figure"]))
     for fit in fits:
+        per_replicate = ", ".join(f"{r['a']:.3f}" for r in fit["replicates"])
         print(f"{fit['teacher_kind']:>11} T={fit['temperature']:.4g}: a = {fit['a']:.3f} "
-              f"+- {fit['a_se']:.3f}")
+              f"+- {fit['a_se']:.3f} (replicates: {per_replicate})")
 
 
 if __name__ == "__main__":

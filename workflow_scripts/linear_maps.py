@@ -19,10 +19,12 @@ Spec keys (all required; null where marked):
   pair                      name of the pair (label)
   source_name, source_path  the source model's name and checkpoint (folder, hub id, pkg:)
   target_name, target_path  the same for the target model
-  revision                  hub revision of both (null)
+  source_revision, target_revision  hub revision (commit, tag or branch) of each (null)
   out                       output folder (results/<run>/depth_use/linear_maps/<pair>)
   texts, text_field         {source: jsonl, path} (results/<run>/data/val.jsonl) or
                             {source: hf_dataset, name, config_name, split}; the text field
+  add_special_tokens        documents with the tokenizer's template (hub models) or as the
+                            training stream encoded them (models pretrained here)
   max_documents             null or the documents read
   max_length, batch_size    tokens per document, documents per pass
   skip_first                first real tokens of each document left out (attention sinks)
@@ -40,7 +42,8 @@ Example (default run): --spec '{"pair": "l4_to_l16_m96",
   "source_name": "depth_width_l4_m96",
   "source_path": "results/default/models/depth_width_l4_m96",
   "target_name": "depth_width_l16_m96",
-  "target_path": "results/default/models/depth_width_l16_m96", "revision": null,
+  "target_path": "results/default/models/depth_width_l16_m96",
+  "source_revision": null, "target_revision": null,
   "out": "results/default/depth_use/linear_maps/l4_to_l16_m96",
   "texts": {"source": "jsonl", "path": "results/default/data/val.jsonl"}, "text_field": "text",
   "max_documents": 400,
@@ -57,7 +60,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must 
 
 from depthlab.cli import UserError, main_guard, resolve_device, start_job
 
-REQUIRED = ("pair", "source_name", "source_path", "target_name", "target_path", "revision",
+REQUIRED = ("pair", "source_name", "source_path", "target_name", "target_path",
+            "source_revision", "target_revision",
             "out", "texts",
             "text_field", "max_documents", "max_length", "batch_size", "skip_first",
             "val_fraction", "test_fraction", "alphas", "max_memory_mb", "error", "dtype",
@@ -95,10 +99,10 @@ def main() -> None:
          if os.path.isdir(resolve_model_path(spec[k]))]
     provenance = Provenance("depth_use.linear_maps", config=spec, inputs=inputs)
     source = adapt(load_model(spec["source_path"], dtype=spec["dtype"], device=device,
-                              revision=spec["revision"]))
+                              revision=spec["source_revision"]))
     target = adapt(load_model(spec["target_path"], dtype=spec["dtype"], device=device,
-                              revision=spec["revision"]))
-    tokenizer = load_tokenizer(spec["source_path"], revision=spec["revision"])
+                              revision=spec["target_revision"]))
+    tokenizer = load_tokenizer(spec["source_path"], revision=spec["source_revision"])
     contexts = [getattr(m.model.config, "max_position_embeddings", None) or spec["max_length"]
                 for m in (source, target)]
     max_length = min([spec["max_length"], *contexts])
@@ -109,7 +113,8 @@ def main() -> None:
         chosen = (text for text in documents
                   if split_of(text, spec["val_fraction"], spec["test_fraction"]) == split)
         return iter_token_batches(chosen, tokenizer, max_length=max_length,
-                                  batch_size=spec["batch_size"])
+                                  batch_size=spec["batch_size"],
+                                  add_special_tokens=spec["add_special_tokens"])
 
     clock = time.perf_counter()
     result = fit_linear_maps(source, target, batches_by_split, alphas=spec["alphas"],

@@ -7,7 +7,8 @@ angles} -> path, each with a .provenance.json sidecar): angular-distance heatmap
 cosines and logit lens (Csordas et al.), angles between states and between updates (Liu et al.).
 
 Spec (`plot_analysis` job, one per text set): analyses (analyse_model output folders), out_dir,
-format, figures.
+format, figures, facts ({model: kind, norm_scheme, sweep, seed, seed_group}: grouping and colours,
+see depthlab/figure_style.py; optional).
 """
 
 from depthlab.cli import main_guard, start_job
@@ -24,7 +25,7 @@ def main() -> None:
     inputs = [f"{a}/{f}" for a in analyses for f in ("measures.csv", "summary.json")]
     provenance = Provenance("figures.analysis", config=spec, inputs=inputs)
     frame, summaries = read_analyses(analyses)
-    figures = plot_all(frame, summaries)
+    figures = plot_all(frame, summaries, spec.get("facts"))
     for name, path in spec["figures"].items():
         save_figure(path, figures[name])
     provenance.write(*(sidecar_path(path) for path in spec["figures"].values()))

@@ -34,8 +34,12 @@ def main() -> None:
     from depthlab.io import save_figure
     from depthlab.provenance import Provenance, sidecar_path
 
-    inputs = [f"{folder}/effects.csv" for folder in spec["skip"]] + \
-        [f"{folder}/relative_error.csv" for folder in spec["linear_maps"]]
+    # every file plot_all reads (accuracy and depth scores when present: provenance records the
+    # files that exist)
+    inputs = [f"{folder}/{name}" for folder in spec["skip"]
+              for name in ("effects.csv", "summary.json", "accuracy.csv", "depth_score.csv")] + \
+        [f"{folder}/{name}" for folder in spec["linear_maps"]
+         for name in ("relative_error.csv", "summary.json")]
     provenance = Provenance("figures.depth_use", config=spec, inputs=inputs)
     figures = plot_all(spec["skip"], spec["linear_maps"])
     paths = [Path(spec["out_dir"]) / f"{name}.{spec['format']}" for name in FIGURES]

@@ -3,7 +3,8 @@
 
 Spec (`plot_loss_curves` job): models (pretrain checkpoint folders), labels (model name ->
 legend label, the norm scheme), sweeps (model name -> its depth x width sweep: those models get
-the sweep panel, the others the norm-scheme panel), out (.png, .pdf or .svg).
+the sweep panel, the others the norm-scheme panel), facts (colours and seed groups, see
+depthlab/figure_style.py; optional), out (.png, .pdf or .svg).
 """
 
 from depthlab.cli import main_guard, start_job
@@ -21,7 +22,7 @@ def main() -> None:
                             inputs=[f"{m}/{f}" for m in spec["models"]
                                     for f in ("config.json", "train_log.csv")])
     runs = read_training_runs(spec["models"], spec["labels"], spec["sweeps"])
-    save_figure(spec["out"], plot_loss_curves(runs))
+    save_figure(spec["out"], plot_loss_curves(runs, spec.get("facts")))
     provenance.write(sidecar_path(spec["out"]))
 
 

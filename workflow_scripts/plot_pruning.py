@@ -34,8 +34,10 @@ def main() -> None:
     from depthlab.provenance import Provenance, sidecar_path
     from depthlab.pruning_plots import plot_all
 
+    # every table plot_all reads (speed and block_choice when present: provenance records the
+    # files that exist)
     inputs = [f"{folder}/{name}.csv" for folder in spec["prunings"].values()
-              for name in ("sweep", "single_layer")]
+              for name in ("sweep", "single_layer", "speed", "block_choice")]
     provenance = Provenance("figures.pruning", config=spec, inputs=inputs)
     figures = plot_all(spec["prunings"], spec["labels"], spec["metric"], spec["run_name"],
                        spec["chance"])

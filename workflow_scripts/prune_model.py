@@ -7,6 +7,7 @@ See depthlab/pruning.py, lm_tasks.py, healing.py and speed.py.
 Spec (`prune_model` job, one per model); paths:
   model_name      the model's name in the config (a label in every table)
   model           the model's HF folder (a causal LM: a bare encoder is rejected)
+  revision        hub revision (commit, tag or branch) of a hub model (null)
   analysis        analysis folder of the model (reads angular_distance_last.csv, (L+1)x(L+1))
   data            the data stage's folder (val.bin for the loss, train.bin for healing)
   tasks           build_lm_tasks output folder

@@ -24,6 +24,8 @@ Spec keys (all required; null where marked):
   out                   output folder (results/<run>/depth_use/skip/<model>)
   texts                 {source: jsonl, path} or {source: hf_dataset, name, config_name, split}
                         (as analyse_model); text_field: the text field
+  add_special_tokens    documents with the tokenizer's template (hub models) or as the training
+                        stream encoded them (models pretrained here)
   text_set              label of the text set
   max_samples, max_length, batch_size   documents, tokens per document, prompts per pass
   variants              list of <kind>_<scope>
@@ -118,7 +120,8 @@ def main() -> None:
     clock = time.perf_counter()
     documents = iter_texts(texts, spec["text_field"])
     batches = iter_token_batches(documents, tokenizer, max_length=max_length,
-                                 batch_size=spec["batch_size"], max_samples=spec["max_samples"])
+                                 batch_size=spec["batch_size"], max_samples=spec["max_samples"],
+                                 add_special_tokens=spec["add_special_tokens"])
     effects = skip_effects(adapter, batches, settings)
     effect_seconds = time.perf_counter() - clock
     summary = {"model": spec["model_name"], "text_set": spec["text_set"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -42,12 +43,6 @@ def _pyplot():
     return plt
 
 
-def _colours(models):
-    plt = _pyplot()
-    cmap = plt.get_cmap("tab10" if len(models) <= 10 else "tab20")
-    return {model: cmap(i % cmap.N) for i, model in enumerate(models)}
-
-
 def _x_offset(measure: str) -> float:
     """States sit at l, a layer's measures at its middle l + 1/2, the angle between updates l
     and l+1 at the state l + 1 they share."""
@@ -58,113 +53,177 @@ def _x_offset(measure: str) -> float:
     return 0.0
 
 
-def _curve_panels(frame, summaries, measures, title, log_y=()):
-    """One panel per measure, one line per model, x = relative depth."""
+def _missing_reason(summary: dict, measure: str) -> str:
+    if measure.startswith("logit_lens") and not summary["architecture"].get("has_lm_head", True):
+        return "no LM head: no logit lens"
+    return "not measured"
+
+
+def _curve_panels(frame, summaries, measures, title, facts=None, log_y=()):
+    """One row of panels per model group (norm schemes, each sweep, hub models), one panel per
+    measure, one line per model (seed replicates: their mean, the range as a band), x = relative
+    depth. A model without a measure is named in the panel, not dropped silently."""
+    import seaborn as sns
+
+    from . import figure_style as style
+
     plt = _pyplot()
-    models = list(summaries)
-    colours = _colours(models)
-    cols = min(4, len(measures))
-    rows = math.ceil(len(measures) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
-    for ax, measure in zip(axes.flat, measures):
-        subset = frame[frame["measure"] == measure]
+    facts = style.model_facts(list(summaries), facts)
+    colours = style.colours(facts)
+    counts = style.seed_counts(facts)
+    grouped = style.groups(facts)
+    cols = len(measures)
+    fig = plt.figure(figsize=(3.4 * cols + 2.4, 2.9 * len(grouped) + 0.5), layout="constrained")
+    subfigs = np.atleast_1d(fig.subfigures(len(grouped), 1))
+    for subfig, (group, models) in zip(subfigs, grouped.items()):
+        axes = subfig.subplots(1, cols, squeeze=False)[0]
+        for ax, measure in zip(axes, measures):
+            subset = frame[(frame["measure"] == measure) & frame["model"].isin(models)].copy()
+            missing = [m for m in models if m not in set(subset["model"])]
+            if not subset.empty:
+                depth = subset["model"].map(
+                    lambda m: summaries[m]["architecture"]["num_layers"])
+                subset["x"] = (subset["layer"] + _x_offset(measure)) / depth
+                subset["base"] = subset["model"].map(lambda m: facts[m]["base"])
+                sns.lineplot(subset, x="x", y="value", hue="base", palette=colours,
+                             style="base", dashes={facts[m]["base"]: style.DASHES[
+                                 style.line_style(facts[m], facts)] for m in models},
+                             errorbar=style.SEED_BAND, marker=".", markeredgecolor=None,
+                             legend=False, ax=ax)
+            if missing:
+                reasons = {m: _missing_reason(summaries[m], measure) for m in missing}
+                ax.text(0.5, 0.5, "\n".join(f"{m}: {r}" for m, r in reasons.items()),
+                        ha="center", va="center", transform=ax.transAxes, fontsize=8,
+                        color="dimgray")
+            ax.set_title(MEASURE_LABELS.get(measure, measure), fontsize=9)
+            ax.set_xlabel("relative depth l / L")
+            ax.set_ylabel("")
+            if measure in log_y and not subset.empty and (subset["value"] > 0).all():
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+        handles, labels = [], []
         for model in models:
-            rows_m = subset[subset["model"] == model].sort_values("layer")
-            if rows_m.empty:
+            fact = facts[model]
+            name = style.label(fact)
+            if name in labels:
                 continue
-            depth = summaries[model]["architecture"]["num_layers"]
-            ax.plot((rows_m["layer"] + _x_offset(measure)) / depth, rows_m["value"], marker=".",
-                    color=colours[model], label=model)
-        if subset.empty:
-            ax.text(0.5, 0.5, "not measured\n(no model with an LM head)", ha="center",
-                    va="center", transform=ax.transAxes)
-        ax.set_title(MEASURE_LABELS.get(measure, measure), fontsize=10)
-        ax.set_xlabel("relative depth l / L")
-        if measure in log_y and (subset["value"] > 0).all() and not subset.empty:
-            ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(measures):]:
-        ax.axis("off")
-    handles, labels = max((ax.get_legend_handles_labels() for ax in axes.flat),
-                          key=lambda pair: len(pair[0]))
-    if handles:
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+            absent = [m for m in measures if not ((frame["model"] == model)
+                                                  & (frame["measure"] == m)).any()]
+            if absent:
+                name += f" ({_missing_reason(summaries[model], absent[0])})"
+            if counts[fact["base"]] > 1:
+                name += f" (mean of {counts[fact['base']]} seeds, band: range)"
+            labels.append(name)
+            handles.append(plt.Line2D([], [], color=colours[fact["base"]], marker=".",
+                                      ls=style.line_style(fact, facts)))
+        subfig.legend(handles, labels, loc="outside right center", fontsize=8)
+        subfig.suptitle(group, fontsize=10, x=0.02, ha="left")
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
     return fig
 
 
-def plot_angular_distance(frame, summaries, measure="angular_distance_last"):
-    """Heatmaps of d(x^l, x^{l+n}): x = start layer l, y = block size n, one panel per model."""
-    plt = _pyplot()
+def plot_angular_distance(frame, summaries, measure="angular_distance_last", facts=None):
+    """Heatmaps of d(x^l, x^{l+n}): x = start layer l, y = block size n, one panel per model,
+    one row per model group, one colour scale (0 to the largest distance) for all panels;
+    seed replicates are averaged."""
+    from matplotlib.cm import ScalarMappable
     from matplotlib.ticker import MaxNLocator
 
-    models = [m for m in summaries if (frame[(frame["model"] == m)]["measure"] == measure).any()]
-    cols = min(4, max(1, len(models)))
-    rows = max(1, math.ceil(len(models) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
-    for ax, model in zip(axes.flat, models):
+    from . import figure_style as style
+
+    plt = _pyplot()
+    present = [m for m in summaries if (frame[frame["model"] == m]["measure"] == measure).any()]
+    facts = style.model_facts(present, facts)
+    grids, samples = {}, {}
+    for model in present:
         subset = frame[(frame["model"] == model) & (frame["measure"] == measure)]
         depth = summaries[model]["architecture"]["num_layers"]
         grid = np.full((depth, depth), np.nan)  # rows n-1, columns l
-        for l, n, value in zip(subset["layer"], subset["n"], subset["value"]):
-            grid[int(n) - 1, int(l)] = value
-        image = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", vmin=0,
-                          extent=(-0.5, depth - 0.5, 0.5, depth + 0.5))
-        fig.colorbar(image, ax=ax, fraction=0.046)
-        count = int(subset["count"].iloc[0])
-        ax.set_title(f"{model} ({count} samples)", fontsize=9)
-        ax.set_xlabel("start layer l")
-        ax.set_ylabel("block size n")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    for ax in list(axes.flat)[len(models):]:
-        ax.axis("off")
+        grid[subset["n"].astype(int) - 1, subset["layer"].astype(int)] = subset["value"]
+        base = facts[model]["base"]
+        grids.setdefault(base, []).append(grid)
+        samples[base] = int(subset["count"].iloc[0])
+    with warnings.catch_warnings():   # cells beyond the last layer are NaN in every seed
+        warnings.simplefilter("ignore", RuntimeWarning)
+        means = {base: np.nanmean(np.stack(g), axis=0) for base, g in grids.items()}
+    norm = style.shared_norm(means.values(), vmin=0.0)
+    grouped = {group: list(dict.fromkeys(facts[m]["base"] for m in models))
+               for group, models in style.groups(facts).items()}
+    base_fact = {f["base"]: f for f in facts.values()}
+    cols = max(len(b) for b in grouped.values()) if grouped else 1
+    cols = min(cols, 8)
+    rows_per = {g: math.ceil(len(b) / cols) for g, b in grouped.items()}
+    fig = plt.figure(figsize=(2.6 * cols + 1.2, 2.5 * sum(rows_per.values()) + 0.8 * len(grouped)),
+                     layout="constrained")
+    subfigs = np.atleast_1d(fig.subfigures(len(grouped), 1, height_ratios=[
+        rows_per[g] + 0.3 for g in grouped] if grouped else None))
+    all_axes = []
+    for subfig, (group, bases) in zip(subfigs, grouped.items()):
+        axes = subfig.subplots(rows_per[group], cols, squeeze=False)
+        for ax, base in zip(axes.flat, bases):
+            depth = means[base].shape[0]
+            ax.imshow(means[base], origin="lower", aspect="auto", cmap="viridis", norm=norm,
+                      extent=(-0.5, depth - 0.5, 0.5, depth + 0.5))
+            seeds = len(grids[base])
+            ax.set_title(f"{style.label(base_fact[base])} ({samples[base]} samples"
+                         + (f", mean of {seeds} seeds" if seeds > 1 else "") + ")", fontsize=8)
+            ax.set_xlabel("start layer l", fontsize=8)
+            ax.set_ylabel("block size n", fontsize=8)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            all_axes.append(ax)
+        for ax in list(axes.flat)[len(bases):]:
+            ax.axis("off")
+        subfig.colorbar(ScalarMappable(norm=norm, cmap="viridis"), ax=axes, shrink=0.9,
+                        label="d (same scale\nin every panel)")
+        subfig.suptitle(group, fontsize=10, x=0.02, ha="left")
+    missing = [m for m in summaries if m not in present]
     which = "last token" if measure.endswith("last") else "all tokens"
-    fig.suptitle(f"Angular distance d(x^l, x^(l+n)) = arccos(cos)/pi, {which} "
-                 "(Gromov et al. / Curse of Depth heatmap layout)", fontsize=11)
-    fig.tight_layout()
+    fig.suptitle(f"Angular distance d(x^l, x^(l+n)) = arccos(cos)/pi between layer inputs, "
+                 f"{which}, range 0 to {norm.vmax:.3f}"
+                 + (f"; not measured: {', '.join(missing)}" if missing else ""), fontsize=11)
     return fig
 
 
-def plot_variance_growth(frame, summaries):
+def plot_variance_growth(frame, summaries, facts=None):
     return _curve_panels(
         frame, summaries, ["h_var", "h_norm", "h_mean"],
-        "Hidden-state variance and norm growth with depth, all norm schemes overlaid "
-        "(Curse of Depth: Pre-LN variance growth vs LayerNorm Scaling)",
-        log_y=("h_var", "h_norm"))
+        "Variance, norm and mean of the residual stream h_l by relative depth "
+        "(Curse of Depth layout: Pre-LN variance growth vs LayerNorm Scaling)",
+        facts, log_y=("h_var", "h_norm"))
 
 
-def plot_contributions(frame, summaries):
+def plot_contributions(frame, summaries, facts=None):
     return _curve_panels(
         frame, summaries,
         ["attn_rel_norm", "mlp_rel_norm", "block_rel_norm", "cos_attn_residual",
          "cos_mlp_residual", "cos_update_residual", "cos_adjacent"],
         "Relative contribution of each sublayer to the residual and its cosine with it "
         "(Csordas et al., relative-contribution and cosine figures)",
-        log_y=("attn_rel_norm", "mlp_rel_norm", "block_rel_norm"))
+        facts, log_y=("attn_rel_norm", "mlp_rel_norm", "block_rel_norm"))
 
 
-def plot_logit_lens(frame, summaries):
+def plot_logit_lens(frame, summaries, facts=None):
     return _curve_panels(
         frame, summaries, ["logit_lens_kl", "logit_lens_top5"],
         "Logit lens: KL(p_l || p_L) and top-5 overlap with the final prediction "
-        "(Csordas et al., logit-lens figure)")
+        "(Csordas et al., logit-lens figure)", facts)
 
 
-def plot_angles(frame, summaries):
+def plot_angles(frame, summaries, facts=None):
     return _curve_panels(
         frame, summaries, ["angle_adjacent", "angle_update"],
         "Angle between adjacent hidden states and between successive updates "
-        "(Liu et al., Inverse Depth Scaling: layer-similarity angles)")
+        "(Liu et al., Inverse Depth Scaling: layer-similarity angles)", facts)
 
 
-def plot_all(frame, summaries) -> dict:
-    """{figure name: matplotlib figure} for FIGURES."""
+def plot_all(frame, summaries, facts=None) -> dict:
+    """{figure name: matplotlib figure} for FIGURES; `facts` group and colour the models
+    (depthlab.figure_style)."""
     return {
-        "angular_distance": plot_angular_distance(frame, summaries),
-        "variance_growth": plot_variance_growth(frame, summaries),
-        "contributions": plot_contributions(frame, summaries),
-        "logit_lens": plot_logit_lens(frame, summaries),
-        "angles": plot_angles(frame, summaries),
+        "angular_distance": plot_angular_distance(frame, summaries, facts=facts),
+        "variance_growth": plot_variance_growth(frame, summaries, facts),
+        "contributions": plot_contributions(frame, summaries, facts),
+        "logit_lens": plot_logit_lens(frame, summaries, facts),
+        "angles": plot_angles(frame, summaries, facts),
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 
 from .devices import DeviceError, resolve_device  # noqa: F401  (scripts import it from here)
@@ -55,18 +56,27 @@ def job_spec(args: argparse.Namespace) -> dict:
         jobs = resolve(load_config(*args.config)).jobs(args.stage)
     except ConfigError as error:
         fail(f"invalid config: {error}")
+    known = ", ".join(sorted(jobs)) or "(none: the stage is off in this config)"
+    if not args.job:  # asked for the list: an answer, not an error
+        print(f"`{args.stage}` jobs of this config: {known}")
+        sys.exit(0)
     if args.job not in jobs:
-        known = ", ".join(sorted(jobs)) or "(none: the stage is off in this config)"
-        fail(f"--job: {args.job!r} is not a `{args.stage}` job of this config; jobs: {known}"
-             if args.job else f"`{args.stage}` jobs of this config: {known}")
+        fail(f"--job: {args.job!r} is not a `{args.stage}` job of this config; jobs: {known}")
     return jobs[args.job]
 
 
 def start_job(doc: str | None, family: str, required=(), parser=None):
-    """What every stage script does first: parse the arguments, get the job's spec, check that
-    it has the `required` keys, set threads. Returns (args, spec)."""
+    """What every stage script does first: print its exact command line (the first line of the
+    job's log), parse the arguments, get the job's spec, check that it has the `required` keys,
+    set threads, and tell provenance records the rule, command and config files.
+    Returns (args, spec)."""
+    from .provenance import set_job
+
+    command = shlex.join([sys.executable, *sys.argv])
+    print(command, file=sys.stderr, flush=True)
     args = (parser or stage_parser(doc, family)).parse_args()
     spec = job_spec(args)
+    set_job(family, command, config_files=getattr(args, "config", None))
     missing = [key for key in required if key not in spec]
     if missing:
         fail(f"spec.{missing[0]}: required (see --help)")

@@ -43,8 +43,8 @@ SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 RESOURCE_STAGES = ("data", "pretrain", "analysis", "scaling", "toy", "figures", "fits")
 TOY_TRAIN_KEYS = ("width", "hidden", "input_size", "output_size", "teacher_layers",
                   "student_depths", "steps", "batch_size", "lr", "eval_batches", "replicates",
-                  "angle_samples", "device")
-ANALYSIS_TEXT_KEYS = ("text_field", "max_samples", "max_tokens", "max_length")
+                  "angle_samples", "device", "protocol")
+ANALYSIS_TEXT_KEYS = ("text_field", "max_samples", "max_tokens", "max_length", "all_token_distance")
 NESTED_FIT_KEYS = ("start_grid", "bootstrap", "validation", "columns")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -254,6 +254,9 @@ class RunPaths:
     def figure(self, name: str, fmt: str) -> str:
         return f"{self.root}/figures/{name}.{fmt}"
 
+    def claims(self, suffix: str) -> str:
+        return f"{self.root}/claims.{suffix}"
+
     def log(self, family: str, job: str) -> str:
         return f"{self.root}/logs/{family}/{job}.log"
 
@@ -279,15 +282,49 @@ def mix_ln_post_layers(fraction: float, num_layers: int) -> int:
     return math.floor(fraction * num_layers + 0.5)
 
 
+def seed_model_name(name: str, seed: int) -> str:
+    return f"{name}_s{seed}"
+
+
+def _expand_seeds(name: str, model: dict, key: str, declared) -> dict:
+    """A pretrain model with `seeds:` -> one model per seed named <name>_s<seed>, carrying its
+    `seed` and `seed_group` (the base name); a model without `seeds:` stays as it is."""
+    seeds = model.pop("seeds", None)
+    if seeds is None:
+        return {name: model}
+    members = {}
+    for seed in seeds:
+        member = seed_model_name(name, seed)
+        check_name(member, f"{key}.seeds (expanded model name)")
+        if member in declared:
+            raise ConfigError(f"{key}.seeds: expanded model name '{member}' (seed {seed}) is "
+                              f"already declared under models")
+        members[member] = {**copy.deepcopy(model), "seed": seed, "seed_group": name}
+    return members
+
+
+def _add_models(models: dict, new: dict, key: str) -> None:
+    for name, model in new.items():
+        if name in models:
+            raise ConfigError(f"{key}: expanded model name '{name}' is already declared under "
+                              f"models")
+        models[name] = model
+
+
 def _expand_sweeps(config: dict) -> dict:
-    models = copy.deepcopy(config["models"])
+    """Declared models plus every sweep's depth x width grid, each expanded over its `seeds:`."""
+    declared = config["models"]
+    models = {}
+    for name, model in copy.deepcopy(declared).items():
+        _add_models(models, _expand_seeds(name, model, f"models.{name}", declared),
+                    f"models.{name}.seeds")
     for sweep_name, sweep in (config.get("sweeps") or {}).items():
         check_name(sweep_name, f"sweeps.{sweep_name}")
         for depth in sweep["depths"]:
             for width in sweep["widths"]:
                 name = sweep_model_name(sweep_name, depth, width)
                 check_name(name, f"sweeps.{sweep_name} (expanded model name)")
-                if name in models:
+                if name in declared:
                     raise ConfigError(f"sweeps.{sweep_name}: expanded model name '{name}' is "
                                       f"already declared under models")
                 if width % sweep["head_dim"]:
@@ -295,7 +332,7 @@ def _expand_sweeps(config: dict) -> dict:
                                       f"not divide width {width}")
                 # SwiGLU hidden size ~ (8/3) m in LLaMA, rounded to a multiple of 32
                 intermediate = int(round(sweep["mlp_ratio"] * width / 32)) * 32
-                models[name] = {
+                point = {
                     "kind": "pretrain",
                     "norm_scheme": sweep["norm_scheme"],
                     "architecture": {
@@ -307,11 +344,26 @@ def _expand_sweeps(config: dict) -> dict:
                     "train": copy.deepcopy(sweep.get("train") or {}),
                     "sweep": sweep_name,
                 }
+                if "seeds" in sweep:
+                    point["seeds"] = sweep["seeds"]
+                _add_models(models, _expand_seeds(name, point, f"sweeps.{sweep_name}", declared),
+                            f"sweeps.{sweep_name}")
     return models
 
 
-def _resolve_pretrain(name: str, model: dict, defaults: dict, gpus: int) -> None:
-    key = f"sweeps.{model['sweep']}" if "sweep" in model else f"models.{name}"
+def seed_groups(resolved: Resolved) -> dict[str, list[str]]:
+    """Base model name -> the model names it expands to, in declaration order: a model or sweep
+    point with `seeds: [0, 1]` -> [<name>_s0, <name>_s1]; any other model -> [its name]. Stages
+    accept a base name wherever they list models and read it as all its seeds."""
+    groups: dict[str, list[str]] = {}
+    for name, model in resolved.models.items():
+        groups.setdefault(model.get("seed_group", name), []).append(name)
+    return groups
+
+
+def _resolve_pretrain(name: str, model: dict, defaults: dict, processes: int) -> None:
+    key = (f"sweeps.{model['sweep']}" if "sweep" in model
+           else f"models.{model.get('seed_group', name)}")
     arch = model["architecture"]
     if arch["hidden_size"] % arch["num_heads"]:
         raise ConfigError(f"{key}.architecture.num_heads: {arch['num_heads']} does not "
@@ -335,20 +387,23 @@ def _resolve_pretrain(name: str, model: dict, defaults: dict, gpus: int) -> None
     elif "mix_ln_post_fraction" in arch:
         raise ConfigError(f"{key}.architecture.mix_ln_post_fraction: has no effect for "
                           f"norm_scheme {model['norm_scheme']} (only mix_ln)")
+    if "deepnorm_variant" in arch and model["norm_scheme"] != "deepnorm":
+        raise ConfigError(f"{key}.architecture.deepnorm_variant: has no effect for "
+                          f"norm_scheme {model['norm_scheme']} (only deepnorm)")
     model["train"] = {**defaults, **(model.get("train") or {})}
     train = model["train"]
     if train["warmup_steps"] > train["steps"]:
         raise ConfigError(f"{key}.train.warmup_steps: {train['warmup_steps']} exceeds "
                           f"steps {train['steps']}")
     rows = train["batch_size"]
-    if rows % gpus:
-        raise ConfigError(f"{key}.train.batch_size: {rows} is not divisible by the {gpus} "
-                          f"GPUs of resources.pretrain.gpu")
+    if rows % processes:
+        raise ConfigError(f"{key}.train.batch_size: {rows} is not divisible by the {processes} "
+                          f"processes of resources.pretrain (gpu / processes)")
     micro = train["micro_batch_size"]
-    if micro is not None and (rows // gpus) % micro:
+    if micro is not None and (rows // processes) % micro:
         raise ConfigError(f"{key}.train.micro_batch_size: {micro} does not divide the "
-                          f"{rows // gpus} rows each process gets per step (batch_size {rows} "
-                          f"over {gpus} process(es))")
+                          f"{rows // processes} rows each process gets per step (batch_size "
+                          f"{rows} over {processes} process(es))")
 
 
 def resolve_model_path(path: str) -> str:
@@ -468,7 +523,22 @@ def _resources(config: dict) -> dict:
     if missing:
         raise ConfigError(f"resources.{missing[0]}: missing (every stage needs threads, "
                           f"mem_mb, runtime; stages: {', '.join(RESOURCE_STAGES)})")
-    return {stage: {"gpu": 0, "gpu_model": "", **spec} for stage, spec in resources.items()}
+    # cluster: {partition, account, qos} applies to every stage unless the stage names its own
+    cluster = config.get("cluster") or {}
+    resolved = {stage: {"gpu": 0, "gpu_model": "", **cluster, **spec}
+                for stage, spec in resources.items()}
+    for stage, spec in resolved.items():
+        if "processes" not in spec:
+            continue
+        if stage != "pretrain":
+            raise ConfigError(f"resources.{stage}.processes: only the pretrain stage runs "
+                              f"several processes (torchrun)")
+        if spec["gpu"] and spec["processes"] != spec["gpu"]:
+            raise ConfigError(f"resources.pretrain.processes: {spec['processes']} differs from "
+                              f"gpu {spec['gpu']} (one process per GPU)")
+    # torchrun processes of a pretraining job: one per GPU, or as set (several on CPU: gloo)
+    resolved["pretrain"].setdefault("processes", max(1, resolved["pretrain"]["gpu"]))
+    return resolved
 
 
 def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
@@ -479,11 +549,11 @@ def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
     config = copy.deepcopy(config)
     config["resources"] = _resources(config)
     models = _expand_sweeps(config)
-    gpus = max(1, config["resources"]["pretrain"]["gpu"])
+    processes = config["resources"]["pretrain"]["processes"]
     for name, model in models.items():
         check_name(name, f"models.{name}")
         if model["kind"] == "pretrain":
-            _resolve_pretrain(name, model, config["pretrain"], gpus)
+            _resolve_pretrain(name, model, config["pretrain"], processes)
         else:
             _check_hf_model(name, model, base_dir)
     resolved = Resolved(config=config, paths=paths, models=models)
@@ -494,6 +564,7 @@ def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
     _resolve_toy(resolved)
     _resolve_pruning(resolved, base_dir)
     _resolve_depth_use(resolved, base_dir)
+    _resolve_claims(resolved)
     return resolved
 
 
@@ -533,6 +604,11 @@ def corpus_models(resolved: Resolved) -> list:
     return [name for name, m in resolved.models.items() if m.get("data", "corpus") == "corpus"]
 
 
+def tracking_settings(config: dict) -> dict:
+    """The `tracking:` section with its defaults: TensorBoard on, progress lines every ~5%."""
+    return {"tensorboard": True, "progress_every": None, **(config.get("tracking") or {})}
+
+
 def _resolve_pretrain_jobs(resolved: Resolved) -> None:
     paths = resolved.paths
     for name, model in resolved.models.items():
@@ -541,7 +617,10 @@ def _resolve_pretrain_jobs(resolved: Resolved) -> None:
         data = data_folder(resolved, name)
         resolved.add("pretrain_model", name, {
             "model_name": name, "model": model, "data": data, "seed":
-            resolved.config["seed"], "out": paths.model(name), "state_dir": paths.train_state(name),
+            model.get("seed", resolved.config["seed"]), "out": paths.model(name),
+            "state_dir": paths.train_state(name),
+            "processes": resolved.config["resources"]["pretrain"]["processes"],
+            "tracking": tracking_settings(resolved.config),
         }, outputs=[paths.model(name), paths.train_state(name)], inputs={"data": [data]})
     pretrained = [name for name, m in resolved.models.items() if m["kind"] == "pretrain"
                   and name in corpus_models(resolved)]
@@ -552,19 +631,44 @@ def _resolve_pretrain_jobs(resolved: Resolved) -> None:
             "labels": {name: resolved.models[name]["norm_scheme"] for name in pretrained},
             "sweeps": {name: resolved.models[name]["sweep"] for name in pretrained
                        if "sweep" in resolved.models[name]},
+            "facts": figure_facts(resolved, pretrained),
             "out": paths.figure("loss_curves", fmt),
         }, outputs=[paths.figure("loss_curves", fmt)])
 
 
 def declared_models(resolved: Resolved, names, key: str) -> list:
-    """A stage's model list, checked (null: every model that reads the corpus)."""
+    """A stage's model list, checked, with a seeded model's base name standing for all its
+    seeds (null: every model that reads the corpus)."""
     if names is None:
         return corpus_models(resolved)
+    groups = seed_groups(resolved)
+    expanded = []
     for index, name in enumerate(names):
-        if name not in resolved.models:
+        if name in resolved.models:
+            expanded.append(name)
+        elif name in groups:
+            expanded.extend(groups[name])
+        else:
             raise ConfigError(f"{key}[{index}]: '{name}' is not a declared model "
                               f"(declared: {', '.join(sorted(resolved.models))})")
-    return list(names)
+    return list(dict.fromkeys(expanded))
+
+
+def reads_special_tokens(model: dict) -> bool:
+    """Whether text reaches a model with its tokenizer's special tokens: a model pretrained here
+    reads documents as its training stream encoded them (none); a declared checkpoint reads them
+    as it was trained (its tokenizer's template, e.g. Llama's BOS)."""
+    return model["kind"] == "hf"
+
+
+FIGURE_FACTS = ("kind", "norm_scheme", "sweep", "seed", "seed_group")
+
+
+def figure_facts(resolved: Resolved, names) -> dict:
+    """What figures group and colour models by (depthlab.figure_style): {name: facts}."""
+    models = resolved.models
+    return {name: {k: models[name][k] for k in FIGURE_FACTS if k in models[name]}
+            for name in names}
 
 
 def model_location(resolved: Resolved, name: str) -> str:
@@ -593,7 +697,7 @@ def _resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
                 "text_set": text_set, "texts": texts, **settings,
                 "batch_size": analysis["batch_size"], "logit_lens": analysis["logit_lens"],
                 "logit_lens_stride": analysis["logit_lens_stride"],
-                "all_token_distance": analysis["all_token_distance"],
+                "add_special_tokens": reads_special_tokens(model),
                 "device": analysis["device"], "out": out,
             }, outputs=[out], wildcards={"text_set": text_set, "model": name}, inputs={
                 "model": resolved.model_inputs(name),
@@ -603,7 +707,7 @@ def _resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
         resolved.add("plot_analysis", text_set, {
             "analyses": [paths.analysis(text_set, name) for name in names],
             "out_dir": f"{paths.root}/figures/analysis/{text_set}", "format": fmt,
-            "figures": figures,
+            "figures": figures, "facts": figure_facts(resolved, names),
         }, outputs=list(figures.values()))
 
 
@@ -627,8 +731,10 @@ def text_set_texts(resolved: Resolved, text_set: str, base_dir: Path, key: str,
         if local is None or not os.path.isfile(local):
             raise ConfigError(f"analysis.text_sets.{text_set}.path: '{spec['path']}' is not a file")
         return {"source": "jsonl", "path": local, "input": local}
+    # a pinned revision joins the spec only when given: unpinned specs stay as they were
+    pinned = {"revision": spec["revision"]} if spec.get("revision") else {}
     return {"source": "hf_dataset", "name": spec["name"], "config_name": spec.get("config_name"),
-            "split": spec["split"], "input": None}
+            "split": spec["split"], **pinned, "input": None}
 
 
 def model_layers(resolved: Resolved, name: str, key: str) -> int | None:
@@ -776,6 +882,11 @@ def _resolve_toy(resolved: Resolved) -> None:
         raise ConfigError(f"toy.exponent_bounds: {[lo, hi]} is not an interval (low < high)")
     if toy["fit_form"] == "power_offset" and len(toy["student_depths"]) < 3:
         raise ConfigError("toy.student_depths: the power_offset form needs at least 3 depths")
+    protocol = toy.get("protocol", "embedding")
+    if protocol != "embedding" and toy.get("input_size") not in (None, toy["width"]):
+        raise ConfigError(f"toy.input_size: {toy['input_size']} must equal toy.width "
+                          f"({toy['width']}) or be null in the {protocol} protocol (the inputs "
+                          f"are rmsnorm-ed Gaussians of dimension width)")
     settings = {key: toy[key] for key in TOY_TRAIN_KEYS if key in toy}
     runs = []
     for kind in toy["teacher_kinds"]:
@@ -789,6 +900,8 @@ def _resolve_toy(resolved: Resolved) -> None:
     figure = paths.figure("toy_loss_vs_depth", config["figures"]["format"])
     resolved.add("fit_toy", "toy", {
         "runs": runs, "form": toy["fit_form"], "exponent_bounds": [lo, hi],
+        "protocol": {"name": protocol, **{key: toy[key] for key in (
+            "steps", "lr", "batch_size", "teacher_layers", "replicates")}},
         "out_json": paths.toy_fit, "figure": figure}, outputs=[paths.toy_fit, figure])
 
 
@@ -863,7 +976,7 @@ def _resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
             "model_name": name, "model": model_location(resolved, name),
             "analysis": paths.analysis(text_set, name), "data": paths.data,
             "tasks": paths.lm_tasks, "datasets_cache": paths.datasets_cache(name), "out": out,
-            "seed": config["seed"], **settings,
+            "seed": config["seed"], **settings, "revision": model.get("revision"),
             "dtype": model.get("dtype", settings["dtype"])},
             outputs=[out, paths.datasets_cache(name)], inputs={
                 "model": resolved.model_inputs(name), "analysis": [paths.analysis(text_set, name)],
@@ -872,9 +985,15 @@ def _resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
     figures = {figure: paths.figure(f"pruning/{figure}", fmt) for figure in PRUNING_FIGURES}
     resolved.add("plot_pruning", "pruning", {
         "prunings": {name: paths.pruning(name) for name in names},
-        "labels": {name: resolved.models[name].get("norm_scheme", name) for name in names},
+        "labels": {name: _seeded_label(resolved.models[name], name) for name in names},
         "metric": lm_eval["metric"], "chance": 0.25, "run_name": config["run_name"],
         "figures": figures}, outputs=list(figures.values()))
+
+
+def _seeded_label(model: dict, name: str) -> str:
+    """A model's legend label: its norm scheme (name for hf models), plus its seed if seeded."""
+    label = model.get("norm_scheme", name)
+    return f"{label} s{model['seed']}" if "seed_group" in model else label
 
 
 DEPTH_USE_FIGURES = ("skip_effects", "output_effect", "depth_score", "linear_maps")
@@ -908,25 +1027,28 @@ def _resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
         raise ConfigError("depth_use.depth_score.models: a depth score needs problems "
                           "(depth_use.problems)")
     per_model = skip.get("per_model") or {}
+    groups = seed_groups(resolved)
     for name in per_model:
-        if name not in skip_models + score_models:
+        if not set(groups.get(name, [name])) & set(skip_models + score_models):
             raise ConfigError(f"depth_use.skip.per_model.{name}: not a model of "
                               f"depth_use.skip.models or depth_use.depth_score.models")
     skip_folders = []
     for name in dict.fromkeys(skip_models + score_models):
         key = (f"depth_use.skip.models[{skip_models.index(name)}]" if name in skip_models
                else f"depth_use.depth_score.models[{score_models.index(name)}]")
+        # a seeded model takes its base name's per_model settings unless it has its own
+        own = name if name in per_model else resolved.models[name].get("seed_group", name)
         settings = {**{k: skip[k] for k in ("max_samples", "max_length", "batch_size", "variants",
                                             "layers", "no_skip_front", "future_positions",
                                             "future_min_position", "max_rows")},
-                    **per_model.get(name, {})}
+                    **per_model.get(own, {})}
         scored = name in score_models
         _library_check(validate_intervention_settings,
                        {**settings, "depth_score_variant": score["variant"]},
                        model_layers(resolved, name, key), "depth_use.skip")
         check_positions(resolved, name, settings["max_length"],
-                        f"depth_use.skip.per_model.{name}.max_length" if "max_length" in
-                        per_model.get(name, {}) else "depth_use.skip.max_length")
+                        f"depth_use.skip.per_model.{own}.max_length" if "max_length" in
+                        per_model.get(own, {}) else "depth_use.skip.max_length")
         texts = text_set_texts(resolved, skip["text_set"], base_dir, "depth_use.skip.text_set",
                                model=name)
         model = resolved.models[name]
@@ -938,6 +1060,7 @@ def _resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
             "text_field": (config.get("analysis") or {}).get("text_field", "text"),
             "text_set": skip["text_set"], **settings, "seed": config["seed"],
             "problems": f"{paths.problems}/problems.jsonl" if scored else None,
+            "add_special_tokens": reads_special_tokens(model),
             "depth_score_variant": score["variant"], "prepend_bos": score["prepend_bos"],
             "bootstrap": score["bootstrap"], "dtype": model.get("dtype", depth_use["dtype"]),
             "device": depth_use["device"]}, outputs=[out], inputs={
@@ -947,12 +1070,7 @@ def _resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
     maps = depth_use["linear_maps"]
     _library_check(validate_linear_map_settings, maps, "depth_use.linear_maps")
     map_folders = []
-    for pair, ends in maps["pairs"].items():
-        key = f"depth_use.linear_maps.pairs.{pair}"
-        check_name(pair, key)
-        for end in ("source", "target"):
-            if ends[end] not in resolved.models:
-                raise ConfigError(f"{key}.{end}: '{ends[end]}' is not a declared model")
+    for key, pair, ends in _seeded_pairs(resolved, maps["pairs"]):
         _check_same_tokens(resolved, ends["source"], ends["target"], key)
         for end in ("source", "target"):
             check_positions(resolved, ends[end], maps["max_length"],
@@ -966,8 +1084,10 @@ def _resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
             "pair": pair, "source_name": ends["source"],
             "source_path": model_location(resolved, ends["source"]),
             "target_name": ends["target"], "target_path": model_location(resolved, ends["target"]),
-            "revision": source.get("revision") or target.get("revision"), "out": out,
+            "source_revision": source.get("revision"),
+            "target_revision": target.get("revision"), "out": out,
             "texts": texts, "text_field": (config.get("analysis") or {}).get("text_field", "text"),
+            "add_special_tokens": reads_special_tokens(source),
             **{k: maps[k] for k in ("max_documents", "max_length", "batch_size", "skip_first",
                                     "val_fraction", "test_fraction", "alphas", "max_memory_mb",
                                     "error")},
@@ -981,6 +1101,41 @@ def _resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
         "skip": skip_folders, "linear_maps": map_folders,
         "out_dir": f"{paths.root}/figures/depth_use", "format": fmt},
         outputs=list(figures.values()))
+
+
+def _seeded_pairs(resolved: Resolved, pairs: dict) -> list:
+    """(config key, pair name, {source, target}) for every linear-map pair; a pair with a seeded
+    end is one pair per seed, <pair>_s<seed> (seed i of the source to seed i of the target when
+    both are seeded; each seed against the one model when only one end is)."""
+    groups = seed_groups(resolved)
+    expanded = []
+    for pair, ends in pairs.items():
+        key = f"depth_use.linear_maps.pairs.{pair}"
+        check_name(pair, key)
+        by_seed = {}
+        for end in ("source", "target"):
+            name = ends[end]
+            if name in resolved.models:
+                by_seed[end] = {None: name}
+            elif name in groups:
+                by_seed[end] = {resolved.models[m]["seed"]: m for m in groups[name]}
+            else:
+                raise ConfigError(f"{key}.{end}: '{name}' is not a declared model")
+        seeded = [by_seed[end] for end in ("source", "target") if None not in by_seed[end]]
+        if not seeded:
+            expanded.append((key, pair, dict(ends)))
+            continue
+        if len(seeded) == 2 and set(seeded[0]) != set(seeded[1]):
+            raise ConfigError(f"{key}: '{ends['source']}' and '{ends['target']}' are trained "
+                              f"with different seeds ({sorted(seeded[0])} vs {sorted(seeded[1])})")
+        for seed in seeded[0]:
+            name = seed_model_name(pair, seed)
+            check_name(name, f"{key} (expanded pair name)")
+            if name in pairs:
+                raise ConfigError(f"{key}: expanded pair name '{name}' is already a pair")
+            expanded.append((key, name, {end: by_seed[end].get(seed, by_seed[end].get(None))
+                                         for end in ("source", "target")}))
+    return expanded
 
 
 def _check_same_tokens(resolved: Resolved, source: str, target: str, key: str) -> None:
@@ -1001,3 +1156,76 @@ def _check_same_tokens(resolved: Resolved, source: str, target: str, key: str) -
                  for n in (source, target)]
     if all(locations):
         _library_check(check_same_tokenizer, *locations, where=key)
+
+
+def _resolve_claims(resolved: Resolved) -> None:
+    """The claims table (depthlab.claims): which outputs test which claim. Pre-LN and LNS seed
+    groups trained on the corpus outside sweeps are compared when their architecture and
+    training match; every pruned, depth-scored and linearly mapped model, every fit and the toy
+    fit contribute their own claims."""
+    paths, models, groups = resolved.paths, resolved.models, seed_groups(resolved)
+
+    def group_of(name):
+        return models[name].get("seed_group", name)
+
+    def scheme_groups(scheme):
+        return [g for g, members in groups.items() if all(
+            models[m]["kind"] == "pretrain" and models[m].get("norm_scheme") == scheme
+            and "sweep" not in models[m] and m in corpus_models(resolved) for m in members)]
+
+    cod_pairs = [[base, groups[base], treat, groups[treat]]
+                 for base in scheme_groups("pre_ln") for treat in scheme_groups("lns")
+                 if all(models[groups[base][0]][k] == models[groups[treat][0]][k]
+                        for k in ("architecture", "train"))]
+    analysis = resolved.config.get("analysis") or {}
+    text_set = (resolved.config.get("pruning") or {}).get(
+        "text_set", next(iter(analysis.get("text_sets") or {}), None))
+    cod_members = [m for pair in cod_pairs for m in pair[1] + pair[3]]
+    analysed = {m: paths.analysis(text_set, m) for m in cod_members
+                if f"{text_set}/{m}" in resolved.jobs("analyse_model")}
+    pruned = {m: paths.pruning(m) for m in resolved.jobs("prune_model")}
+    scored = {m: spec["out"] for m, spec in resolved.jobs("skip_interventions").items()
+              if spec["problems"]}
+    maps = {pair: paths.linear_map(pair) for pair in resolved.jobs("linear_maps")}
+    map_groups = {}
+    if maps:
+        for key, pair, _ in _seeded_pairs(resolved, resolved.config["depth_use"]["linear_maps"]
+                                          ["pairs"]):
+            map_groups.setdefault(key.rsplit(".", 1)[1], []).append(pair)
+    map_ends = [e for spec in resolved.jobs("linear_maps").values()
+                for e in (spec["source_name"], spec["target_name"])]
+    read = [m for m in dict.fromkeys(cod_members + list(pruned) + list(scored) + map_ends)
+            if models[m]["kind"] == "pretrain"]
+    fits = {name: {"fit": spec["out_json"], "exponent_bounds": spec["fit"]["exponent_bounds"]}
+            for name, spec in resolved.jobs("fit_scaling").items()}
+    toy = resolved.jobs("fit_toy").get("toy")
+    if not (cod_pairs or pruned or scored or maps or fits or toy):
+        return
+    bootstrap = ((resolved.config.get("depth_use") or {}).get("depth_score") or {}).get(
+        "bootstrap", {"resamples": 1000})
+    spec = {
+        "run_name": resolved.config["run_name"],
+        "models": {m: {"dir": paths.model(m), "data": data_folder(resolved, m)} for m in read},
+        "data": sorted({data_folder(resolved, m) for m in read}),
+        "cod_pairs": cod_pairs, "analysis": analysed, "pruning": pruned,
+        "pruning_groups": _grouped(pruned, group_of), "depth_score": scored,
+        "depth_groups": _grouped(scored, group_of), "linear_maps": maps,
+        "map_groups": map_groups, "fits": fits,
+        "toy": {"fit": toy["out_json"], "exponent_bounds": toy["exponent_bounds"]}
+        if toy else None,
+        "bootstrap": {"resamples": bootstrap["resamples"], "seed": resolved.config["seed"]},
+        "out_csv": paths.claims("csv"), "out_md": paths.claims("md"),
+    }
+    folders = ([paths.model(m) for m in read] + spec["data"] + list(analysed.values())
+               + list(pruned.values()) + list(scored.values()) + list(maps.values()))
+    files = [fit["fit"] for fit in fits.values()] + ([toy["out_json"]] if toy else [])
+    resolved.add("make_claims", "claims", spec, outputs=[spec["out_csv"], spec["out_md"]],
+                 inputs={"folders": folders, "files": files})
+
+
+def _grouped(names, group_of) -> dict:
+    """{seed group: its members among `names`}."""
+    grouped = {}
+    for name in names:
+        grouped.setdefault(group_of(name), []).append(name)
+    return grouped

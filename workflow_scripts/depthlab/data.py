@@ -416,11 +416,12 @@ def iter_dataset_texts(name: str, config_name: str | None, split: str, field: st
 
 def iter_texts(texts: dict, field: str = "text"):
     """The documents of a resolved text set: {source: jsonl, path} (a local JSON-lines file) or
-    {source: hf_dataset, name, config_name, split} (streamed with `datasets`)."""
+    {source: hf_dataset, name, config_name, split, revision} (streamed with `datasets`)."""
     if texts["source"] == "jsonl":
         return iter_jsonl_texts(texts["path"], field, "texts.path")
+    pinned = {"revision": texts["revision"]} if texts.get("revision") else {}
     return iter_dataset_texts(texts["name"], texts.get("config_name"), texts["split"], field,
-                              "texts.name", streaming=True)
+                              "texts.name", streaming=True, **pinned)
 
 
 def text_file_source(cfg: dict, keep: DocumentFilter):
@@ -450,7 +451,7 @@ def text_file_source(cfg: dict, keep: DocumentFilter):
 
 def _hf_split(cfg: dict, split: str, limit: int, keep: DocumentFilter):
     kwargs = {"streaming": cfg["streaming"]}
-    for key in ("data_files", "cache_dir"):
+    for key in ("data_files", "cache_dir", "revision"):
         if cfg.get(key) is not None:
             kwargs[key] = cfg[key]
     kept = 0
@@ -552,12 +553,12 @@ def hf_tokenizer(tokenizer):
         clean_up_tokenization_spaces=False)  # decode must give back the exact text
 
 
-def load_pretrained_tokenizer(name: str):
+def load_pretrained_tokenizer(name: str, revision: str | None = None):
     from transformers import AutoTokenizer
 
     where = "data.tokenizer.pretrained"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
+        tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
     except (OSError, ValueError) as error:
         raise DataError(f"{where}: cannot load tokenizer '{name}': {error}") from None
     if tokenizer.eos_token_id is None:
@@ -566,8 +567,9 @@ def load_pretrained_tokenizer(name: str):
     return tokenizer
 
 
-def _encode_documents(tokenizer, documents: list[str]) -> list[list[int]]:
-    """Token ids of a batch of documents, without special tokens added."""
+def encode_documents(tokenizer, documents: list[str]) -> list[list[int]]:
+    """Token ids of a batch of documents, without special tokens added: the training stream's
+    encoding (its only special token is the eos written after each document)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:  # Rust batch encode: parallel over documents (RAYON_NUM_THREADS)
         return [e.ids for e in backend.encode_batch_fast(documents, add_special_tokens=False)]
@@ -593,7 +595,7 @@ class SplitWriter:
     def flush(self) -> None:
         if not self.pending:
             return
-        ids = _encode_documents(self.tokenizer, self.pending)
+        ids = encode_documents(self.tokenizer, self.pending)
         count = sum(len(i) for i in ids) + len(ids)
         flat = np.fromiter(itertools.chain.from_iterable(
             itertools.chain(i, (self.eos_id,)) for i in ids), dtype=self.dtype, count=count)
@@ -638,7 +640,8 @@ def prepare_corpus(data_config: dict, out_dir: str | os.PathLike, seed: int,
     seconds, clock = {}, time.perf_counter()
 
     with atomic_path(out_dir, is_dir=True) as tmp, contextlib.closing(documents):
-        tokenizer = load_pretrained_tokenizer(pretrained) if pretrained else None
+        tokenizer = (load_pretrained_tokenizer(pretrained, tok_cfg.get("revision"))
+                     if pretrained else None)
         specials = (sorted(set(tokenizer.all_special_tokens) - {""}) if tokenizer
                     else [EOS_TOKEN, PAD_TOKEN])
         special_pattern = re.compile("|".join(map(re.escape, specials)))  # eos at least

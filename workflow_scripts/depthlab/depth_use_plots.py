@@ -97,24 +97,34 @@ def plot_skip_effects(effects, summaries, aggregate: str = "max"):
     plt = _pyplot()
     models = list(summaries)
     variants = [v for v in VARIANT_LABELS if v in set(effects["variant"])]
+    from matplotlib.colors import Normalize
+
     fig, axes = plt.subplots(len(models), len(variants), squeeze=False,
                              figsize=(3.6 * len(variants) + 0.6, 3.2 * len(models)))
+    matrices = {(model, variant): effect_matrix(effects, model, variant, aggregate)
+                for model in models for variant in variants}
+    # One colour scale for every model and variant, 0 to 1 (a change as large as the update
+    # itself); a few huge ratios would otherwise wash out every other cell, so larger values
+    # saturate and the title gives the largest.
+    norm = Normalize(vmin=0.0, vmax=1.0)
+    largest = max((np.nanmax(m) for m in matrices.values() if np.isfinite(m).any()),
+                  default=float("nan"))
     for row, model in enumerate(models):
         for col, variant in enumerate(variants):
             ax = axes[row, col]
-            matrix = effect_matrix(effects, model, variant, aggregate)
-            image = ax.imshow(matrix, vmin=0, vmax=max(1.0, np.nanmax(matrix)) if
-                              aggregate == "max" else None, cmap="viridis",
-                              interpolation="nearest", origin="upper")
+            matrix = matrices[model, variant]
+            image = ax.imshow(matrix, norm=norm, cmap="viridis", interpolation="nearest",
+                              origin="upper")
             ax.set_xlabel("affected layer l")
             ax.set_ylabel("skipped layer s")
             _integer_ticks(ax)
             ax.set_title(f"{model}\n{VARIANT_LABELS[variant]}", fontsize=8)
-            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04,
+            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, extend="max",
                          label=r"$\|\Delta_l-\Delta'_l\|/\|\Delta_l\|$" + f" ({aggregate})")
     fig.suptitle(f"Relative change of later layers' updates when one layer / sublayer is skipped "
                  f"({aggregate} over positions and prompts) - after {PAPER}, layer-skipping "
-                 f"figures", fontsize=10)
+                 f"figures\none colour scale 0 to 1 for all panels, larger values saturate "
+                 f"(largest {largest:.3g})", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -199,17 +209,24 @@ def plot_linear_maps(frame, summaries):
         fig, ax = plt.subplots(figsize=(5, 3))
         ax.text(0.5, 0.5, "no linear-map pair declared", ha="center", va="center")
         return fig
+    from .figure_style import shared_norm
+
     fig, axes = plt.subplots(1, len(pairs), squeeze=False, figsize=(6.2 * len(pairs), 4.2))
-    for ax, pair in zip(axes.flat, pairs):
+    matrices, columns = {}, {}
+    for pair in pairs:
         summary = summaries[pair]
         column = "centred_error" if summary.get("error") == "centred" else "relative_error"
         rows = frame[frame["pair"] == pair]
-        L_a, L_b = summary["source_layers"], summary["target_layers"]
-        matrix = np.full((L_a + 1, L_b + 1), np.nan)
+        matrix = np.full((summary["source_layers"] + 1, summary["target_layers"] + 1), np.nan)
         matrix[rows["source_layer"].to_numpy(), rows["target_layer"].to_numpy()] = \
             rows[column].to_numpy()
+        matrices[pair], columns[pair] = matrix, column
+    norm = shared_norm(matrices.values())   # one scale across pairs
+    for ax, pair in zip(axes.flat, pairs):
+        summary, column, matrix = summaries[pair], columns[pair], matrices[pair]
+        L_a, L_b = summary["source_layers"], summary["target_layers"]
         image = ax.imshow(matrix, aspect="auto", cmap="viridis_r", interpolation="nearest",
-                          origin="upper")
+                          origin="upper", norm=norm)
         sources = np.arange(L_a + 1)
         ax.plot(sources * L_b / max(L_a, 1), sources, color="white", ls="--",
                 label="equal relative depth")
@@ -220,8 +237,11 @@ def plot_linear_maps(frame, summaries):
         ax.set_ylabel(f"source layer i ({summary['source']}, L={L_a})")
         what = (r"$\|\hat y-y\|/\|y-\bar y\|$" if column == "centred_error"
                 else r"$\|\hat y-y\|/\|y\|$")
+        equal = np.round(sources * L_b / max(L_a, 1)).astype(int)
         ax.set_title(f"{pair}: held-out {what} of the affine map $h^a_i \\to h^b_j$\n"
-                     f"({summary['tokens']['test']} test tokens)", fontsize=9)
+                     f"({summary['tokens']['test']} test tokens; best target within one layer "
+                     f"of equal relative depth for {int((abs(best - equal) <= 1).sum())} of "
+                     f"{len(sources)} source layers)", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=column.replace("_", " "))
     fig.suptitle(f"Linear maps from a shallow to a deep model's residual stream - after {PAPER}, "

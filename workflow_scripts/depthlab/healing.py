@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .pruning import PruningError
+from .tracking import Progress, Tracker, quiet_library_progress_bars
 from .training import language_model_loss, lr_multiplier, train_batch
 
 METHODS = ("lora", "qlora")
@@ -141,10 +142,14 @@ def _quantised_copy(pruned, device: str):
 
 
 def heal(pruned, train_tokens: np.ndarray, settings: HealSettings, seed: int,
-         device: str = "cpu", log=None):
+         device: str = "cpu", log=None, tensorboard_dir=None):
     """Train adapters on `pruned` (a model of its own, e.g. depthlab.pruning.prune_copy; it is
-    modified: the adapters are merged into it) and return (merged model in eval mode, record)."""
+    modified: the adapters are merged into it) and return (merged model in eval mode, record).
+    `log` also gets a progress line about every quarter of the steps (a bar on a terminal);
+    `tensorboard_dir`: where to write the loss and lr as TensorBoard scalars (None: nowhere)."""
     from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+
+    quiet_library_progress_bars()
 
     _check_targets(pruned, settings)
     context = getattr(pruned.config, "max_position_embeddings", None)
@@ -164,15 +169,23 @@ def heal(pruned, train_tokens: np.ndarray, settings: HealSettings, seed: int,
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(settings))
     model.train()
     losses, start = [], time.perf_counter()
+    progress = Progress(settings.steps, "healing", enabled=log is not None,
+                        every=max(1, settings.steps // 4), write=log)
+    tracker = Tracker(tensorboard_dir, enabled=tensorboard_dir is not None)
     for step in range(settings.steps):
         window = train_batch(train_tokens, step, seed, settings.batch_size,
                              settings.seq_len).to(device)
         loss = language_model_loss(model, window, None)
         loss.backward()
+        lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
+        progress.update(1, loss=losses[-1], lr=lr)
+        tracker.scalars(step + 1, {"heal/loss": losses[-1], "heal/lr": lr})
+    progress.close()
+    tracker.close()
     seconds = time.perf_counter() - start
     if settings.method == "qlora":
         adapters = get_peft_model_state_dict(model)

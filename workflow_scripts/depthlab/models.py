@@ -1,20 +1,14 @@
-"""LLaMA-style decoder (RMSNorm, RoPE, SwiGLU, no biases) with six normalisation schemes.
+"""The project's models: building, seeding and saving the decoders of `modeling_depthlab`.
 
-Built from transformers' Llama components, so attention kernels, caching and masks are the
-library's own; only the decoder block's placement of norms and residuals changes:
-
-    pre_ln       h = h + Attn(N1(h));               h = h + MLP(N2(h))
-    lns          h = h + Attn(N1(h)/sqrt(l));       h = h + MLP(N2(h)/sqrt(l))   (CoD Eq. 5, l 1-based)
-    scaled_init  pre_ln with o_proj/down_proj init std sigma/sqrt(2L)
-    post_ln      h = N1(h + Attn(h));               h = N2(h + MLP(h))
-    mix_ln       post_ln for the first round(f*L) layers, pre_ln after (Mix-LN, f = 0.25)
-    deepnorm     h = N1(alpha*h + Attn(h));         h = N2(alpha*h + MLP(h)),
-                 alpha = (2L)^(1/4); v/o/MLP init scaled by beta = (8L)^(-1/4) (DeepNet)
-
-The final norm is never scaled. pre_ln, lns and scaled_init models export as plain
-`LlamaForCausalLM` (the 1/sqrt(l) of LNS is folded into the norm gains, which is exact because
-RMSNorm's output is linear in its gain); the others save as `DepthlabForCausalLM`, registered
-with the transformers Auto classes when this module is imported.
+The classes and the norm-scheme formulas live in `depthlab/modeling_depthlab.py` (see its
+docstring), which imports only torch and transformers. Checkpoints are ordinary HF folders:
+pre_ln, lns and scaled_init export as plain `LlamaForCausalLM` (the 1/sqrt(l) of LNS is folded
+into the norm gains, which is exact because RMSNorm's output is linear in its gain); post_ln,
+mix_ln and deepnorm save as `DepthlabForCausalLM` with `modeling_depthlab.py` copied beside the
+weights and an `auto_map` in config.json, the transformers convention for custom code, so
+`AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)` loads them without this
+project. Importing this module also registers `depthlab_llama` with the Auto classes, so the
+workflow loads them with its own copy of the code.
 """
 
 from __future__ import annotations
@@ -23,142 +17,23 @@ import math
 from pathlib import Path
 
 import torch
-from huggingface_hub.dataclasses import strict
-from torch import nn
-from transformers import (AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM,
-                          initialization as init)
-from transformers.models.llama.modeling_llama import (LlamaDecoderLayer, LlamaModel,
-                                                      LlamaPreTrainedModel, LlamaRMSNorm,
-                                                      LlamaRotaryEmbedding)
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-NORM_SCHEMES = ("pre_ln", "post_ln", "mix_ln", "deepnorm", "scaled_init", "lns")
+from .modeling_depthlab import (DEEPNORM_VARIANTS, LNS_REFERENCE_ALPHA,  # noqa: F401
+                                NORM_SCHEMES, DepthlabConfig, DepthlabDecoderLayer,
+                                DepthlabForCausalLM, DepthlabModel, DepthlabPreTrainedModel,
+                                is_post_ln_layer, norm_output_scale, projection_init_stds,
+                                residual_scale)
+
 PLAIN_LLAMA_SCHEMES = ("pre_ln", "scaled_init", "lns")
-
-
-@strict
-class DepthlabConfig(LlamaConfig):
-    model_type = "depthlab_llama"
-    norm_scheme: str = "pre_ln"
-    # Mix-LN: how many of the first layers are Post-LN (the rest are Pre-LN).
-    mix_ln_post_layers: int = 0
-
-    def validate_architecture(self):
-        super().validate_architecture()
-        if self.norm_scheme not in NORM_SCHEMES:
-            raise ValueError(f"norm_scheme: unknown scheme '{self.norm_scheme}' "
-                             f"(known: {', '.join(NORM_SCHEMES)})")
-        if not 0 <= self.mix_ln_post_layers <= self.num_hidden_layers:
-            raise ValueError(f"mix_ln_post_layers: {self.mix_ln_post_layers} is outside "
-                             f"0..{self.num_hidden_layers}")
-
-
-def is_post_ln_layer(config: DepthlabConfig, layer_idx: int) -> bool:
-    if config.norm_scheme in ("post_ln", "deepnorm"):
-        return True
-    if config.norm_scheme == "mix_ln":
-        return layer_idx < config.mix_ln_post_layers
-    return False
-
-
-def residual_scale(config: DepthlabConfig) -> float:
-    """DeepNorm's alpha = (2N)^(1/4) on the residual branch; 1 otherwise."""
-    if config.norm_scheme == "deepnorm":
-        return (2 * config.num_hidden_layers) ** 0.25
-    return 1.0
-
-
-def norm_output_scale(config: DepthlabConfig, layer_idx: int) -> float:
-    """LayerNorm Scaling: 1/sqrt(l) with l = layer_idx + 1 (layer 1 unscaled); 1 otherwise."""
-    if config.norm_scheme == "lns":
-        return 1.0 / math.sqrt(layer_idx + 1)
-    return 1.0
-
-
-def projection_init_stds(config: DepthlabConfig) -> dict[str, float]:
-    """Per-projection init std overriding N(0, initializer_range), by norm scheme."""
-    std = config.initializer_range
-    if config.norm_scheme == "scaled_init":
-        scaled = std / math.sqrt(2 * config.num_hidden_layers)
-        return {"o_proj": scaled, "down_proj": scaled}
-    if config.norm_scheme == "deepnorm":
-        beta = (8 * config.num_hidden_layers) ** -0.25
-        return {name: std * beta for name in ("v_proj", "o_proj", "gate_proj", "up_proj",
-                                              "down_proj")}
-    return {}
-
-
-class DepthlabDecoderLayer(LlamaDecoderLayer):
-    def __init__(self, config: DepthlabConfig, layer_idx: int):
-        super().__init__(config, layer_idx)
-        self.post_ln = is_post_ln_layer(config, layer_idx)
-        self.residual_scale = residual_scale(config)
-        self.norm_output_scale = norm_output_scale(config, layer_idx)
-        # Read by DepthlabPreTrainedModel._init_weights (HF init runs module by module).
-        for name, std in projection_init_stds(config).items():
-            owner = self.self_attn if name.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) \
-                else self.mlp
-            getattr(owner, name).init_std = std
-
-    def forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None,
-                use_cache=False, position_embeddings=None, **kwargs):
-        attention_kwargs = dict(attention_mask=attention_mask, position_ids=position_ids,
-                                cache=cache, use_cache=use_cache,
-                                position_embeddings=position_embeddings, **kwargs)
-        if self.post_ln:
-            attn_out, _ = self.self_attn(hidden_states=hidden_states, **attention_kwargs)
-            hidden_states = self.input_layernorm(self.residual_scale * hidden_states + attn_out)
-            mlp_out = self.mlp(hidden_states)
-            return self.post_attention_layernorm(self.residual_scale * hidden_states + mlp_out)
-
-        normed = self.input_layernorm(hidden_states)
-        if self.norm_output_scale != 1.0:
-            normed = normed * self.norm_output_scale
-        attn_out, _ = self.self_attn(hidden_states=normed, **attention_kwargs)
-        hidden_states = hidden_states + attn_out
-        normed = self.post_attention_layernorm(hidden_states)
-        if self.norm_output_scale != 1.0:
-            normed = normed * self.norm_output_scale
-        return hidden_states + self.mlp(normed)
-
-
-class DepthlabPreTrainedModel(LlamaPreTrainedModel):
-    config: DepthlabConfig
-    config_class = DepthlabConfig
-    _no_split_modules = ["DepthlabDecoderLayer"]
-
-    @torch.no_grad()
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        std = getattr(module, "init_std", None)
-        if std is not None:
-            init.normal_(module.weight, mean=0.0, std=std)
-
-
-class DepthlabModel(DepthlabPreTrainedModel, LlamaModel):
-    def __init__(self, config: DepthlabConfig):
-        DepthlabPreTrainedModel.__init__(self, config)
-        self.padding_idx = config.pad_token_id
-        self.vocab_size = config.vocab_size
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
-        self.layers = nn.ModuleList(
-            [DepthlabDecoderLayer(config, idx) for idx in range(config.num_hidden_layers)])
-        self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.rotary_emb = LlamaRotaryEmbedding(config=config)
-        self.gradient_checkpointing = False
-        self.post_init()
-
-
-class DepthlabForCausalLM(DepthlabPreTrainedModel, LlamaForCausalLM):
-    def __init__(self, config: DepthlabConfig):
-        DepthlabPreTrainedModel.__init__(self, config)
-        self.model = DepthlabModel(config)
-        self.vocab_size = config.vocab_size
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
-
+# DepthlabConfig fields a plain LlamaConfig must not carry.
+DEPTHLAB_CONFIG_KEYS = ("norm_scheme", "mix_ln_post_layers", "deepnorm_variant", "auto_map")
 
 AutoConfig.register(DepthlabConfig.model_type, DepthlabConfig, exist_ok=True)
 AutoModelForCausalLM.register(DepthlabConfig, DepthlabForCausalLM, exist_ok=True)
+# save_pretrained then copies modeling_depthlab.py into the folder and writes config.auto_map.
+DepthlabConfig.register_for_auto_class("AutoConfig")
+DepthlabForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 
 
 def make_config(architecture: dict, norm_scheme: str, vocab_size: int, max_positions: int,
@@ -178,6 +53,13 @@ def make_config(architecture: dict, norm_scheme: str, vocab_size: int, max_posit
         if mix_ln_post_layers == 0:
             raise ValueError(f"architecture.mix_ln_post_fraction: {post_fraction} of "
                              f"{num_layers} layers rounds to no Post-LN layer (that is pre_ln)")
+    deepnorm_variant = architecture.get("deepnorm_variant", "deepnet")
+    if deepnorm_variant not in DEEPNORM_VARIANTS:
+        raise ValueError(f"architecture.deepnorm_variant: unknown variant '{deepnorm_variant}' "
+                         f"(known: {', '.join(DEEPNORM_VARIANTS)})")
+    if "deepnorm_variant" in architecture and norm_scheme != "deepnorm":
+        raise ValueError(f"architecture.deepnorm_variant: has no effect for norm_scheme "
+                         f"{norm_scheme} (only deepnorm)")
     return DepthlabConfig(
         vocab_size=vocab_size,
         hidden_size=architecture["hidden_size"],
@@ -196,6 +78,7 @@ def make_config(architecture: dict, norm_scheme: str, vocab_size: int, max_posit
         pad_token_id=pad_token_id,
         norm_scheme=norm_scheme,
         mix_ln_post_layers=mix_ln_post_layers,
+        deepnorm_variant=deepnorm_variant,
     )
 
 
@@ -212,8 +95,7 @@ def to_plain_llama(model: DepthlabForCausalLM) -> LlamaForCausalLM:
         raise ValueError(f"norm_scheme '{config.norm_scheme}' has no plain-Llama equivalent "
                          f"(only {', '.join(PLAIN_LLAMA_SCHEMES)})")
     fields = config.to_dict()
-    for key in ("norm_scheme", "mix_ln_post_layers", "model_type", "architectures",
-                "transformers_version"):
+    for key in (*DEPTHLAB_CONFIG_KEYS, "model_type", "architectures", "transformers_version"):
         fields.pop(key, None)
     llama_config = LlamaConfig(**fields)
     state = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
@@ -227,7 +109,8 @@ def to_plain_llama(model: DepthlabForCausalLM) -> LlamaForCausalLM:
 
 
 def save_checkpoint(model: DepthlabForCausalLM, tokenizer, out_dir: str | Path) -> None:
-    """An ordinary HF directory: plain Llama where exact, else the registered depthlab class."""
+    """An ordinary HF directory: plain Llama where exact, else `DepthlabForCausalLM` with its
+    modeling file and config.auto_map (loads with trust_remote_code=True without depthlab)."""
     export = to_plain_llama(model) if model.config.norm_scheme in PLAIN_LLAMA_SCHEMES else model
     export.save_pretrained(out_dir)
     if tokenizer is not None:

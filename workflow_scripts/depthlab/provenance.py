@@ -1,10 +1,13 @@
-"""Provenance records: where every number came from (commit, config, inputs, versions, device)."""
+"""Provenance records: where every number came from (rule, command, commit, config files,
+inputs, versions, device). `python workflow_scripts/audit.py PATH` reads them back
+(depthlab/audit.py)."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
 import importlib.metadata
+import json
 import os
 import platform
 import socket
@@ -20,36 +23,109 @@ TRACKED_PACKAGES = (
 )
 
 
-def _git(*args: str) -> str | None:
-    repo = Path(__file__).resolve().parents[2]
+# Environment variable through which the Snakefile hands the effective config files (with
+# checksums) to its jobs: kept out of the rules' params, so editing a comment in a config file
+# reruns nothing.
+CONFIG_SOURCE_ENV = "DEPTHLAB_CONFIG_SOURCE"
+MAX_LISTED_CHANGES = 50
+
+# What the running job is (set once by depthlab.cli.start_job), recorded by every Provenance.
+_job: dict = {}
+
+
+def git_state(repo: str | os.PathLike | None = None) -> dict:
+    """Commit and dirty flag of the checkout; untracked files that git does not ignore count as
+    changes too (a new, uncommitted module can change results as much as an edited one).
+    `repo`: the checkout this library lives in unless given."""
+    repo = Path(__file__).resolve().parents[2] if repo is None else repo
+    commit = _git(repo, "rev-parse", "HEAD")
+    status = _git(repo, "status", "--porcelain", "--untracked-files=all")
+    if status is None:
+        return {"commit": commit, "dirty": None}
+    changes = status.splitlines()
+    return {"commit": commit, "dirty": bool(changes), "n_changes": len(changes),
+            "changes": changes[:MAX_LISTED_CHANGES]}
+
+
+def _git(repo: str | os.PathLike, *args: str) -> str | None:
     try:
         out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
                              timeout=20, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip()
+    return out.stdout.rstrip("\n")  # not strip(): porcelain lines start with a space
 
 
-def git_state() -> dict:
-    commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "dirty": bool(status) if status is not None else None}
-
-
-def sha256_path(path: str | os.PathLike) -> str:
-    """sha256 of a file, or of a folder's files (sorted relative paths and contents)."""
-    path = Path(path)
+def _hash_tree(path: Path, per_file: bool):
+    """(sha256 of `path`, {relative file: sha256} for a folder when `per_file`, else None),
+    reading every file once."""
     digest = hashlib.sha256()
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    file_digests = {} if per_file and path.is_dir() else None
     for file in files:
         if path.is_dir():
             if file.name == "provenance.json":
                 continue  # wall times differ between identical reruns
             digest.update(str(file.relative_to(path)).encode() + b"\0")
+        own = hashlib.sha256() if file_digests is not None else None
         with open(file, "rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
-    return digest.hexdigest()
+                if own is not None:
+                    own.update(chunk)
+        if own is not None:
+            file_digests[str(file.relative_to(path))] = own.hexdigest()
+    return digest.hexdigest(), file_digests
+
+
+def sha256_path(path: str | os.PathLike) -> str:
+    """sha256 of a file, or of a folder's files (sorted relative paths and contents)."""
+    return _hash_tree(Path(path), per_file=False)[0]
+
+
+def sha256_files(path: str | os.PathLike) -> dict:
+    """{relative file: sha256} of a folder's files (what `sha256_path` folds into one)."""
+    return _hash_tree(Path(path), per_file=True)[1] or {}
+
+
+def display_path(path: str | os.PathLike) -> str:
+    """`path` relative to the working directory when inside it, else absolute."""
+    absolute = Path(path).resolve()
+    try:
+        return str(absolute.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(absolute)
+
+
+def config_source(config_files, overrides: dict | None = None) -> dict:
+    """The config files a job's spec was resolved from, each with its sha256, and the
+    command-line overrides applied on top."""
+    source = {"files": [{"path": display_path(f), "sha256": sha256_path(f)}
+                        for f in config_files]}
+    if overrides:
+        source["overrides"] = overrides
+    return source
+
+
+def export_config_source(config_files, overrides: dict | None = None) -> None:
+    """Hand the config source to the jobs this process starts (see CONFIG_SOURCE_ENV)."""
+    os.environ[CONFIG_SOURCE_ENV] = json.dumps(config_source(config_files, overrides),
+                                               default=str)
+
+
+def set_job(rule: str, command: str, config_files=None) -> None:
+    """Record what this process is running: its rule (= job family), its exact command, and
+    the config files its spec came from (`--config` given by hand, else what the workflow
+    exported; none for a bare `--spec` run by hand)."""
+    if config_files:
+        source = config_source(config_files)
+    else:
+        try:
+            source = json.loads(os.environ.get(CONFIG_SOURCE_ENV) or "null")
+        except json.JSONDecodeError:
+            source = None
+    _job.clear()
+    _job.update(rule=rule, command=command, config_source=source)
 
 
 def package_versions() -> dict:
@@ -90,11 +166,19 @@ class Provenance:
 
     def record(self) -> dict:
         end = _dt.datetime.now(_dt.timezone.utc)
+        hashed = [(p, *_hash_tree(Path(p), per_file=True)) for p in self.inputs
+                  if Path(p).exists()]
         return {
             "stage": self.stage,
+            "rule": _job.get("rule"),
+            "command": _job.get("command"),
+            "cwd": os.getcwd(),
             "git": git_state(),
+            "config_source": _job.get("config_source"),
             "config": self.config,
-            "inputs": {p: sha256_path(p) for p in self.inputs if Path(p).exists()},
+            "inputs": {p: digest for p, digest, _ in hashed},
+            # per-file checksums of folder inputs: an audit can name the one file that changed
+            "input_files": {p: files for p, _, files in hashed if files is not None},
             "packages": package_versions(),
             "python": platform.python_version(),
             "host": socket.gethostname(),

@@ -283,9 +283,10 @@ def _plain_llama_export(model):
     each layer's own LNS factor folded into its norm gains (not the factor of its new depth)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from .models import DEPTHLAB_CONFIG_KEYS
+
     fields = model.config.to_dict()
-    for key in ("norm_scheme", "mix_ln_post_layers", "model_type", "architectures",
-                "transformers_version"):
+    for key in (*DEPTHLAB_CONFIG_KEYS, "model_type", "architectures", "transformers_version"):
         fields.pop(key, None)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     for idx, layer in enumerate(model.model.layers):
@@ -298,8 +299,12 @@ def _plain_llama_export(model):
 
 
 def _deepnorm_state(model) -> dict:
-    """State dict whose sublayer outputs carry alpha'/alpha, alpha' = (2 L_kept)^(1/4)."""
-    alpha_new = (2 * model.config.num_hidden_layers) ** 0.25
+    """State dict whose sublayer outputs carry alpha'/alpha: alpha' is the alpha the reloaded
+    model computes for its kept depth ((2 L_kept)^(1/4) for DeepNet, constant for the LNS
+    reference variant)."""
+    from .models import residual_scale
+
+    alpha_new = residual_scale(model.config)
     state = dict(model.state_dict())
     for idx, layer in enumerate(model.model.layers):
         factor = alpha_new / layer.residual_scale
@@ -313,13 +318,15 @@ def export_pruned(model: nn.Module, removed: Iterable[int], out_dir: str | Path,
                   tokenizer=None, metadata: dict | None = None) -> dict:
     """Write the model without `removed` as an ordinary HF folder (plus the tokenizer and
     `pruning.json` naming the removed layers); returns that record."""
+    from .models import PLAIN_LLAMA_SCHEMES
+
     out_dir = Path(out_dir)
     num_layers = adapt(model).num_layers
     removed = normalise_removal(removed, num_layers)
     with pruned_view(model, removed) as view:
         scheme = getattr(view.config, "norm_scheme", None)
         model_type = getattr(view.config, "model_type", None)
-        if model_type == "depthlab_llama" and scheme in ("pre_ln", "lns", "scaled_init"):
+        if model_type == "depthlab_llama" and scheme in PLAIN_LLAMA_SCHEMES:
             _plain_llama_export(view).save_pretrained(out_dir)
             exported_as = "LlamaForCausalLM"
         elif model_type == "depthlab_llama" and scheme == "deepnorm":
@@ -685,8 +692,9 @@ def run_stage(spec: dict, device: str = "cpu", log=print) -> dict:
     provenance = Provenance("pruning", config=spec, seed=spec["seed"],
                             inputs=[p for p in (spec["model"], distance_path, spec["data"],
                                                 spec.get("tasks")) if p is not None])
-    model = load_model(spec["model"], dtype=spec.get("dtype", "float32"), device=device)
-    tokenizer = load_tokenizer(spec["model"])
+    model = load_model(spec["model"], dtype=spec.get("dtype", "float32"), device=device,
+                       revision=spec.get("revision"))
+    tokenizer = load_tokenizer(spec["model"], revision=spec.get("revision"))
     adapter = adapt(model)
     check_prunable(has_lm_head=adapter.has_lm_head, name=name, where="pruning.models")
     L = adapter.num_layers

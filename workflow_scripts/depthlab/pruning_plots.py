@@ -45,19 +45,40 @@ def _tasks(frame: pd.DataFrame) -> list[str]:
     return sorted(t for t in frame["task"].dropna().unique() if t)
 
 
+def label_colours(labels: dict[str, str]) -> dict[str, tuple]:
+    """{model: colour}: the fixed norm-scheme colour when the label starts with a scheme name
+    (labels are `<scheme>` or `<scheme> s<seed>`), grey otherwise."""
+    from .figure_style import scheme_colours
+
+    schemes = scheme_colours()
+    return {model: schemes.get(label.split()[0], (0.5, 0.5, 0.5))
+            for model, label in labels.items()}
+
+
+def _largest_delta(single: pd.DataFrame, model: str, label: str) -> str:
+    losses = single[single["model"] == model].drop_duplicates("layer")
+    if losses.empty:
+        return f"{label} none"
+    worst = losses.loc[losses["delta_loss"].idxmax()]
+    return f"{label} layer {int(worst['layer'])} ({worst['delta_loss']:+.2f})"
+
+
 def plot_delta_p(single: pd.DataFrame, labels: dict[str, str], metric: str, run_name: str):
+    """One column per model, one row per measure; each row shares its y axis so the models'
+    bars compare directly."""
     import matplotlib.pyplot as plt
 
     models = list(labels)
     tasks = _tasks(single)
     rows = 1 + len(tasks)
+    colours = label_colours(labels)
     fig, axes = plt.subplots(rows, len(models), figsize=(4.2 * len(models), 2.8 * rows),
-                             squeeze=False, sharex="col")
+                             squeeze=False, sharex="col", sharey="row")
     for column, model in enumerate(models):
         frame = single[single["model"] == model]
         losses = frame.drop_duplicates("layer").sort_values("layer")
         ax = axes[0, column]
-        ax.bar(losses["layer"], losses["delta_loss"], color="tab:red")
+        ax.bar(losses["layer"], losses["delta_loss"], color=colours[model])
         ax.axhline(0, color="black", lw=0.6)
         ax.set_title(labels[model])
         ax.set_ylabel(r"$\Delta$ val loss" if column == 0 else "")
@@ -65,7 +86,7 @@ def plot_delta_p(single: pd.DataFrame, labels: dict[str, str], metric: str, run_
             ax = axes[row, column]
             one = frame[frame["task"] == task].sort_values("layer")
             if not one.empty:
-                ax.bar(one["layer"], one[f"delta_{metric}"], color="tab:purple",
+                ax.bar(one["layer"], one[f"delta_{metric}"], color=colours[model], alpha=0.7,
                        yerr=one[f"{metric}_stderr"], capsize=2, ecolor="gray")
             ax.axhline(0, color="black", lw=0.6)
             ax.set_ylabel(f"$\\Delta$ {metric}\n{task}" if column == 0 else "")
@@ -73,7 +94,9 @@ def plot_delta_p(single: pd.DataFrame, labels: dict[str, str], metric: str, run_
     fig.suptitle(f"Layout of Curse of Depth Fig. 2 (per-layer ablation $\\Delta P(l)$): change in "
                  f"validation loss and lm-eval {metric} when only layer l is removed, measured "
                  f"on the {run_name} run's models, no fine-tuning\n(error bars: lm-eval standard "
-                 f"error of the pruned model's {metric})", fontsize=9)
+                 f"error of the pruned model's {metric}; largest loss increase: "
+                 + ", ".join(_largest_delta(single, model, labels[model]) for model in models)
+                 + ")", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -86,7 +109,7 @@ def plot_sweep(sweep: pd.DataFrame, labels: dict[str, str], metric: str, run_nam
     tasks = _tasks(sweep)
     columns = 1 + len(tasks)
     fig, axes = plt.subplots(len(models), columns, figsize=(4.0 * columns, 3.0 * len(models)),
-                             squeeze=False)
+                             squeeze=False, sharey="col")
     for row, model in enumerate(models):
         frame = sweep[sweep["model"] == model]
         for strategy in sorted(frame["strategy"].unique()):
@@ -127,6 +150,7 @@ def plot_speedup(speed: pd.DataFrame, labels: dict[str, str], run_name: str):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), squeeze=False)
+    colours = label_colours(labels)
     for ax, kind in zip(axes[0], ("prefill", "generation")):
         for model in labels:
             frame = speed[speed["model"] == model].sort_values("fraction") \
@@ -134,7 +158,7 @@ def plot_speedup(speed: pd.DataFrame, labels: dict[str, str], run_name: str):
             if frame.empty:
                 continue
             ax.plot(frame["fraction"], frame[f"{kind}_speedup"], marker="o",
-                    label=labels[model])
+                    color=colours[model], label=labels[model])
         grid = np.linspace(0, 0.9, 50)
         ax.plot(grid, 1 / (1 - grid), ":", color="gray", label="ideal L/(L-n)")
         ax.set_xlabel("fraction of layers removed")

@@ -22,6 +22,7 @@ from typing import Protocol
 import torch
 
 from .adapter import ModelAdapter
+from .data import encode_documents
 
 
 class ResidualStreamConsumer(Protocol):
@@ -105,12 +106,23 @@ def stream_residuals(adapter: ModelAdapter, batches: Iterable[dict],
     return count
 
 
+def document_ids(text: str, tokenizer, max_length: int, add_special_tokens: bool) -> list[int]:
+    """One document's token ids, cut to max_length. Without special tokens they are the ids the
+    training stream holds for it (depthlab.data.encode_documents: a model pretrained here never
+    saw a tokenizer's bos/eos template there); with them, the tokenizer's own template (a hub
+    model's convention, e.g. Llama's leading BOS)."""
+    if add_special_tokens:
+        return tokenizer(text, truncation=True, max_length=max_length)["input_ids"]
+    return encode_documents(tokenizer, [text])[0][:max_length]
+
+
 def iter_token_batches(texts: Iterable[str], tokenizer, max_length: int, batch_size: int,
                        max_samples: int | None = None, max_tokens: int | None = None,
-                       sort_window: int = 64) -> Iterator[dict]:
-    """Tokenise `texts` lazily into padded batches (the tokenizer's padding side). Documents are
-    length-sorted within windows of sort_window batches to cut padding; memory stays flat.
-    Stops after max_samples documents or before max_tokens real tokens would be exceeded."""
+                       sort_window: int = 64, add_special_tokens: bool = False) -> Iterator[dict]:
+    """Tokenise `texts` lazily (`document_ids`) into padded batches (the tokenizer's padding
+    side). Documents are length-sorted within windows of sort_window batches to cut padding;
+    memory stays flat. Stops after max_samples documents or before max_tokens real tokens would
+    be exceeded."""
     samples = tokens = 0
     window: list[list[int]] = []
 
@@ -123,7 +135,7 @@ def iter_token_batches(texts: Iterable[str], tokenizer, max_length: int, batch_s
     for text in texts:
         if max_samples is not None and samples >= max_samples:
             break
-        ids = tokenizer(text, truncation=True, max_length=max_length)["input_ids"]
+        ids = document_ids(text, tokenizer, max_length, add_special_tokens)
         if not ids:
             continue
         if max_tokens is not None and tokens + len(ids) > max_tokens:

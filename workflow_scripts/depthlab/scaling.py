@@ -10,7 +10,7 @@ and Hoffmann et al. (2022) / Besiroglu et al. (2024) fit the reference form
     L = E + A/N^alpha + B/D^beta.
 
 Both are sums of power-law terms plus a floor, fitted by the generic fitter of `power_law.py`
-(LSE form on log loss, multi-start, warm-started bootstrap). This module holds what is specific
+(LSE form on log loss, multi-start, bootstrap refits from the start grid or warm-started). This module holds what is specific
 to the scaling stage: the two laws, reading and cutting the points, the resampling units
 (points or width-depth architectures), collecting the sweep's points, and one configured fit
 end to end (`run_fit`).
@@ -209,14 +209,15 @@ def _check_unit(unit: str, where: str) -> None:
 
 
 def bootstrap(result: FitResult, resamples: int = 1000, unit: str = "points",
-              confidence: float = 0.95, seed: int = 0) -> dict:
-    """Refit on resampled points (or whole width-depth architectures), warm-started from the
-    full fit; percentile intervals. Returns {"samples": DataFrame, "intervals": {...}, ...}."""
+              confidence: float = 0.95, seed: int = 0, refit: str = "warm") -> dict:
+    """Refit on resampled points (or whole width-depth architectures), from the start grid
+    (refit="full") or warm-started from the full fit (refit="warm"); percentile intervals.
+    Returns {"samples": DataFrame, "intervals": {...}, ...}."""
     _check_unit(unit, "bootstrap")
     if not 0 < confidence < 1:
         raise ValueError(f"bootstrap.confidence: {confidence} must be in (0, 1)")
     groups = architecture_ids(result.points) if unit == "architectures" else None
-    boot = power_law.bootstrap(result, resamples, confidence, seed, groups)
+    boot = power_law.bootstrap(result, resamples, confidence, seed, groups, refit)
     return {**boot, "unit": unit}
 
 
@@ -264,7 +265,7 @@ def run_fit(frame: pd.DataFrame, spec: dict, seed: int = 0, source: str = "point
     result = fit_law(kept, law, settings, source, depth_offset)
     boot_spec = spec.get("bootstrap") or {}
     boot = bootstrap(result, boot_spec.get("resamples", 1000), boot_spec.get("unit", "points"),
-                     boot_spec.get("confidence", 0.95), seed)
+                     boot_spec.get("confidence", 0.95), seed, boot_spec.get("refit", "warm"))
     val_spec = spec.get("validation") or {}
     validation = held_out_validation(
         kept, law, settings, val_spec.get("random_splits", 5), val_spec.get("test_fraction", 0.2),
@@ -283,7 +284,7 @@ def run_fit(frame: pd.DataFrame, spec: dict, seed: int = 0, source: str = "point
         "drop_highest": int(spec.get("drop_highest", 0)), "ties": spec.get("ties", "exact"),
         "estimates": result.estimates, "intervals": boot["intervals"],
         "bootstrap": {k: boot[k] for k in ("resamples", "failures", "unit", "confidence",
-                                           "seed")},
+                                           "seed", "refit", "local_fits")},
         "jacobian_standard_errors": result.jacobian_standard_errors(),
         "parameters_at_bounds": result.parameters_at_bounds(),
         "negligible_terms": result.negligible_terms(),

@@ -1,16 +1,24 @@
 """Teacher-student toy residual networks of Liu et al. (2026), "Inverse Depth Scaling From Most
 Layers Being Similar".
 
-A residual MLP network h <- h + MLP(rmsnorm(h)), MLP = W_out relu(W_in x + b)^2, reads a fixed
-random embedding of Gaussian inputs and ends in rmsnorm and a linear head. A deep *teacher*
-(output projections scaled by 1/sqrt(L)) has either independent layers or one layer tied across
-depth (a smooth, ODE-like map). Students of several depths (output projections and head zeroed
-at init) learn the teacher's tempered distribution softmax(logits / T) by KL divergence on
-fresh Gaussian inputs every step (infinite data). The paper's finding: loss ~ 1/l (ensemble
-averaging) against independent teachers, ~ 1/l^3 against tied ones once converged.
+A residual MLP network h <- h + MLP(rmsnorm(h)), MLP = W_out relu(W_in x + b)^2, reads
+Gaussian inputs and ends in rmsnorm and a linear head. A deep *teacher* (output projections
+scaled by 1/sqrt(L)) has either independent layers or one layer tied across depth (a smooth,
+ODE-like map). Students of several depths (output projections zeroed at init) learn the
+teacher's tempered distribution softmax(logits / T) by KL divergence on fresh Gaussian inputs
+every step (infinite data). The paper's finding: loss ~ 1/l (ensemble averaging) against
+independent teachers, ~ 1/l^3 against tied ones once converged.
 
-The embedding is a frozen Gaussian matrix shared by teacher and students, so both read the same
-coordinates (with input size = width this is the paper's rmsnorm(x) up to a rotation).
+Three training protocols (`toy.protocol`):
+  embedding  this project's first version: inputs pass through a frozen square Gaussian matrix
+             shared by teacher and students (not a rotation: its condition number is large), the
+             students' head starts at zero and trains, constant lr.
+  released   Liu et al.'s released toy code (exp-9 / exp-9-1): the input is rmsnorm(x), x an
+             isotropic Gaussian of dimension width; head as above; constant lr.
+  converged  their longer runs (exp-9-3): rmsnorm(x) inputs; the student reads out through the
+             teacher's fixed Gaussian head (never trained) at the same temperature; Adam lr
+             lr/sqrt(student depth), constant, then linear decay to a tenth over the last 20%
+             of steps.
 
 The depth-exponent fits of the trained students are in `toy_fit.py`, the figure in
 `toy_plots.py`.
@@ -30,6 +38,24 @@ from torch import nn
 from .devices import resolve_device
 
 TEACHER_KINDS = ("independent", "tied")
+PROTOCOLS = ("embedding", "released", "converged")
+# converged protocol: the last DECAY_FRACTION of steps decay the lr linearly to FINAL_LR_FRACTION
+DECAY_FRACTION = 0.2
+FINAL_LR_FRACTION = 0.1
+
+
+def check_protocol(protocol: str) -> None:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"toy.protocol: '{protocol}' is not one of {', '.join(PROTOCOLS)}")
+
+
+def converged_lr_factor(step: int, steps: int) -> float:
+    """lr multiplier of the converged protocol at `step` (0-based) of `steps`: 1 while
+    step < (1 - DECAY_FRACTION) * steps, then linear towards FINAL_LR_FRACTION at `steps`."""
+    if step < (1 - DECAY_FRACTION) * steps:
+        return 1.0
+    remaining = (steps - step) / (DECAY_FRACTION * steps)
+    return FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * remaining
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,13 +90,14 @@ class ToyBlock(nn.Module):
 
 
 class ToyResNet(nn.Module):
-    """Embedding (frozen buffer) -> rmsnorm -> residual MLP blocks -> rmsnorm -> linear head."""
+    """[Embedding (frozen buffer)] -> rmsnorm -> residual MLP blocks -> rmsnorm -> linear head.
+    Without an embedding (None) the inputs have dimension width and enter through rmsnorm."""
 
-    def __init__(self, shape: ToyShape, depth: int, embedding: torch.Tensor,
+    def __init__(self, shape: ToyShape, depth: int, embedding: torch.Tensor | None,
                  tied: bool = False):
         super().__init__()
         self.shape = shape
-        self.register_buffer("embedding", embedding.clone())
+        self.register_buffer("embedding", None if embedding is None else embedding.clone())
         if tied:  # one block reused at every depth: the same parameters, listed once
             block = ToyBlock(shape)
             self.layers = nn.ModuleList([block] * depth)
@@ -84,7 +111,7 @@ class ToyResNet(nn.Module):
 
     def forward(self, inputs: torch.Tensor, temperature: float = 1.0,
                 return_hidden: bool = False):
-        h = rmsnorm(inputs @ self.embedding)
+        h = rmsnorm(inputs if self.embedding is None else inputs @ self.embedding)
         hidden = [h]
         for layer in self.layers:
             h = layer(h)
@@ -99,31 +126,49 @@ def make_embedding(shape: ToyShape, generator: torch.Generator) -> torch.Tensor:
         shape.input_size)
 
 
-def build_teacher(shape: ToyShape, depth: int, kind: str, seed: int) -> ToyResNet:
-    """A random teacher; output projections scaled by 1/sqrt(depth) keep the stream O(1)."""
+def build_teacher(shape: ToyShape, depth: int, kind: str, seed: int,
+                  protocol: str = "embedding") -> ToyResNet:
+    """A random teacher; output projections scaled by 1/sqrt(depth) keep the stream O(1). In the
+    converged protocol its head is Gaussian with variance 1/width, the readout students share."""
     if kind not in TEACHER_KINDS:
         raise ValueError(f"teacher kind '{kind}' is not one of {', '.join(TEACHER_KINDS)}")
+    check_protocol(protocol)
+    if protocol != "embedding" and shape.input_size != shape.width:
+        raise ValueError(f"toy.input_size: {shape.input_size} must equal toy.width "
+                         f"({shape.width}) in the {protocol} protocol (inputs are rmsnorm(x))")
     generator = torch.Generator().manual_seed(seed)
-    embedding = make_embedding(shape, generator)
+    embedding = make_embedding(shape, generator) if protocol == "embedding" else None
     with torch.random.fork_rng(devices=[]):  # seeded init without touching the global RNG
         torch.manual_seed(seed)
         teacher = ToyResNet(shape, depth, embedding, tied=kind == "tied")
     with torch.no_grad():
         for block in dict.fromkeys(teacher.layers):  # each distinct block once
             block.mlp.fc_out.weight.mul_(1.0 / math.sqrt(depth))
+        if protocol == "converged":
+            teacher.head.weight.copy_(torch.randn(shape.output_size, shape.width,
+                                                  generator=generator) / math.sqrt(shape.width))
     teacher.requires_grad_(False)
     return teacher.eval()
 
 
-def build_student(shape: ToyShape, depth: int, embedding: torch.Tensor, seed: int) -> ToyResNet:
-    """A student: output projections and head start at zero (the stream starts as the input)."""
+def build_student(shape: ToyShape, depth: int, teacher: ToyResNet, seed: int,
+                  protocol: str = "embedding") -> ToyResNet:
+    """A student reading the teacher's inputs (its embedding, if any); output projections start
+    at zero (the stream starts as the input). Its head starts at zero and trains, or in the
+    converged protocol is a frozen copy of the teacher's."""
+    check_protocol(protocol)
+    embedding = None if teacher.embedding is None else teacher.embedding.cpu()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         student = ToyResNet(shape, depth, embedding, tied=False)
     with torch.no_grad():
         for block in student.layers:
             block.mlp.fc_out.weight.zero_()
-        student.head.weight.zero_()
+        if protocol == "converged":
+            student.head.weight.copy_(teacher.head.weight)
+            student.head.requires_grad_(False)
+        else:
+            student.head.weight.zero_()
     return student
 
 
@@ -146,36 +191,58 @@ def kl_to_teacher(student_logits: torch.Tensor, teacher_logits: torch.Tensor) ->
                     reduction="batchmean", log_target=True)
 
 
+def student_temperature(temperature: float, protocol: str) -> float:
+    """The temperature of the student's own logits: a student with the teacher's fixed head
+    (converged protocol) reads out at the teacher's temperature; a trained head absorbs it."""
+    return temperature if protocol == "converged" else 1.0
+
+
 @torch.no_grad()
 def evaluate(student: ToyResNet, teacher: ToyResNet, temperature: float, batches: int,
-             batch_size: int, seed: int) -> float:
+             batch_size: int, seed: int, protocol: str = "embedding") -> float:
     generator = torch.Generator().manual_seed(seed)
+    device = teacher.head.weight.device
+    own = student_temperature(temperature, protocol)
     total = 0.0
     for _ in range(batches):
         inputs = torch.randn(batch_size, teacher.shape.input_size, generator=generator)
-        inputs = inputs.to(teacher.embedding.device)
-        total += kl_to_teacher(student(inputs), teacher(inputs, temperature)).item()
+        inputs = inputs.to(device)
+        total += kl_to_teacher(student(inputs, own), teacher(inputs, temperature)).item()
     return total / batches
+
+
+def make_optimizer(student: ToyResNet, lr: float, steps: int, protocol: str):
+    """Adam on the student's trainable parameters and its lr schedule (None: constant lr). The
+    converged protocol starts at lr/sqrt(depth); call schedule.step() after each step."""
+    trainable = [p for p in student.parameters() if p.requires_grad]
+    if protocol != "converged":
+        return torch.optim.Adam(trainable, lr=lr), None
+    optimizer = torch.optim.Adam(trainable, lr=lr / math.sqrt(student.depth))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: converged_lr_factor(step, steps))
 
 
 def train_students(teacher: ToyResNet, depths, temperatures, steps: int, batch_size: int,
                    lr: float, seed: int, eval_batches: int, eval_seed: int,
-                   temperature_offset: int = 0) -> list[dict]:
+                   temperature_offset: int = 0, protocol: str = "embedding") -> list[dict]:
     """Adam on KL to the teacher's tempered output, fresh Gaussian inputs each step.
 
     All students (temperature x depth) train in lockstep on the same input stream, so the
     teacher's forward pass is computed once per step and shared; each student has its own init
     seed and optimizer, so the result equals training them one after another on that stream.
+    In the converged protocol each student's lr is lr/sqrt(depth) under converged_lr_factor.
     """
-    device = teacher.embedding.device
+    check_protocol(protocol)
+    device = teacher.head.weight.device
     runs = []
     for t_index, temperature in enumerate(temperatures, start=temperature_offset):
         for depth in depths:
-            student = build_student(teacher.shape, depth, teacher.embedding.cpu(),
-                                    seed * 1000 + t_index * 100 + depth).to(device)
+            student = build_student(teacher.shape, depth, teacher,
+                                    seed * 1000 + t_index * 100 + depth, protocol).to(device)
+            optimizer, schedule = make_optimizer(student, lr, steps, protocol)
             runs.append({"temperature": temperature, "depth": depth, "student": student,
-                         "optimizer": torch.optim.Adam(student.parameters(), lr=lr),
-                         "losses": []})
+                         "optimizer": optimizer, "schedule": schedule, "losses": [],
+                         "own_temperature": student_temperature(temperature, protocol)})
     # One input stream shared by every student: it depends only on `seed`, so a job that trains
     # one temperature reproduces that slice of a job that trains all of them.
     generator = torch.Generator().manual_seed(seed)
@@ -185,10 +252,13 @@ def train_students(teacher: ToyResNet, depths, temperatures, steps: int, batch_s
         with torch.no_grad():
             teacher_logits = teacher(inputs)
         for run in runs:
-            loss = kl_to_teacher(run["student"](inputs), teacher_logits / run["temperature"])
+            loss = kl_to_teacher(run["student"](inputs, run["own_temperature"]),
+                                 teacher_logits / run["temperature"])
             run["optimizer"].zero_grad(set_to_none=True)
             loss.backward()
             run["optimizer"].step()
+            if run["schedule"] is not None:
+                run["schedule"].step()
             run["losses"].append(loss.detach())  # no per-step host sync on a GPU
         if step % 100 == 99 or step == steps - 1:
             for run in runs:
@@ -202,7 +272,7 @@ def train_students(teacher: ToyResNet, depths, temperatures, steps: int, batch_s
     for run in runs:
         student = run["student"]
         test_loss = evaluate(student, teacher, run["temperature"], eval_batches, batch_size,
-                             eval_seed)
+                             eval_seed, protocol)
         with torch.no_grad():
             _, hidden = student(probe, return_hidden=True)
         angles = successive_update_angles(hidden)
@@ -228,6 +298,8 @@ def run_teacher_kind(kind: str, settings: dict, seed: int, log=print,
     shape = toy_shape(settings)
     # the grid arrives expanded (depthlab.config.temperature_grid)
     temperatures = [float(t) for t in settings["temperatures"]]
+    protocol = settings.get("protocol", "embedding")
+    check_protocol(protocol)
     if not temperatures or min(temperatures) <= 0:
         raise ValueError(f"toy.temperatures: {settings['temperatures']} must be positive numbers")
     offset = 0
@@ -241,7 +313,8 @@ def run_teacher_kind(kind: str, settings: dict, seed: int, log=print,
     kind_index = TEACHER_KINDS.index(kind)
     for replicate in range(settings["replicates"]):
         teacher_seed = seed * 10_000 + replicate * 100 + kind_index
-        teacher = build_teacher(shape, settings["teacher_layers"], kind, teacher_seed).to(device)
+        teacher = build_teacher(shape, settings["teacher_layers"], kind, teacher_seed,
+                                protocol).to(device)
         with torch.no_grad():
             probe = torch.randn(settings["angle_samples"], shape.input_size,
                                 generator=torch.Generator().manual_seed(teacher_seed + 7))
@@ -254,11 +327,12 @@ def run_teacher_kind(kind: str, settings: dict, seed: int, log=print,
         for out in train_students(teacher, settings["student_depths"], temperatures,
                                   settings["steps"], settings["batch_size"], settings["lr"],
                                   teacher_seed, settings["eval_batches"], teacher_seed + 13,
-                                  temperature_offset=offset):
+                                  temperature_offset=offset, protocol=protocol):
             rows.append({"teacher_kind": kind, "replicate": replicate, **out})
             log(f"[toy {kind}] replicate {replicate} T={out['temperature']:.4g} depth "
                 f"{out['student_depth']}: test KL {out['test_loss']:.4g}")
     angles = {"teacher_kind": kind, "teacher_layers": settings["teacher_layers"],
+              "protocol": protocol,
               "mean_angle_deg": float(np.mean([t["mean_angle_deg"] for t in teachers])),
               "replicates": teachers}
     return pd.DataFrame(rows), angles

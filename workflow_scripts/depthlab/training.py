@@ -2,7 +2,22 @@
 
 Data order is a pure function of (seed, step): the batch of step s is drawn from
 `np.random.default_rng([seed, s])`, so resuming needs only the step counter, and any number of
-DDP ranks see the same global batch (each takes its rows).
+DDP ranks see the same global batch (each takes its rows). `train.document_layout` packed (the
+default) takes random windows of the token stream; truncate_pad (the LNS reference code's layout)
+takes random documents (the eos-separated runs of train.bin), each after a bos token, cut to
+seq_len + 1 tokens and padded with IGNORE, which the loss skips (each micro-batch and rank
+averages over its own real tokens).
+
+Precision: fp32; bf16 = autocast over fp32 weights; pure_bf16 = weights, gradients and AdamW
+state in bf16 (no fp32 master copy), as the LNS reference code trains.
+
+At each evaluation the main rank also records, per decoder layer, the variance of the layer's
+output over the validation tokens (the Curse-of-Depth quantity, pre-final-norm, like h_l in
+docs/design.md) and the norm of the gradient of the step just taken (per layer and total) in
+`layer_stats.csv`; at step 0 the variance of the initial model (no gradient yet). Progress and
+TensorBoard scalars go through depthlab.tracking; event files are written to
+`<state_dir>/tensorboard/` while training (resumed with the state) and moved into the model
+folder with the checkpoint.
 
 The resumable state (`<state_dir>/state.pt`) holds only tensors and plain Python values and is
 read with `torch.load(weights_only=True)`: a state file cannot run code. It also carries how many
@@ -17,9 +32,10 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +43,6 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from . import data as data_lib
@@ -35,8 +50,12 @@ from .adapter import CheckpointError
 from .io import atomic_path, write_dataframe
 from .models import build_model, make_config, save_checkpoint
 from .provenance import Provenance
+from .tracking import Progress, Tracker, quiet_library_progress_bars
 
 LOG_COLUMNS = ["step", "tokens", "split", "loss", "lr", "wall_s"]
+LAYER_STATS_COLUMNS = ["step", "tokens", "layer", "output_variance", "grad_norm",
+                       "total_grad_norm"]
+IGNORE = -100  # padding in a truncate_pad batch: never a target (cross_entropy's ignore_index)
 
 
 @dataclass(frozen=True)
@@ -59,14 +78,15 @@ class TrainSettings:
     precision: str
     init_std: float
     micro_batch_size: int | None  # per-process rows per forward; None = the whole share
+    document_layout: str = "packed"
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainSettings":
-        names = {f.name for f in fields(cls)}
-        missing = sorted(names - set(values))
+        required = {f.name for f in fields(cls) if f.default is MISSING}
+        missing = sorted(required - set(values))
         if missing:
             raise KeyError(f"train.{missing[0]}: missing training setting")
-        return cls(**{name: values[name] for name in names})
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
     @property
     def tokens_per_step(self) -> int:
@@ -102,9 +122,45 @@ def train_batch(tokens: np.ndarray, step: int, seed: int, batch_size: int,
     return torch.from_numpy(np.stack([tokens[s:s + seq_len + 1] for s in starts]).astype(np.int64))
 
 
-def validation_batches(tokens: np.ndarray, settings: TrainSettings) -> list[torch.Tensor]:
-    """Fixed, evenly spaced windows of the val split (the same for every eval and every model)."""
+def document_bounds(tokens: np.ndarray, eos_id: int) -> np.ndarray:
+    """(documents, 2) start/end of every document of a split; end includes its eos."""
+    ends = np.flatnonzero(np.asarray(tokens) == eos_id) + 1
+    if len(ends) == 0 or ends[-1] != len(tokens):  # a stream not ending in eos: its tail too
+        ends = np.append(ends, len(tokens))
+    return np.stack([np.concatenate([[0], ends[:-1]]), ends], axis=1)
+
+
+def document_rows(tokens: np.ndarray, bounds: np.ndarray, indices, seq_len: int,
+                  bos_id: int) -> torch.Tensor:
+    """(len(indices), seq_len + 1): bos + document (its eos included), cut to seq_len + 1 tokens
+    and padded with IGNORE."""
+    rows = np.full((len(indices), seq_len + 1), IGNORE, dtype=np.int64)
+    for row, index in enumerate(indices):
+        start, end = bounds[index]
+        end = min(end, start + seq_len)
+        rows[row, 0] = bos_id
+        rows[row, 1:1 + end - start] = tokens[start:end]
+    return torch.from_numpy(rows)
+
+
+def document_batch(tokens: np.ndarray, bounds: np.ndarray, step: int, seed: int,
+                   batch_size: int, seq_len: int, bos_id: int) -> torch.Tensor:
+    """truncate_pad's global batch of `step`: random documents, drawn from (seed, step)."""
+    rng = np.random.default_rng([seed, step])
+    return document_rows(tokens, bounds, rng.integers(0, len(bounds), size=batch_size),
+                         seq_len, bos_id)
+
+
+def validation_batches(tokens: np.ndarray, settings: TrainSettings,
+                       layout: dict | None = None) -> list[torch.Tensor]:
+    """Fixed, evenly spaced windows of the val split (the same for every eval and every model);
+    for truncate_pad (`layout`: {"bounds", "bos_id"}) evenly spaced documents."""
     count = settings.eval_batches * settings.batch_size
+    if layout is not None:
+        indices = np.linspace(0, len(layout["bounds"]) - 1, count).astype(np.int64)
+        rows = document_rows(tokens, layout["bounds"], indices, settings.seq_len,
+                             layout["bos_id"])
+        return list(rows.split(settings.batch_size))
     width = settings.seq_len + 1
     if len(tokens) < width:
         raise ValueError(f"val split has {len(tokens)} tokens, fewer than seq_len + 1 = {width}")
@@ -114,20 +170,74 @@ def validation_batches(tokens: np.ndarray, settings: TrainSettings) -> list[torc
 
 
 def language_model_loss(model, window: torch.Tensor, autocast_dtype) -> torch.Tensor:
-    inputs, targets = window[:, :-1], window[:, 1:]
+    """Mean next-token cross-entropy over the targets that are not IGNORE (padding)."""
+    # Padding sits after each document's end, so with causal attention the id standing in for
+    # it (0) never reaches a real position.
+    inputs, targets = window[:, :-1].clamp(min=0), window[:, 1:]
     with torch.autocast(device_type=inputs.device.type, dtype=autocast_dtype,
                         enabled=autocast_dtype is not None):
         logits = model(input_ids=inputs).logits
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                           ignore_index=IGNORE)
+
+
+class LayerOutputVariance:
+    """Context manager: hooks on decoder layers that accumulate, in float64, the variance of each
+    layer's output over every element at the real (not padding) positions of the batches run
+    inside it; `mask` is the current batch's (batch, positions) bool mask."""
+
+    def __init__(self, layers):
+        self.layers = list(layers)
+        self.sums = np.zeros((len(self.layers), 3))  # count, sum, sum of squares
+        self.mask = None
+        self._handles = []
+
+    def __enter__(self) -> "LayerOutputVariance":
+        for index, layer in enumerate(self.layers):
+            def output(module, args, result, index=index):
+                hidden = (result[0] if isinstance(result, (tuple, list)) else result).double()
+                if self.mask is not None:
+                    hidden = hidden[self.mask.to(hidden.device)]
+                self.sums[index] += (hidden.numel(), hidden.sum().item(),
+                                     hidden.square().sum().item())
+
+            self._handles.append(layer.register_forward_hook(output))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def variances(self) -> list[float]:
+        count, total, squares = self.sums.T
+        mean = total / count
+        return [float(v) for v in squares / count - mean ** 2]  # plain floats: state.pt
 
 
 @torch.no_grad()
-def validation_loss(model, batches, device, autocast_dtype) -> float:
+def validation_loss(model, batches, device, autocast_dtype,
+                    variance: LayerOutputVariance | None = None) -> float:
     was_training = model.training
     model.eval()
-    losses = [language_model_loss(model, b.to(device), autocast_dtype).item() for b in batches]
+    losses = []
+    for batch in batches:
+        batch = batch.to(device)
+        if variance is not None:
+            variance.mask = batch[:, :-1] >= 0
+        losses.append(language_model_loss(model, batch, autocast_dtype).item())
     model.train(was_training)
     return float(np.mean(losses))
+
+
+def gradient_norms(model) -> tuple[list[float], float]:
+    """L2 norm of the gradient of each decoder layer's parameters, and of all parameters."""
+    def norm(parameters):
+        grads = [p.grad for p in parameters if p.grad is not None]
+        return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+
+    return ([norm(layer.parameters()) for layer in model.model.layers],
+            norm(model.parameters()))
 
 
 class Distributed:
@@ -174,7 +284,7 @@ def run_fingerprint(model_decl: dict, seed: int, data_meta: dict, world_size: in
 
 
 STATE_KEYS = ("fingerprint", "step", "model", "optimizer", "scheduler", "torch_rng", "log_rows",
-              "wall_s")
+              "wall_s")  # and "layer_rows" (absent from states saved before layer statistics)
 
 
 def save_state(path: Path, state: dict) -> None:
@@ -240,38 +350,49 @@ def make_optimizer(model, settings: TrainSettings) -> torch.optim.AdamW:
 
 
 def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: str | Path,
-             state_dir: str | Path, seed: int, threads: int, progress: bool = True) -> dict:
-    """Train one declared model and write its HF checkpoint directory atomically to out_dir."""
+             state_dir: str | Path, seed: int, threads: int, progress: bool = True,
+             tracking: dict | None = None) -> dict:
+    """Train one declared model and write its HF checkpoint directory atomically to out_dir.
+    `threads` are the job's, shared among its DDP processes; `tracking` is the config's
+    `tracking:` section (None: no TensorBoard, progress lines every ~5%)."""
     process_start = time.perf_counter()
-    torch.set_num_threads(threads)
+    tracking = tracking or {}
+    quiet_library_progress_bars()
     settings = TrainSettings.from_dict(model_decl["train"])
     ddp = Distributed()
+    torch.set_num_threads(max(1, threads // ddp.world_size))
     provenance = Provenance("pretrain", config={"model_name": model_name, **model_decl},
                             inputs=[data_dir], seed=seed)
     if settings.batch_size % ddp.world_size:
         raise ValueError(f"train.batch_size: {settings.batch_size} is not divisible by the "
                          f"{ddp.world_size} processes")
     autocast_dtype = torch.bfloat16 if settings.precision == "bf16" else None
+    weight_dtype = torch.bfloat16 if settings.precision == "pure_bf16" else torch.float32
 
     meta = data_lib.read_meta(data_dir)
     train_tokens = data_lib.load_tokens(data_dir, "train")  # checked against meta.json
     val_tokens = data_lib.load_tokens(data_dir, "val")
     check_split_length(data_dir, "train", train_tokens, settings.seq_len)
     check_split_length(data_dir, "val", val_tokens, settings.seq_len)
-    val_batches = validation_batches(val_tokens, settings)
+    layouts = {}
+    if settings.document_layout == "truncate_pad":
+        layouts = {split: {"bounds": document_bounds(tokens, meta["eos_id"]),
+                           "bos_id": meta.get("bos_id", meta["eos_id"])}
+                   for split, tokens in (("train", train_tokens), ("val", val_tokens))}
+    val_batches = validation_batches(val_tokens, settings, layouts.get("val"))
     tokenizer = load_data_tokenizer(data_dir, meta)  # before training, not after it
     config = make_config(model_decl["architecture"], model_decl["norm_scheme"],
                          vocab_size=meta["vocab_size"], max_positions=settings.seq_len,
                          init_std=settings.init_std, bos_token_id=meta.get("bos_id"),
                          eos_token_id=meta.get("eos_id"), pad_token_id=meta.get("pad_id"))
-    model = build_model(config, seed).to(ddp.device)
+    model = build_model(config, seed).to(ddp.device, dtype=weight_dtype)
     optimizer = make_optimizer(model, settings)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_multiplier(step, settings))
 
     state_path = Path(state_dir) / "state.pt"
     fingerprint = run_fingerprint(model_decl, seed, meta, ddp.world_size)
-    step, log_rows, wall_offset = 0, [], 0.0
+    step, log_rows, layer_rows, wall_offset = 0, [], [], 0.0
     # Earlier processes of this run (a resume): how many, and their summed wall time up to
     # their last saved state (time after it was lost with the process).
     earlier_processes, earlier_wall, resumed_from = 0, 0.0, None
@@ -283,6 +404,7 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
             scheduler.load_state_dict(state["scheduler"])
             torch.set_rng_state(state["torch_rng"].cpu())
             step, log_rows, wall_offset = state["step"], state["log_rows"], state["wall_s"]
+            layer_rows = state.get("layer_rows", [])
             resumed_from = step
             earlier_processes = int(state.get("processes", 1))  # states saved before the count
             earlier_wall = float(state.get("total_wall_s", state["wall_s"]))
@@ -309,13 +431,44 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
               f"{settings.tokens_per_step} tokens, device {ddp.device}, threads {threads}, "
               f"world {ddp.world_size}", file=sys.stderr)
 
+    tensorboard_dir = Path(state_dir) / "tensorboard"
+    tracker = Tracker(None, enabled=False)
+    if ddp.is_main and tracking.get("tensorboard"):
+        if resumed_from is None:  # events of an abandoned run must not mix with this one's
+            shutil.rmtree(tensorboard_dir, ignore_errors=True)
+        # steps up to resumed_from are in the state; later ones died with the killed process
+        tracker = Tracker(tensorboard_dir, purge_step=resumed_from and resumed_from + 1)
+
+    def record_layer_stats(at_step: int, variance: LayerOutputVariance, grads) -> None:
+        layer_norms, total = grads if grads is not None else ([math.nan] * len(variance.layers),
+                                                               math.nan)
+        tokens = at_step * settings.tokens_per_step
+        for layer, (var, norm) in enumerate(zip(variance.variances(), layer_norms)):
+            layer_rows.append([at_step, tokens, layer, var, norm, total])
+            tracker.scalars(at_step, {f"output_variance/layer_{layer:02d}": var})
+            if grads is not None:
+                tracker.scalars(at_step, {f"grad_norm/layer_{layer:02d}": norm})
+        if grads is not None:
+            tracker.scalars(at_step, {"grad_norm/total": total})
+
+    if step == 0 and ddp.is_main:  # the initial model's variance profile
+        with LayerOutputVariance(model.model.layers) as variance:
+            validation_loss(model, val_batches, ddp.device, autocast_dtype, variance)
+        record_layer_stats(0, variance, None)
+
     started = time.perf_counter()
     wall = wall_offset
-    bar = tqdm(total=settings.steps, initial=step, disable=not (progress and ddp.is_main),
-               desc=model_name, file=sys.stderr, mininterval=5)
+    bar = Progress(settings.steps, model_name, initial=step, enabled=progress and ddp.is_main,
+                   every=tracking.get("progress_every"))
     model.train()
     while step < settings.steps:
-        window = train_batch(train_tokens, step, seed, settings.batch_size, settings.seq_len)
+        if settings.document_layout == "truncate_pad":
+            window = document_batch(train_tokens, layouts["train"]["bounds"], step, seed,
+                                    settings.batch_size, settings.seq_len,
+                                    layouts["train"]["bos_id"])
+        else:
+            window = train_batch(train_tokens, step, seed, settings.batch_size,
+                                 settings.seq_len)
         local = window[ddp.rank * rows_per_rank:(ddp.rank + 1) * rows_per_rank].to(ddp.device)
         loss = torch.zeros((), device=ddp.device)
         for index, micro in enumerate(local.split(micro_rows)):
@@ -330,6 +483,8 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
         if not math.isfinite(mean_loss):
             raise FloatingPointError(f"[{model_name}] loss is {mean_loss} at step {step}; "
                                      f"stopping (lower train.lr or set train.grad_clip)")
+        # the gradient that makes update `step`, as all-reduced, before clipping
+        grads = gradient_norms(model) if step in eval_at and ddp.is_main else None
         if settings.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         lr = optimizer.param_groups[0]["lr"]
@@ -339,23 +494,31 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
 
         wall = wall_offset + time.perf_counter() - started
         tokens = step * settings.tokens_per_step
+        tokens_per_s = (step - (resumed_from or 0)) * settings.tokens_per_step / max(
+            wall - wall_offset, 1e-9)
         if step % settings.log_every == 0 or step == settings.steps:
             log_rows.append([step, tokens, "train", mean_loss, lr, round(wall, 3)])
-            bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens / max(wall, 1e-9):.0f}")
+            tracker.scalars(step, {"loss/train": mean_loss, "lr": lr,
+                                   "tokens_per_s": tokens_per_s})
         if step in eval_at and ddp.is_main:  # only rank 0 logs and writes; the others go on
-            val = validation_loss(model, val_batches, ddp.device, autocast_dtype)
+            with LayerOutputVariance(model.model.layers) as variance:
+                val = validation_loss(model, val_batches, ddp.device, autocast_dtype, variance)
             log_rows.append([step, tokens, "val", val, lr, round(wall, 3)])
+            tracker.scalars(step, {"loss/val": val})
+            record_layer_stats(step, variance, grads)
             print(f"[{model_name}] step {step} tokens {tokens} val_loss {val:.4f} "
-                  f"tok/s {tokens / max(wall, 1e-9):.0f}", file=sys.stderr)
+                  f"tok/s {tokens_per_s:.0f}", file=sys.stderr)
         if ddp.is_main and step % settings.checkpoint_every == 0 and step < settings.steps:
             save_state(state_path, {
                 "fingerprint": fingerprint, "step": step, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "torch_rng": torch.get_rng_state(), "log_rows": log_rows,
-                "wall_s": wall, "processes": earlier_processes + 1,
+                "layer_rows": layer_rows, "wall_s": wall, "processes": earlier_processes + 1,
                 "total_wall_s": earlier_wall + time.perf_counter() - process_start})
-        bar.update(1)
+            tracker.flush()  # what a resume keeps is on disk with the state
+        bar.update(1, loss=mean_loss, lr=lr, **{"tok/s": tokens_per_s})
     bar.close()
+    tracker.close()
 
     summary = {"final_val_loss": next((r[3] for r in reversed(log_rows) if r[2] == "val"), None),
                "tokens": settings.steps * settings.tokens_per_step,
@@ -365,12 +528,17 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
         with atomic_path(out_dir, is_dir=True) as tmp:
             save_checkpoint(model, tokenizer, tmp)
             write_dataframe(tmp / "train_log.csv", pd.DataFrame(log_rows, columns=LOG_COLUMNS))
+            write_dataframe(tmp / "layer_stats.csv",
+                            pd.DataFrame(layer_rows, columns=LAYER_STATS_COLUMNS))
+            if tensorboard_dir.is_dir() and tracking.get("tensorboard"):
+                shutil.copytree(tensorboard_dir, tmp / "tensorboard")
             record = run_record(resumed_from, earlier_processes, earlier_wall, process_start)
             summary.update(record)
             provenance.extra.update(record)
             provenance.extra["summary"] = summary
             provenance.write(tmp / "provenance.json")
         state_path.unlink(missing_ok=True)
+        shutil.rmtree(tensorboard_dir, ignore_errors=True)
     else:
         summary.update(run_record(resumed_from, earlier_processes, earlier_wall, process_start))
     ddp.barrier()

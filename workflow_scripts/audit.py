@@ -1,0 +1,14 @@
+#!/usr/bin/env python
+"""Print the provenance chain of a result or figure back to the data, checking every recorded
+checksum against the file on disk; exit status 1 when a checksum no longer matches, an input is
+gone, or a commit on the chain was dirty (see depthlab/audit.py).
+
+Example: python workflow_scripts/audit.py results/default/figures/loss_curves.png
+"""
+
+import sys
+
+from depthlab.audit import main
+
+if __name__ == "__main__":
+    sys.exit(main())

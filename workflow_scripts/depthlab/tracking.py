@@ -1,0 +1,106 @@
+"""Progress output and experiment tracking for the training loops (pretraining, healing).
+
+Progress: a tqdm bar when stderr is a terminal; in a job log (not a terminal) plain lines such as
+`[lns] step 64/256 loss 5.120 lr 3.00e-03 tok/s 5120` every `every` steps and at the end, since
+tqdm's carriage returns make a log file unreadable.
+
+Tracking: scalars go to TensorBoard event files (`torch.utils.tensorboard.SummaryWriter`,
+offline) when `tracking.tensorboard` is on. A run resumed from step s reopens the same folder
+with `purge_step` s + 1, so the events the killed process logged after its last saved state are
+hidden and every step appears once.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+# Plain progress lines per run when `every` is not given (about every 5% of the steps).
+DEFAULT_PROGRESS_LINES = 20
+
+
+def _format_value(value) -> str:
+    if isinstance(value, float):
+        if value != 0 and (abs(value) < 1e-2 or abs(value) >= 1e5):
+            return f"{value:.2e}"
+        return f"{value:.3f}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+class Progress:
+    """A tqdm bar on a terminal, periodic plain lines otherwise (see the module docstring).
+    `write`: where the plain lines go (a log function; default: printed to `file`)."""
+
+    def __init__(self, total: int, desc: str, initial: int = 0, enabled: bool = True,
+                 every: int | None = None, file=None, write=None):
+        self.total, self.desc, self.count = total, desc, initial
+        self.file = file if file is not None else sys.stderr
+        self.write = write or (lambda line: print(line, file=self.file, flush=True))
+        self.enabled = enabled
+        self.every = every or max(1, math.ceil(total / DEFAULT_PROGRESS_LINES))
+        is_tty = enabled and hasattr(self.file, "isatty") and self.file.isatty()
+        self.bar = (tqdm(total=total, initial=initial, desc=desc, file=self.file, mininterval=5)
+                    if is_tty else None)
+
+    def update(self, n: int = 1, **values) -> None:
+        """Advance by n steps; `values` (loss=..., lr=...) are shown with the step."""
+        self.count += n
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            if values:
+                self.bar.set_postfix({k: _format_value(v) for k, v in values.items()},
+                                     refresh=False)
+            self.bar.update(n)
+        elif self.count % self.every == 0 or self.count == self.total:
+            shown = " ".join(f"{k} {_format_value(v)}" for k, v in values.items())
+            self.write(f"[{self.desc}] step {self.count}/{self.total} {shown}".rstrip())
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def stderr_is_terminal() -> bool:
+    return hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+
+
+def quiet_library_progress_bars() -> None:
+    """Off with transformers' and huggingface_hub's own tqdm bars (e.g. "Writing model shards")
+    when stderr is not a terminal: in a job log they are carriage-return noise."""
+    if stderr_is_terminal():
+        return
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    disable_progress_bars()
+    transformers_logging.disable_progress_bar()
+
+
+class Tracker:
+    """Scalars to TensorBoard event files in `log_dir`; does nothing when `enabled` is false."""
+
+    def __init__(self, log_dir: str | Path | None, enabled: bool = True,
+                 purge_step: int | None = None):
+        self.writer = None
+        if enabled and log_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(log_dir), purge_step=purge_step or None)
+
+    def scalars(self, step: int, values: dict) -> None:
+        if self.writer is not None:
+            for tag, value in values.items():
+                self.writer.add_scalar(tag, value, global_step=step)
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None

@@ -1,0 +1,33 @@
+#!/usr/bin/env python
+"""The claims table: every claim of the four papers the run can test, the paper's value, the
+measured value with its interval, the scale and a verdict (depthlab.claims).
+
+Spec (`make_claims` job): the folders and files of every stage output the claims read (models,
+data, analysis, pruning, depth-score, linear-map folders; fit.json files), the seed groups and
+model pairs to compare, bootstrap settings, out_csv, out_md.
+"""
+
+from depthlab.cli import main_guard, start_job
+
+
+def main() -> None:
+    _, spec = start_job(__doc__, "make_claims", required=("out_csv", "out_md"))
+
+    from depthlab.claims import build_claims, input_files, read_run_data, render_markdown
+    from depthlab.io import write_dataframe, write_text
+    from depthlab.provenance import Provenance, sidecar_path
+
+    provenance = Provenance("claims", config=spec, inputs=input_files(spec),
+                            seed=spec["bootstrap"]["seed"])
+    claims = build_claims(read_run_data(spec))
+    write_dataframe(spec["out_csv"], claims)
+    write_text(spec["out_md"], render_markdown(claims, f"Claims tested by run "
+                                                       f"`{spec['run_name']}`"))
+    provenance.extra["verdicts"] = claims["verdict"].value_counts().to_dict()
+    provenance.write(sidecar_path(spec["out_csv"]), sidecar_path(spec["out_md"]))
+    for row in claims.itertuples():
+        print(f"{row.claim_id}: {row.verdict} ({row.reason})")
+
+
+if __name__ == "__main__":
+    main_guard(main)
