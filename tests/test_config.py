@@ -334,3 +334,31 @@ def test_workflow_passes_snakemake_lint():
     result = subprocess.run([SNAKEMAKE, "--lint", "--cores", "1"], cwd=ROOT, capture_output=True,
                             text=True, timeout=120, env=local_env())
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+
+
+def test_every_hub_model_and_dataset_of_the_paper_config_pins_a_revision():
+    """A commit sha, or a named checkpoint branch (Pythia's step143000); never a moving `main`."""
+    config = load("paper.yaml")
+    pinned = re.compile(r"^([0-9a-f]{40}|step\d+)$")
+    hub = {f"models.{name}": model for name, model in config["models"].items()
+           if model["kind"] == "hf"}
+    hub.update({f"analysis.text_sets.{name}": text_set
+                for name, text_set in config["analysis"]["text_sets"].items()
+                if text_set["source"] == "hf_dataset"})
+    hub["data.hf_dataset"] = config["data"]["hf_dataset"]
+    hub["data.tokenizer"] = config["data"]["tokenizer"]
+    assert len(hub) > 20
+    unpinned = {key: entry.get("revision") for key, entry in hub.items()
+                if not pinned.match(str(entry.get("revision")))}
+    assert not unpinned, unpinned
+    # the pins reach the jobs' specs, so a changed pin reruns exactly the jobs of that model
+    resolved = resolve(config)
+    analysis = resolved.jobs("analyse_model")
+    assert analysis["c4/qwen25_7b"]["revision"] == config["models"]["qwen25_7b"]["revision"]
+    assert analysis["c4/qwen25_7b"]["texts"]["revision"] == \
+        config["analysis"]["text_sets"]["c4"]["revision"]
+    maps = next(iter(resolved.jobs("linear_maps").values()))
+    assert (maps["source_revision"], maps["target_revision"]) == (
+        config["models"]["qwen25_1.5b"]["revision"], config["models"]["qwen25_14b"]["revision"])
+    assert resolved.jobs("prune_model")["llama2_7b"]["revision"] == \
+        config["models"]["llama2_7b"]["revision"]

@@ -27,12 +27,13 @@ def checkout(finished_test_checkout):
 
 
 @pytest.mark.parametrize("override, expected", [
-    # a pruning setting: the pruning job and its figure
-    ("pruning={strategies: [angular, deepest]}", {"prune_model", "plot_pruning", "all"}),
-    # an analysis setting: both analyses, their figure, and the pruning that reads the angular
-    # distances (and its figure)
+    # a pruning setting: the pruning job, its figure and the claims table that reads it
+    ("pruning={strategies: [angular, deepest]}",
+     {"prune_model", "plot_pruning", "make_claims", "all"}),
+    # an analysis setting: both analyses, their figure, the pruning that reads the angular
+    # distances (and its figure), the claims table
     ("analysis={max_samples: 10}",
-     {"analyse_model", "plot_analysis", "prune_model", "plot_pruning", "all"}),
+     {"analyse_model", "plot_analysis", "prune_model", "plot_pruning", "make_claims", "all"}),
 ])
 def test_a_changed_setting_reruns_its_stage_and_what_reads_it(checkout, override, expected):
     dry = snakemake(checkout, "-n", "--config", override)
@@ -51,7 +52,8 @@ def test_editing_one_stage_script_reruns_its_rule_and_what_reads_it(checkout):
         path.write_text(text)
         os.utime(path, (stat.st_atime, stat.st_mtime))
     assert dry.returncode == 0, dry.stderr[-2000:]
-    assert planned_rules(dry) == {"prune_model", "plot_pruning", "all"}, dry.stdout[-3000:]
+    assert planned_rules(dry) == {"prune_model", "plot_pruning", "make_claims", "all"}, \
+        dry.stdout[-3000:]
 
 
 def readme_figures_command() -> list[str]:

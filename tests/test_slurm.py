@@ -42,7 +42,7 @@ GPU_RULES = {"pretrain_model", "analyse_model", "prune_model", "skip_interventio
              "linear_maps", "train_toy"}
 CPU_RULES = {"prepare_data", "build_lm_tasks", "make_problems", "collect_sweep", "fit_scaling",
              "fit_toy", "plot_loss_curves", "plot_analysis", "plot_scaling", "plot_pruning",
-             "plot_depth_use", "all"}
+             "plot_depth_use", "make_claims", "all"}
 
 pytestmark = pytest.mark.workflow
 

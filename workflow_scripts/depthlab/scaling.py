@@ -10,10 +10,10 @@ and Hoffmann et al. (2022) / Besiroglu et al. (2024) fit the reference form
     L = E + A/N^alpha + B/D^beta.
 
 Both are sums of power-law terms plus a floor, fitted by the generic fitter of `power_law.py`
-(LSE form on log loss, multi-start, bootstrap refits from the start grid or warm-started). This module holds what is specific
-to the scaling stage: the two laws, reading and cutting the points, the resampling units
-(points or width-depth architectures), collecting the sweep's points, and one configured fit
-end to end (`run_fit`).
+(LSE form on log loss, multi-start, bootstrap refits from the start grid or warm-started). This
+module holds what is specific to the scaling stage: the two laws, reading and cutting the points,
+the resampling units (points or width-depth architectures), collecting the sweep's points, and
+one configured fit end to end (`run_fit`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ DDP ranks see the same global batch (each takes its rows). `train.document_layou
 default) takes random windows of the token stream; truncate_pad (the LNS reference code's layout)
 takes random documents (the eos-separated runs of train.bin), each after a bos token, cut to
 seq_len + 1 tokens and padded with IGNORE, which the loss skips (each micro-batch and rank
-averages over its own real tokens).
+averages over its own real tokens; the logs' `tokens` count positions, padding included).
 
 Precision: fp32; bf16 = autocast over fp32 weights; pure_bf16 = weights, gradients and AdamW
 state in bf16 (no fp32 master copy), as the LNS reference code trains.
