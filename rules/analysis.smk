@@ -9,7 +9,9 @@ rule analyse_model:
         script=script("analyse_model.py"),
         library=library("analyse_model.py"),
     output:
-        analysis=directory(PATHS.analysis("{text_set}", "{model}")),
+        analysis=report(directory(PATHS.analysis("{text_set}", "{model}")),
+                        patterns=["{table}.csv"], category="Analysis tables",
+                        subcategory="{text_set}/{model}", caption="captions/table_analysis.rst"),
     params:
         spec=job_spec("analyse_model"),
     wildcard_constraints:

@@ -31,7 +31,9 @@ rule skip_interventions:
         script=script("skip_interventions.py"),
         library=library("skip_interventions.py"),
     output:
-        skip=directory(PATHS.skip("{job}")),
+        skip=report(directory(PATHS.skip("{job}")), patterns=["{table}.csv"],
+                    category="Depth use tables", subcategory="skip {job}",
+                    caption="captions/table_skip.rst"),
     params:
         spec=job_spec("skip_interventions"),
     wildcard_constraints:
@@ -55,7 +57,9 @@ rule linear_maps:
         script=script("linear_maps.py"),
         library=library("linear_maps.py"),
     output:
-        maps=directory(PATHS.linear_map("{job}")),
+        maps=report(directory(PATHS.linear_map("{job}")), patterns=["{table}.csv"],
+                    category="Depth use tables", subcategory="linear maps {job}",
+                    caption="captions/table_linear_maps.rst"),
     params:
         spec=job_spec("linear_maps"),
     wildcard_constraints:

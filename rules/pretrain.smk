@@ -10,7 +10,9 @@ rule pretrain_model:
     output:
         # Resumable state lives in PATHS.train_state, outside the output, so Snakemake never
         # deletes it on failure.
-        model=directory(PATHS.model("{job}")),
+        model=report(directory(PATHS.model("{job}")), patterns=["{table}.csv"],
+                     category="Pretraining", subcategory="{job}",
+                     caption="captions/table_pretrain.rst"),
     params:
         spec=job_spec("pretrain_model"),
         launcher=stage_launcher("pretrain"),

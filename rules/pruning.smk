@@ -32,7 +32,9 @@ rule prune_model:
         script=script("prune_model.py"),
         library=library("prune_model.py"),
     output:
-        pruning=directory(PATHS.pruning("{job}")),
+        pruning=report(directory(PATHS.pruning("{job}")), patterns=["{table}.csv"],
+                       category="Pruning tables", subcategory="{job}",
+                       caption="captions/table_pruning.rst"),
     params:
         spec=job_spec("prune_model"),
     wildcard_constraints:

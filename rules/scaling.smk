@@ -32,7 +32,8 @@ rule fit_scaling:
         script=script("fit_scaling.py"),
         library=library("fit_scaling.py"),
     output:
-        fit=PATHS.fit("{job}"),
+        fit=report(PATHS.fit("{job}"), category="Scaling laws", subcategory="{job}",
+                   caption="captions/table_fit.rst"),
         samples=PATHS.fit_samples("{job}"),
     params:
         spec=job_spec("fit_scaling"),
@@ -54,7 +55,8 @@ rule fit_scaling:
 
 rule plot_scaling:
     input:
-        fit=PATHS.fit("{job}"),
+        fit=report(PATHS.fit("{job}"), category="Scaling laws", subcategory="{job}",
+                   caption="captions/table_fit.rst"),
         samples=PATHS.fit_samples("{job}"),
         script=script("plot_scaling.py"),
         library=library("plot_scaling.py"),

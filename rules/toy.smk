@@ -32,8 +32,8 @@ rule fit_toy:
         script=script("fit_toy.py"),
         library=library("fit_toy.py"),
     output:
-        fit=PATHS.toy_fit,
-        figure=report(PATHS.figure("toy_loss_vs_depth", FIGURE_FORMAT), category="Scaling laws",
+        fit=report(PATHS.toy_fit, category="Toy models", caption="captions/table_toy_fit.rst"),
+        figure=report(PATHS.figure("toy_loss_vs_depth", FIGURE_FORMAT), category="Toy models",
                       caption="captions/toy.rst"),
     params:
         spec=job_spec("fit_toy"),

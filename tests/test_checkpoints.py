@@ -8,7 +8,6 @@ repository, which first asserts that `depthlab` cannot be imported there at all.
 """
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 import torch
 
 from depthlab import models
+from tiny_models import large_weights
 
 VOCAB = 40
 ARCH = dict(hidden_size=32, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=64,
@@ -78,22 +78,6 @@ def word_tokenizer():
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>",
                                    pad_token="<eos>")
-
-
-def large_weights(model, seed):
-    """Weights far from the 0.02 init and norm gains in [0.5, 1.5], so that a loader that
-    dropped a residual factor, an LNS scale or a Post-LN placement misses by far more than TOL."""
-    gen = torch.Generator().manual_seed(seed)
-    state = {}
-    for name, tensor in model.state_dict().items():
-        if name.endswith("norm.weight"):
-            state[name] = 0.5 + torch.rand(tensor.shape, generator=gen)
-        elif name == "model.embed_tokens.weight":
-            state[name] = torch.randn(tensor.shape, generator=gen)
-        else:
-            fan_in = tensor.shape[1]
-            state[name] = torch.randn(tensor.shape, generator=gen) * 1.5 / math.sqrt(fan_in)
-    return state
 
 
 def isolated_env(tmp_path):

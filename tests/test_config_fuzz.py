@@ -6,7 +6,6 @@ import copy
 import random
 import re
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from depthlab import models
+from tiny_models import large_weights
 
 torch.set_num_threads(1)
 
@@ -120,21 +121,6 @@ def build(scheme, arch, seed=0, init_std=0.02):
     return models.build_model(config, seed).eval()
 
 
-def random_state(model, seed):
-    """Weights far larger than the 0.02 init (O(1) attention logits, residual updates
-    comparable to the stream) and norm gains in [0.5, 1.5], so every scale factor shows."""
-    gen = torch.Generator().manual_seed(seed)
-    state = {}
-    for name, tensor in model.state_dict().items():
-        if name.endswith("norm.weight"):
-            state[name] = 0.5 + torch.rand(tensor.shape, generator=gen)
-        elif name == "model.embed_tokens.weight":
-            state[name] = torch.randn(tensor.shape, generator=gen)
-        else:
-            fan_in = tensor.shape[1]
-            state[name] = torch.randn(tensor.shape, generator=gen) * 1.5 / math.sqrt(fan_in)
-    return state
-
 
 def input_ids(seed=0):
     return torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(seed))
@@ -164,7 +150,7 @@ def max_diff(a, b):
 def randomized_double(scheme, arch_name, seed=1):
     arch = ARCHS[arch_name]
     model = build(scheme, arch)
-    model.load_state_dict(random_state(model, seed))
+    model.load_state_dict(large_weights(model, seed))
     return model.double(), arch
 
 
@@ -216,7 +202,7 @@ def test_lns_differs_from_pre_ln_on_same_weights_by_the_right_amount():
     arch = ARCHS["gqa"]
     pre_ln = build("pre_ln", arch)
     lns = build("lns", arch)
-    state = random_state(pre_ln, seed=3)
+    state = large_weights(pre_ln, seed=3)
     pre_ln.load_state_dict(state)
     lns.load_state_dict(state)
     ids = input_ids(1)
@@ -317,7 +303,7 @@ def test_deepnorm_default_variant_is_deepnet():
 def test_deepnorm_lns_reference_forward_matches_formula_reference():
     arch = dict(ARCHS["gqa"], deepnorm_variant="lns_reference")
     model = build("deepnorm", arch)
-    model.load_state_dict(random_state(model, seed=4))
+    model.load_state_dict(large_weights(model, seed=4))
     model = model.double()
     ids = input_ids()
     _, logits = model_stream(model, ids)
@@ -350,7 +336,7 @@ def saved_checkpoints(tmp_path_factory):
     saved = {}
     for scheme in SCHEMES:
         model = build(scheme, ARCHS["gqa"])
-        model.load_state_dict(random_state(model, seed=5))
+        model.load_state_dict(large_weights(model, seed=5))
         with torch.no_grad():
             logits = model(ids).logits
         out_dir = root / scheme

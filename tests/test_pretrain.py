@@ -249,7 +249,7 @@ def test_workflow_starts_torchrun_with_two_ranks_when_asked(tmp_path):
     result = subprocess.run(
         [SNAKEMAKE, "--configfile=config/test.yaml", "--cores", "2", "--config", override,
          "--", f"results/test/models/{model}"],
-        cwd=checkout, capture_output=True, text=True, timeout=300, env=local_env())
+        cwd=checkout, capture_output=True, text=True, timeout=180, env=local_env())
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     folder = checkout / "results" / "test" / "models" / model
     from transformers import AutoModelForCausalLM

@@ -7,16 +7,15 @@ Snakemake runs (it reruns a job whose params, i.e. its resolved spec, changed).
 Snakemake's `--list-changes params` is no help here: it lists every output of this workflow,
 changed or not (its params are per-job functions), so the plans are compared instead."""
 
-import os
 import re
 import shlex
-import time
+from pathlib import Path
 
 import pytest
 
 from depthlab.config import load_config, resolve
 from local_snakemake import ROOT
-from test_workflow import CONFIG, planned_rules, snakemake
+from test_workflow import CONFIG, plan_after_edit, planned_rules, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -42,16 +41,7 @@ def test_a_changed_setting_reruns_its_stage_and_what_reads_it(checkout, override
 
 
 def test_editing_one_stage_script_reruns_its_rule_and_what_reads_it(checkout):
-    path = checkout / "workflow_scripts" / "prune_model.py"
-    text, stat = path.read_text(), path.stat()
-    try:
-        path.write_text(text + "\n# an edit\n")
-        os.utime(path, (stat.st_atime, time.time() + 3600))  # newer than every output
-        dry = snakemake(checkout, "-n")
-    finally:
-        path.write_text(text)
-        os.utime(path, (stat.st_atime, stat.st_mtime))
-    assert dry.returncode == 0, dry.stderr[-2000:]
+    dry = plan_after_edit(checkout, Path("workflow_scripts") / "prune_model.py")
     assert planned_rules(dry) == {"prune_model", "plot_pruning", "make_claims", "all"}, \
         dry.stdout[-3000:]
 

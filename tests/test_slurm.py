@@ -144,11 +144,12 @@ def cluster_unavailable(reason: str) -> None:
 def local_cluster():
     """The one-node cluster: reuse a running one, else start it here and stop it afterwards."""
     started_here = False
-    if not cluster_is_up() and os.geteuid() != 0:
+    up = cluster_is_up()
+    if not up and os.geteuid() != 0:
         cluster_unavailable("no Slurm cluster is up and starting one needs root")
-    if not cluster_is_up() and shutil.which("apt-get") is None and shutil.which("sinfo") is None:
+    if not up and shutil.which("apt-get") is None and shutil.which("sinfo") is None:
         cluster_unavailable("no Slurm cluster is up and installing one needs apt-get")
-    if not cluster_is_up() and os.geteuid() == 0:
+    if not up:
         setup = subprocess.run(["bash", str(SETUP_SCRIPT), "start"], capture_output=True,
                                text=True, timeout=600)
         assert setup.returncode == 0, f"{SETUP_SCRIPT} failed:\n{setup.stdout}{setup.stderr}"

@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -121,15 +120,24 @@ def test_rerun_is_a_no_op_and_one_stage_reruns_alone(checkout):
 @pytest.mark.parametrize("module, expected", [
     # measures.py: the analysis pass and what reads it (its figures, the angular block choice of
     # the pruning stage); never pretraining
-    ("measures.py", {"analyse_model", "plot_analysis", "prune_model", "plot_pruning", "all"}),
+    ("measures.py", {"analyse_model", "plot_analysis", "prune_model", "plot_pruning",
+                     "make_claims", "all"}),
     # the generic power-law fitter, imported through scaling.py and toy_fit.py: both fit
     # stages, the sweep collector (scaling.py) and the fit figures; never toy training
-    ("power_law.py", {"collect_sweep", "fit_scaling", "plot_scaling", "fit_toy", "all"}),
+    ("power_law.py", {"collect_sweep", "fit_scaling", "plot_scaling", "fit_toy", "make_claims",
+                      "all"}),
 ])
 def test_editing_one_library_module_reruns_exactly_its_users(checkout, module, expected):
-    path = checkout / "workflow_scripts" / "depthlab" / module
+    dry = plan_after_edit(checkout, Path("workflow_scripts") / "depthlab" / module)
+    assert planned_rules(dry) == expected, dry.stdout[-3000:]
+
+
+def plan_after_edit(checkout: Path, relative: Path) -> subprocess.CompletedProcess:
+    """The dry run after a real edit of one file (Snakemake skips an input that is newer but
+    has its recorded checksum); the file is restored afterwards."""
+    path = checkout / relative
     text, stat = path.read_text(), path.stat()
-    try:  # a real edit: Snakemake skips an input that is newer but has its recorded checksum
+    try:
         path.write_text(text + "\n# an edit\n")
         os.utime(path, (stat.st_atime, time.time() + 3600))  # newer than every output
         dry = snakemake(checkout, "-n")
@@ -137,7 +145,7 @@ def test_editing_one_library_module_reruns_exactly_its_users(checkout, module, e
         path.write_text(text)
         os.utime(path, (stat.st_atime, stat.st_mtime))
     assert dry.returncode == 0, dry.stderr[-2000:]
-    assert planned_rules(dry) == expected, dry.stdout[-3000:]
+    return dry
 
 
 def test_a_moved_checkout_with_copied_results_plans_nothing(checkout, tmp_path):

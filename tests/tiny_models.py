@@ -3,6 +3,8 @@ built from configs (no download). Shared by test_adapter.py and test_analysis.py
 
 from __future__ import annotations
 
+import math
+
 import torch
 import transformers as tf
 
@@ -99,3 +101,20 @@ def random_batch(lengths, padding_side: str = "right", seed: int = 0, vocab: int
         ids[row, span] = tokens
         mask[row, span] = 1
     return {"input_ids": ids, "attention_mask": mask}
+
+
+def large_weights(model: torch.nn.Module, seed: int) -> dict:
+    """Weights far from the 0.02 init (O(1) attention logits, residual updates comparable to the
+    stream) and norm gains in [0.5, 1.5], so that a dropped residual factor, LNS scale or Post-LN
+    placement shows by far more than any tolerance."""
+    gen = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, tensor in model.state_dict().items():
+        if name.endswith("norm.weight"):
+            state[name] = 0.5 + torch.rand(tensor.shape, generator=gen)
+        elif name == "model.embed_tokens.weight":
+            state[name] = torch.randn(tensor.shape, generator=gen)
+        else:
+            fan_in = tensor.shape[1]
+            state[name] = torch.randn(tensor.shape, generator=gen) * 1.5 / math.sqrt(fan_in)
+    return state

@@ -28,6 +28,7 @@ that it resumed, from which step, and its total time.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import math
@@ -377,7 +378,8 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
     layouts = {}
     if settings.document_layout == "truncate_pad":
         layouts = {split: {"bounds": document_bounds(tokens, meta["eos_id"]),
-                           "bos_id": meta.get("bos_id", meta["eos_id"])}
+                           "bos_id": meta["eos_id"] if meta.get("bos_id") is None
+                           else meta["bos_id"]}
                    for split, tokens in (("train", train_tokens), ("val", val_tokens))}
     val_batches = validation_batches(val_tokens, settings, layouts.get("val"))
     tokenizer = load_data_tokenizer(data_dir, meta)  # before training, not after it
@@ -541,6 +543,10 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
         shutil.rmtree(tensorboard_dir, ignore_errors=True)
     else:
         summary.update(run_record(resumed_from, earlier_processes, earlier_wall, process_start))
+    # The DDP wrapper holds the process group: freed after the group is destroyed, on a rank
+    # whose peer has already exited, it can hang in gloo's teardown. Free it on every rank first.
+    del train_model
+    gc.collect()
     ddp.barrier()
     ddp.close()
     return summary
