@@ -84,6 +84,8 @@ PROBES = {
                             r"^resources\.analysis\.processes: only the pretrain stage"),
     "document layout": (lambda c: c["pretrain"].__setitem__("document_layout", "packd"),
                         r"^pretrain\.document_layout: 'packd' is not one of"),
+    "wandb mode": (lambda c: c["tracking"].__setitem__("wandb", {"project": "p", "mode": "local"}),
+                   r"^tracking\.wandb\.mode: 'local' is not one of \['offline', 'online'\]"),
     "mix_ln too small": (lambda c: c["models"].__setitem__("mix", {
         "kind": "pretrain", "norm_scheme": "mix_ln",
         "architecture": {**c["models"]["pre_ln"]["architecture"], "mix_ln_post_fraction": 0.1}}),

@@ -1,9 +1,14 @@
-"""Progress output (bar on a terminal, plain lines in a log), TensorBoard event files, and the
-per-layer statistics of pretraining."""
+"""Progress output (bar on a terminal, plain lines in a log), TensorBoard event files, offline
+W&B runs, healing's curves in the pruning output, library progress bars kept out of job logs,
+and the per-layer statistics of pretraining."""
 
 import copy
 import io
+import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -191,3 +196,126 @@ def test_healing_logs_progress_lines_and_tensorboard_losses(tmp_path, data_dir):
     assert sorted(logged) == list(range(1, 9))
     assert logged[1] == pytest.approx(record["first_train_loss"], rel=1e-6)
     assert float(progress[-1].split()[4]) == pytest.approx(logged[8], abs=5e-4)
+
+
+# ------------------------------------------------------------------ W&B (offline) and wiring
+
+WANDB = Path(sys.executable).with_name("wandb")
+
+
+@pytest.fixture
+def wandb_env(tmp_path, monkeypatch):
+    """W&B offline, silent, and its user folders in tmp. WANDB_DIR points elsewhere than the
+    configured folder, so a run found there proves the configured `dir` is used."""
+    pytest.importorskip("wandb")
+    for name, value in {"WANDB_SILENT": "true", "WANDB_MODE": "offline",
+                        "WANDB_DIR": tmp_path / "env_dir", "WANDB_CONFIG_DIR": tmp_path / "cfg",
+                        "WANDB_CACHE_DIR": tmp_path / "cache",
+                        "WANDB_DATA_DIR": tmp_path / "data_dir"}.items():
+        monkeypatch.setenv(name, str(value))
+    return {"project": "depthlab-test", "mode": "offline", "entity": None,
+            "dir": str(tmp_path / "run")}
+
+
+def wandb_runs(root: Path) -> dict:
+    """{run name: (config, {step: history row})} of the offline runs in `root`/wandb, read back
+    from their .wandb record logs with wandb's own reader (`wandb leet inspect --json`)."""
+    runs = {}
+    for log in sorted((root / "wandb").glob("offline-run-*/run-*.wandb")):
+        printed = subprocess.run([str(WANDB), "leet", "inspect", "--json", str(log)],
+                                 capture_output=True, text=True, check=True, timeout=60).stdout
+        records = [json.loads(line) for line in printed.splitlines() if line.startswith("{")]
+        run = next(r["run"] for r in records if r["type"] == "run")
+        history = {r["history"]["step"].get("num", 0): r["history"]["item"]
+                   for r in records if r["type"] == "history"}
+        runs[run["display_name"]] = (run["config"]["update"], history)
+    return runs
+
+
+def test_wandb_offline_run_holds_the_train_log_and_leaves_results_unchanged(
+        tmp_path, test_config, data_dir, wandb_env):
+    model = tiny_model(test_config, steps=4, eval_every=2)
+    tracked = {"tensorboard": False, "progress_every": None, "wandb": wandb_env}
+    pretrain("tiny", model, data_dir, tmp_path / "out", tmp_path / "state", seed=0, threads=1,
+             progress=False, tracking=tracked)
+    pretrain("tiny", model, data_dir, tmp_path / "plain", tmp_path / "state_plain", seed=0,
+             threads=1, progress=False, tracking={"tensorboard": False})
+    log = pd.read_csv(tmp_path / "out" / "train_log.csv")
+    pd.testing.assert_frame_equal(log.drop(columns="wall_s"),
+                                  pd.read_csv(tmp_path / "plain" / "train_log.csv")
+                                  .drop(columns="wall_s"))
+    assert not (tmp_path / "env_dir").exists()
+
+    runs = wandb_runs(Path(wandb_env["dir"]))
+    assert list(runs) == ["tiny"]
+    config, history = runs["tiny"]
+    assert config["model_name"] == "tiny" and config["model"]["train"]["steps"] == 4
+    assert config["tracking"]["wandb"]["project"] == "depthlab-test"
+    for split, tag in (("train", "loss/train"), ("val", "loss/val")):
+        rows = log[log.split == split]
+        assert [history[s][tag] for s in rows.step] == rows.loss.tolist()
+    stats = pd.read_csv(tmp_path / "out" / "layer_stats.csv")
+    assert history[0]["output_variance/layer_01"] == stats[(stats.step == 0) & (
+        stats.layer == 1)].output_variance.item()
+
+
+def test_healing_curves_land_in_the_pruning_output_and_in_wandb(tmp_path, wandb_env):
+    from test_lm_tasks import make_run
+
+    from depthlab.pruning import run_stage
+
+    run = make_run(tmp_path / "run", train_steps=0, layers=3, documents=150)
+    out = tmp_path / "pruning" / "m"
+    healing = {"enabled": True, "strategies": ["deepest"], "n_grid": [1, 2], "method": "lora",
+               "rank": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["down_proj"],
+               "steps": 3, "batch_size": 2, "seq_len": 16, "lr": 1e-3, "warmup_steps": 1,
+               "min_lr_ratio": 0.1, "schedule": "cosine", "weight_decay": 0.0}
+    spec = {"model_name": "m", "model": str(run["model"]), "analysis": str(run["analysis"]),
+            "data": str(run["data"]), "tasks": str(run["tasks"]),
+            "datasets_cache": str(tmp_path / "cache"), "out": str(out), "seed": 0,
+            "strategies": ["deepest"], "n_grid": [1, 2],
+            "val": {"windows": 2, "seq_len": 16, "batch_size": 2},
+            "lm_eval": {"enabled": False}, "healing": healing, "auto_depth": {"tolerances": {}},
+            "export": [], "speed": {"enabled": False},
+            "tracking": {"tensorboard": True, "progress_every": None, "wandb": wandb_env}}
+    run_stage(spec, log=lambda message: None)
+    healed = pd.read_csv(out / "healing.csv")
+    runs = wandb_runs(Path(wandb_env["dir"]))
+    assert sorted(runs) == ["m-heal-deepest_n1", "m-heal-deepest_n2"]
+    for record in healed.itertuples():
+        variant = f"{record.strategy}_n{record.n}"
+        logged = scalars(out / "tensorboard" / variant, "heal/loss")
+        assert sorted(logged) == [1, 2, 3]
+        assert logged[1] == pytest.approx(record.first_train_loss, rel=1e-6)  # float32 events
+        config, history = runs[f"m-heal-{variant}"]
+        assert history[1]["heal/loss"] == record.first_train_loss
+        assert config["variant"]["n"] == record.n and config["healing"]["steps"] == 3
+    # the live folder beside the output is gone once the output is complete
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m"]
+
+
+def test_library_progress_bars_stay_out_of_a_job_log():
+    """In a process whose stderr is a file (a job log), the bars of libraries imported after
+    the switch and of those imported before it print nothing; a re-enabled bar prints."""
+    code = """
+import sys
+from depthlab.cli import quiet_library_progress_bars
+quiet_library_progress_bars()
+from transformers.utils import logging
+from datasets.utils import tqdm as datasets_tqdm
+def bars(label):
+    for bar in (logging.tqdm, datasets_tqdm):
+        for _ in bar(range(3), desc=label, mininterval=0):
+            pass
+bars("after-import")
+logging.enable_progress_bar()
+bars("re-enabled")
+quiet_library_progress_bars()
+bars("told")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(
+                                ROOT / "workflow_scripts")})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "re-enabled: 100%" in result.stderr  # the control prints
+    assert "after-import" not in result.stderr and "told" not in result.stderr

@@ -27,12 +27,14 @@ settings:
   auto_depth      {tolerances: {val_loss | mean_acc | <task name>: absolute tolerance}}
   export          [{strategy, metric}]: export the auto-depth choice (unhealed) as an HF folder
   speed           {enabled, strategy, n_grid, batch_size, prompt_length, new_tokens, repeats}
+  tracking        {tensorboard, progress_every, wandb}: healing's curves (with healing only)
 
 Outputs in `out`: block_choice.csv (n, l_star, distance), single_layer.csv (layer, val_loss,
 delta_loss, task, acc, acc_stderr, delta_acc, ...), sweep.csv (model, strategy, n, fraction,
 removed, healed, val_loss, val_ppl, delta_loss, task, acc, acc_stderr, acc_norm,
 acc_norm_stderr, samples), greedy_path.csv, healing.csv, speed.csv, auto_depth.json,
-summary.json, export/<strategy>_<metric>_n<k>/ (where configured), provenance.json.
+summary.json, export/<strategy>_<metric>_n<k>/ (where configured), tensorboard/<strategy>_n<n>/
+(each healed variant's loss and lr, with tracking.tensorboard), provenance.json.
 
 Example: {"model_name": "pre_ln", "model": "results/default/models/pre_ln",
 "analysis": "results/default/analysis/val/pre_ln", "data": "results/default/data",

@@ -8,7 +8,8 @@ A stage script gets its job's complete, resolved settings in one of two ways, an
   stage's jobs when omitted).
 
 Plus `--threads` (torch and BLAS threads) and the helpers every script needs: device resolution,
-thread setup, and a clean exit for user errors (a message naming the key or file, no traceback).
+thread setup, library progress bars kept out of job logs, and a clean exit for user errors (a
+message naming the key or file, no traceback).
 """
 
 from __future__ import annotations
@@ -68,12 +69,13 @@ def job_spec(args: argparse.Namespace) -> dict:
 def start_job(doc: str | None, family: str, required=(), parser=None):
     """What every stage script does first: print its exact command line (the first line of the
     job's log), parse the arguments, get the job's spec, check that it has the `required` keys,
-    set threads, and tell provenance records the rule, command and config files.
-    Returns (args, spec)."""
+    set threads, tell provenance records the rule, command and config files, and keep library
+    progress bars out of the job's log. Returns (args, spec)."""
     from .provenance import set_job
 
     command = shlex.join([sys.executable, *sys.argv])
     print(command, file=sys.stderr, flush=True)
+    quiet_library_progress_bars()
     args = (parser or stage_parser(doc, family)).parse_args()
     spec = job_spec(args)
     set_job(family, command, config_files=getattr(args, "config", None))
@@ -82,6 +84,33 @@ def start_job(doc: str | None, family: str, required=(), parser=None):
         fail(f"spec.{missing[0]}: required (see --help)")
     set_threads(args.threads)
     return args, spec
+
+
+# Switches huggingface_hub (and through it transformers) and datasets read when imported.
+QUIET_PROGRESS_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+
+
+def quiet_library_progress_bars() -> None:
+    """Off with the tqdm bars of huggingface_hub, transformers (e.g. "Writing model shards") and
+    datasets when stderr is not a terminal: in a job log they are carriage-return noise. Imports
+    nothing: libraries imported later read the environment, those already imported are told.
+    (lm-eval's own bars follow its `disable_tqdm` arguments, not these switches.)"""
+    if hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
+        return
+    for name, value in QUIET_PROGRESS_ENV.items():
+        os.environ.setdefault(name, value)
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+    if "datasets" in sys.modules:
+        from datasets.utils import disable_progress_bars as disable_datasets_bars
+
+        disable_datasets_bars()
 
 
 def set_threads(threads: int) -> None:

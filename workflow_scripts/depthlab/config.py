@@ -605,8 +605,14 @@ def corpus_models(resolved: Resolved) -> list:
 
 
 def tracking_settings(config: dict) -> dict:
-    """The `tracking:` section with its defaults: TensorBoard on, progress lines every ~5%."""
-    return {"tensorboard": True, "progress_every": None, **(config.get("tracking") or {})}
+    """The `tracking:` section with its defaults: TensorBoard on, progress lines every ~5%, no
+    W&B; a W&B run (offline unless `mode: online`) keeps its files in the run folder."""
+    settings = {"tensorboard": True, "progress_every": None, "wandb": None,
+                **(config.get("tracking") or {})}
+    if settings["wandb"] is not None:
+        settings["wandb"] = {"mode": "offline", "entity": None, **settings["wandb"],
+                             "dir": RunPaths(config["run_name"]).root}
+    return settings
 
 
 def _resolve_pretrain_jobs(resolved: Resolved) -> None:
@@ -977,7 +983,9 @@ def _resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
             "analysis": paths.analysis(text_set, name), "data": paths.data,
             "tasks": paths.lm_tasks, "datasets_cache": paths.datasets_cache(name), "out": out,
             "seed": config["seed"], **settings, "revision": model.get("revision"),
-            "dtype": model.get("dtype", settings["dtype"])},
+            "dtype": model.get("dtype", settings["dtype"]),
+            # healing's curves; without healing the tracking settings cannot change the job
+            **({"tracking": tracking_settings(config)} if pruning["healing"]["enabled"] else {})},
             outputs=[out, paths.datasets_cache(name)], inputs={
                 "model": resolved.model_inputs(name), "analysis": [paths.analysis(text_set, name)],
                 "data": [paths.data], "tasks": [paths.lm_tasks]})

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .pruning import PruningError
-from .tracking import Progress, Tracker, quiet_library_progress_bars
+from .tracking import Progress, Tracker
 from .training import language_model_loss, lr_multiplier, train_batch
 
 METHODS = ("lora", "qlora")
@@ -142,14 +142,15 @@ def _quantised_copy(pruned, device: str):
 
 
 def heal(pruned, train_tokens: np.ndarray, settings: HealSettings, seed: int,
-         device: str = "cpu", log=None, tensorboard_dir=None):
+         device: str = "cpu", log=None, tensorboard_dir=None, wandb: dict | None = None,
+         run_name: str = "healing", run_config: dict | None = None):
     """Train adapters on `pruned` (a model of its own, e.g. depthlab.pruning.prune_copy; it is
     modified: the adapters are merged into it) and return (merged model in eval mode, record).
     `log` also gets a progress line about every quarter of the steps (a bar on a terminal);
-    `tensorboard_dir`: where to write the loss and lr as TensorBoard scalars (None: nowhere)."""
+    `tensorboard_dir`: where to write the loss and lr as TensorBoard scalars (None: nowhere);
+    `wandb`: the resolved `tracking.wandb` settings (None: no W&B run), for a run `run_name`
+    with config `run_config`."""
     from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
-
-    quiet_library_progress_bars()
 
     _check_targets(pruned, settings)
     context = getattr(pruned.config, "max_position_embeddings", None)
@@ -171,7 +172,8 @@ def heal(pruned, train_tokens: np.ndarray, settings: HealSettings, seed: int,
     losses, start = [], time.perf_counter()
     progress = Progress(settings.steps, "healing", enabled=log is not None,
                         every=max(1, settings.steps // 4), write=log)
-    tracker = Tracker(tensorboard_dir, enabled=tensorboard_dir is not None)
+    tracker = Tracker(tensorboard_dir, enabled=tensorboard_dir is not None, wandb=wandb,
+                      run_name=run_name, run_config=run_config)
     for step in range(settings.steps):
         window = train_batch(train_tokens, step, seed, settings.batch_size,
                              settings.seq_len).to(device)

@@ -658,9 +658,21 @@ def auto_depth_choices(sweep, tolerances: dict, metric_name: str = "acc") -> lis
     return choices
 
 
+def healing_events_folder(out: str | Path):
+    """Where healing writes its TensorBoard curves while the job runs: a temporary folder beside
+    the job's output (removed when the job fails), copied to `<out>/tensorboard/` with the rest
+    of the output (one subfolder per healed variant, `<strategy>_n<n>`)."""
+    import tempfile
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(prefix=f".{out.name}.tensorboard-", dir=out.parent)
+
+
 def run_stage(spec: dict, device: str = "cpu", log=print) -> dict:
     """The prune_model job: every table of the spec's model into spec["out"] (see
     workflow_scripts/prune_model.py for the keys and outputs). Returns a summary."""
+    import shutil
     import time
 
     import pandas as pd
@@ -769,20 +781,29 @@ def run_stage(spec: dict, device: str = "cpu", log=print) -> dict:
 
     heal_records = []
     healing = spec.get("healing") or {}
+    tracking = spec.get("tracking") or {}
+    heal_events = None
     if healing.get("enabled", False):
         from .healing import HealSettings, heal, model_loss
 
         settings = HealSettings.from_dict(healing)
         train_tokens = data_lib.load_tokens(spec["data"], "train")
         heal_n = grid(healing.get("n_grid"), L, "pruning.healing.n_grid")
+        if tracking.get("tensorboard"):
+            heal_events = healing_events_folder(spec["out"])
         for strategy in healing.get("strategies") or spec["strategies"]:
             for n in heal_n:
                 removed = plans.get((strategy, n))
                 if removed is None:
                     continue
-                merged, record = heal(prune_copy(model, removed), train_tokens, settings,
-                                      seed=spec["seed"], device=device,
-                                      log=lambda m: log(f"[{name}] {strategy} n={n}: {m}"))
+                variant = f"{strategy}_n{n}"
+                merged, record = heal(
+                    prune_copy(model, removed), train_tokens, settings, seed=spec["seed"],
+                    device=device, log=lambda m: log(f"[{name}] {strategy} n={n}: {m}"),
+                    tensorboard_dir=heal_events and Path(heal_events.name) / variant,
+                    wandb=tracking.get("wandb"), run_name=f"{name}-heal-{variant}",
+                    run_config={**spec, "variant": {"strategy": strategy, "n": n,
+                                                    "removed": list(removed)}})
                 loss = model_loss(merged, windows)
                 tasks = evaluator.evaluate(model=merged) if evaluator is not None else None
                 base = {"model": name, "strategy": strategy, "n": n, "fraction": n / L,
@@ -870,6 +891,9 @@ def run_stage(spec: dict, device: str = "cpu", log=print) -> dict:
                   "val_loss": r["loss"]} for r in greedy_records]))
         if heal_records:
             write_dataframe(tmp / "healing.csv", pd.DataFrame(heal_records))
+        if heal_events is not None:
+            shutil.copytree(heal_events.name, tmp / "tensorboard")
+            heal_events.cleanup()
         summary = {
             "model": name, "num_layers": L, "val_loss": base_loss,
             "val_tokens": sweep.tokens, "removal_sets": len(sweep.memo),

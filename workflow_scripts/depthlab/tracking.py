@@ -7,7 +7,10 @@ tqdm's carriage returns make a log file unreadable.
 Tracking: scalars go to TensorBoard event files (`torch.utils.tensorboard.SummaryWriter`,
 offline) when `tracking.tensorboard` is on. A run resumed from step s reopens the same folder
 with `purge_step` s + 1, so the events the killed process logged after its last saved state are
-hidden and every step appears once.
+hidden and every step appears once. With `tracking.wandb` set, the same scalars also go to a
+Weights & Biases run (wandb is imported only then) whose files live in `<dir>/wandb/`; offline
+mode needs no network and no login (`wandb sync` uploads such a run later). A resumed
+pretraining run logs to a new W&B run from the step it resumed at.
 """
 
 from __future__ import annotations
@@ -64,37 +67,30 @@ class Progress:
             self.bar.close()
 
 
-def stderr_is_terminal() -> bool:
-    return hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
-
-
-def quiet_library_progress_bars() -> None:
-    """Off with transformers' and huggingface_hub's own tqdm bars (e.g. "Writing model shards")
-    when stderr is not a terminal: in a job log they are carriage-return noise."""
-    if stderr_is_terminal():
-        return
-    from huggingface_hub.utils import disable_progress_bars
-    from transformers.utils import logging as transformers_logging
-
-    disable_progress_bars()
-    transformers_logging.disable_progress_bar()
-
-
 class Tracker:
-    """Scalars to TensorBoard event files in `log_dir`; does nothing when `enabled` is false."""
+    """Scalars to TensorBoard event files in `log_dir` (when `enabled`) and, with `wandb`
+    settings ({project, mode, entity, dir}), to a W&B run named `run_name` whose config is
+    `run_config`. Does nothing when neither is on."""
 
     def __init__(self, log_dir: str | Path | None, enabled: bool = True,
-                 purge_step: int | None = None):
+                 purge_step: int | None = None, wandb: dict | None = None,
+                 run_name: str | None = None, run_config: dict | None = None):
         self.writer = None
+        self.wandb_run = None
         if enabled and log_dir is not None:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(log_dir), purge_step=purge_step or None)
+        if wandb:
+            self.wandb_run = start_wandb_run(wandb, run_name, run_config)
 
     def scalars(self, step: int, values: dict) -> None:
         if self.writer is not None:
             for tag, value in values.items():
                 self.writer.add_scalar(tag, value, global_step=step)
+        if self.wandb_run is not None:
+            # calls with the same step fill one history row (W&B commits when the step grows)
+            self.wandb_run.log(dict(values), step=step)
 
     def flush(self) -> None:
         if self.writer is not None:
@@ -104,3 +100,21 @@ class Tracker:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+            self.wandb_run = None
+
+
+def start_wandb_run(settings: dict, name: str | None, config: dict | None):
+    """A W&B run with its files in `<settings["dir"]>/wandb/`. Silent, and the console is not
+    captured: the job log stays as it is; offline mode never asks for a login."""
+    import wandb
+
+    folder = Path(settings.get("dir") or ".")
+    folder.mkdir(parents=True, exist_ok=True)
+    run = wandb.init(project=settings["project"], entity=settings.get("entity"),
+                     mode=settings.get("mode", "offline"), dir=str(folder), name=name,
+                     config=config, settings=wandb.Settings(silent=True, console="off"))
+    print(f"[{name}] W&B {settings.get('mode', 'offline')} run {run.id} in {folder / 'wandb'}",
+          file=sys.stderr, flush=True)
+    return run

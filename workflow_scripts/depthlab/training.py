@@ -15,7 +15,7 @@ At each evaluation the main rank also records, per decoder layer, the variance o
 output over the validation tokens (the Curse-of-Depth quantity, pre-final-norm, like h_l in
 docs/design.md) and the norm of the gradient of the step just taken (per layer and total) in
 `layer_stats.csv`; at step 0 the variance of the initial model (no gradient yet). Progress and
-TensorBoard scalars go through depthlab.tracking; event files are written to
+TensorBoard and W&B scalars go through depthlab.tracking; event files are written to
 `<state_dir>/tensorboard/` while training (resumed with the state) and moved into the model
 folder with the checkpoint.
 
@@ -51,7 +51,7 @@ from .adapter import CheckpointError
 from .io import atomic_path, write_dataframe
 from .models import build_model, make_config, save_checkpoint
 from .provenance import Provenance
-from .tracking import Progress, Tracker, quiet_library_progress_bars
+from .tracking import Progress, Tracker
 
 LOG_COLUMNS = ["step", "tokens", "split", "loss", "lr", "wall_s"]
 LAYER_STATS_COLUMNS = ["step", "tokens", "layer", "output_variance", "grad_norm",
@@ -355,10 +355,10 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
              tracking: dict | None = None) -> dict:
     """Train one declared model and write its HF checkpoint directory atomically to out_dir.
     `threads` are the job's, shared among its DDP processes; `tracking` is the config's
-    `tracking:` section (None: no TensorBoard, progress lines every ~5%)."""
+    `tracking:` section as config.tracking_settings resolves it (None: no TensorBoard, no W&B,
+    progress lines every ~5%)."""
     process_start = time.perf_counter()
     tracking = tracking or {}
-    quiet_library_progress_bars()
     settings = TrainSettings.from_dict(model_decl["train"])
     ddp = Distributed()
     torch.set_num_threads(max(1, threads // ddp.world_size))
@@ -435,11 +435,18 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
 
     tensorboard_dir = Path(state_dir) / "tensorboard"
     tracker = Tracker(None, enabled=False)
-    if ddp.is_main and tracking.get("tensorboard"):
-        if resumed_from is None:  # events of an abandoned run must not mix with this one's
+    if ddp.is_main:  # only rank 0 logs
+        if tracking.get("tensorboard") and resumed_from is None:
+            # events of an abandoned run must not mix with this one's
             shutil.rmtree(tensorboard_dir, ignore_errors=True)
         # steps up to resumed_from are in the state; later ones died with the killed process
-        tracker = Tracker(tensorboard_dir, purge_step=resumed_from and resumed_from + 1)
+        tracker = Tracker(tensorboard_dir, enabled=bool(tracking.get("tensorboard")),
+                          purge_step=resumed_from and resumed_from + 1,
+                          wandb=tracking.get("wandb"), run_name=model_name, run_config={
+                              "model_name": model_name, "model": model_decl,
+                              "data": str(data_dir), "out": str(out_dir),
+                              "state_dir": str(state_dir), "seed": seed, "tracking": tracking,
+                              "world_size": ddp.world_size, "resumed_from_step": resumed_from})
 
     def record_layer_stats(at_step: int, variance: LayerOutputVariance, grads) -> None:
         layer_norms, total = grads if grads is not None else ([math.nan] * len(variance.layers),
