@@ -140,10 +140,15 @@ def test_examples_are_well_formed(run):
                 assert all(len(c.split(" ")) == WORDS["continuation"] for c in choices)
 
 
-def test_trained_model_above_chance_random_init_at_chance(run):
+def test_trained_model_above_chance_random_init_at_chance(run, capfd):
     trained = TaskEvaluator(run["trained"], run["tokenizer"], run["tasks"], batch_size=32,
                             datasets_cache=run["tasks"].parent / "cache", bootstrap_iters=100)
+    capfd.readouterr()
     scores = {r["task"]: r for r in trained.evaluate()}
+    # stderr is no terminal here, as in a job log: the model's progress bars, which lm-eval
+    # forces on, stay out (the job sets TQDM_DISABLE for the unforced ones before importing)
+    err = capfd.readouterr().err
+    assert "Tokenizing inputs" not in err and "loglikelihood requests" not in err, err[-500:]
     random_model = build_model(run["config"], seed=1).eval()
     untrained = TaskEvaluator(random_model, run["tokenizer"], run["tasks"], batch_size=32,
                               datasets_cache=run["tasks"].parent / "cache", bootstrap_iters=100)

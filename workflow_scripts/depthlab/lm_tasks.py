@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -408,9 +409,17 @@ class TaskEvaluator:
     def _wrap(self, model):
         from lm_eval.models.huggingface import HFLM
 
+        class QuietHFLM(HFLM):
+            """lm-eval turns its progress bars on itself (no global switch reaches them): off
+            unless stderr is a terminal, so job logs keep plain lines."""
+
+            def loglikelihood(self, requests, disable_tqdm: bool = False):
+                quiet = disable_tqdm or not sys.stderr.isatty()
+                return super().loglikelihood(requests, disable_tqdm=quiet)
+
         device = str(next(model.parameters()).device)
-        return HFLM(pretrained=model, tokenizer=self.tokenizer, batch_size=self.batch_size,
-                    device=device)
+        return QuietHFLM(pretrained=model, tokenizer=self.tokenizer, batch_size=self.batch_size,
+                         device=device)
 
     def evaluate(self, removed: Sequence[int] = (), model=None) -> list[dict]:
         """Rows (task, samples, acc, acc_stderr, acc_norm, acc_norm_stderr) for the base model
