@@ -1,6 +1,28 @@
 """Fixtures shared by test files."""
 
+from pathlib import Path
+
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def test_config():
+    """config/test.yaml, loaded as the workflow loads it."""
+    from depthlab.config import load_config
+
+    return load_config(ROOT / "config" / "test.yaml")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory, test_config):
+    """The data stage of config/test.yaml (tokenizer, train.bin, val.bin) in a tmp folder."""
+    from depthlab.data import prepare_corpus
+
+    out = tmp_path_factory.mktemp("data") / "data"
+    prepare_corpus(test_config["data"], out, seed=0)
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from depthlab.config import load_config, resolve
-from depthlab.data import load_tokens, prepare_corpus
+from depthlab.config import resolve
+from depthlab.data import load_tokens
 from depthlab.models import build_model, make_config
 from depthlab.training import (IGNORE, TrainSettings, document_batch, document_bounds,
                                document_rows, evaluation_steps, language_model_loss,
@@ -27,18 +27,6 @@ from depthlab.training import (IGNORE, TrainSettings, document_batch, document_b
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow_scripts" / "pretrain_model.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "workflow_scripts")}
-
-
-@pytest.fixture(scope="module")
-def test_config():
-    return load_config(ROOT / "config" / "test.yaml")
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory, test_config):
-    out = tmp_path_factory.mktemp("data") / "data"
-    prepare_corpus(test_config["data"], out, seed=0)
-    return out
 
 
 def tiny_model(test_config, **train) -> dict:

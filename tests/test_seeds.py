@@ -9,16 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from depthlab.config import ConfigError, load_config, resolve, seed_groups
+from depthlab.config import ConfigError, resolve, seed_groups
 from depthlab.data import prepare_corpus
 from depthlab.training import pretrain
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def test_config():
-    return load_config(ROOT / "config" / "test.yaml")
 
 
 def seeded(config: dict, lns=(0, 1), sweep=None) -> dict:

@@ -17,26 +17,14 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from depthlab.config import load_config, resolve
-from depthlab.data import load_tokens, prepare_corpus, read_meta
+from depthlab.config import resolve
+from depthlab.data import load_tokens, read_meta
 from depthlab.models import build_model, make_config
 from depthlab.tracking import Progress
 from depthlab.training import (TrainSettings, language_model_loss, pretrain, train_batch,
                                validation_batches)
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def test_config():
-    return load_config(ROOT / "config" / "test.yaml")
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory, test_config):
-    out = tmp_path_factory.mktemp("data") / "data"
-    prepare_corpus(test_config["data"], out, seed=0)
-    return out
 
 
 def tiny_model(test_config, norm_scheme="pre_ln", **train) -> dict:
