@@ -247,6 +247,31 @@ def test_wandb_offline_run_holds_the_train_log_and_leaves_results_unchanged(
         stats.layer == 1)].output_variance.item()
 
 
+def test_wandb_online_without_a_login_stops_the_job_with_one_line_naming_the_key(
+        tmp_path, test_config, data_dir, wandb_env, monkeypatch, capsys):
+    from depthlab.cli import main_guard
+    from depthlab.tracking import TrackingError
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))     # no ~/.netrc
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "online")
+    model = tiny_model(test_config, steps=4, eval_every=2)
+    online = {"tensorboard": False, "wandb": {**wandb_env, "mode": "online"}}
+    run = lambda: pretrain("tiny", model, data_dir, tmp_path / "out",  # noqa: E731
+                           tmp_path / "state", seed=0, threads=1, progress=False,
+                           tracking=online)
+    with pytest.raises(TrackingError, match=r"^tracking\.wandb\.mode: 'online'.*wandb login"):
+        run()
+    assert not (tmp_path / "out").exists()          # stopped before training wrote anything
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main_guard(run)
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert stop.value.code == 2 and "Traceback" not in err
+    assert len(errors) == 1 and errors[0].startswith("error: tracking.wandb.mode: 'online'")
+
+
 def test_healing_curves_land_in_the_pruning_output_and_in_wandb(tmp_path, wandb_env):
     from test_lm_tasks import make_run
 

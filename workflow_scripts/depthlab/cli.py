@@ -150,6 +150,6 @@ def main_guard(main) -> None:
     except Exception as error:  # noqa: BLE001 - data and model errors that name a file
         if type(error).__name__ in ("DataError", "CheckpointError", "UnsupportedModelError",
                                     "DeviceError", "PruningError", "TaskFileError",
-                                    "ProblemError"):
+                                    "ProblemError", "TrackingError"):
             fail(str(error))
         raise

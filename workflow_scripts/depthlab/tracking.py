@@ -9,8 +9,10 @@ offline) when `tracking.tensorboard` is on. A run resumed from step s reopens th
 with `purge_step` s + 1, so the events the killed process logged after its last saved state are
 hidden and every step appears once. With `tracking.wandb` set, the same scalars also go to a
 Weights & Biases run (wandb is imported only then) whose files live in `<dir>/wandb/`; offline
-mode needs no network and no login (`wandb sync` uploads such a run later). A resumed
-pretraining run logs to a new W&B run from the step it resumed at.
+mode needs no network and no login (`wandb sync` uploads such a run later); online mode without
+a login or without network stops the job before training with one TrackingError line naming
+`tracking.wandb.mode`. A resumed pretraining run logs to a new W&B run from the step it resumed
+at.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ import sys
 from pathlib import Path
 
 from tqdm import tqdm
+
+
+
+class TrackingError(RuntimeError):
+    """The tracking backend cannot start (e.g. W&B online without a login); names the key."""
+
 
 # Plain progress lines per run when `every` is not given (about every 5% of the steps).
 DEFAULT_PROGRESS_LINES = 20
@@ -112,9 +120,18 @@ def start_wandb_run(settings: dict, name: str | None, config: dict | None):
 
     folder = Path(settings.get("dir") or ".")
     folder.mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=settings["project"], entity=settings.get("entity"),
-                     mode=settings.get("mode", "offline"), dir=str(folder), name=name,
-                     config=config, settings=wandb.Settings(silent=True, console="off"))
+    mode = settings.get("mode", "offline")
+    try:
+        run = wandb.init(project=settings["project"], entity=settings.get("entity"),
+                         mode=mode, dir=str(folder), name=name, config=config,
+                         settings=wandb.Settings(silent=True, console="off"))
+    except (wandb.errors.UsageError, wandb.errors.CommError) as error:
+        # wandb's own traceback would bury the one thing the user must change
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise TrackingError(
+            f"tracking.wandb.mode: {mode!r} could not start a W&B run ({first_line}); run "
+            f"`wandb login` or set WANDB_API_KEY on the machine that runs the job, or use "
+            f"mode: offline (no network, no login; `wandb sync` uploads later)") from None
     print(f"[{name}] W&B {settings.get('mode', 'offline')} run {run.id} in {folder / 'wandb'}",
           file=sys.stderr, flush=True)
     return run
