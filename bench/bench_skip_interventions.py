@@ -5,16 +5,27 @@ against the reference code's loop (one prompt per full forward pass: one clean p
 then one intervened pass per skipped layer and sampled position t). Both give the same effect
 matrices; the script prints the largest difference and the time ratio (goal >= 5x).
 
-Default model: the default run's deepest sweep model if it exists (results/default/models/
-depth_width_l16_m96), else a random-weight 16 x 96 pre-LN model with vocabulary 4096. Texts: the
-run's val.jsonl if it exists, else random token ids.
+The reference loop is the reference code's: the model's own forward per pass, so logits and
+their softmax at every position; the clean pass once per prompt.
 
-    python bench/bench_skip_interventions.py [--model DIR] [--texts val.jsonl] [--prompts 16]
-        [--length 64] [--variants layer_all layer_future] [--threads 1] [--repeats 2]
-        [--device cuda] [--random LAYERSxWIDTH]
+By default two cases, the two skip jobs of the default config:
+  problems  the depth-score model (results/default/models/depth_problems, 4 x 64) on 64 problem
+            prompts of at most 16 tokens, its four variants: short prompts, where one pass per
+            prompt is dominated by per-call overhead that batching removes;
+  sweep     the deepest sweep model (depth_width_l16_m96) on 16 texts of at most 64 tokens,
+            layer_all and layer_future: on one CPU thread this is arithmetic-bound, and reusing
+            the layers before the skipped one saves at most L^2 / (L(L-1)/2) = 2L/(L-1) of the
+            layer work (the output softmax, the same in both loops, dilutes it further).
+A case's model falls back to a random-weight pre-LN model of its shape (vocabulary 4096) and
+random token ids when the default run's outputs are absent.
 
---random 24x1024 benchmarks a random-weight pre-LN model of that size instead (e.g. on a GPU,
-where batching, not arithmetic, is what the reference loop lacks).
+    python bench/bench_skip_interventions.py [--case problems sweep] [--threads 1]
+        [--repeats 2] [--device cuda]
+    python bench/bench_skip_interventions.py --random 24x1024 --prompts 32 --length 128 \
+        [--model DIR] [--texts val.jsonl] [--variants ...] [--batch-size 16] [--device cuda]
+
+--random LxW or --model benchmark one custom case instead (e.g. on a GPU, where batching, not
+arithmetic, is what the reference loop lacks).
 """
 
 import argparse
@@ -30,13 +41,25 @@ sys.path.insert(0, str(ROOT / "workflow_scripts"))
 DEFAULT_RUN = ROOT / "results" / "default"
 
 
+CASES = {
+    "problems": dict(model=DEFAULT_RUN / "models" / "depth_problems", random="4x64",
+                     texts=DEFAULT_RUN / "depth_use" / "problems" / "val.jsonl", prompts=64,
+                     length=16, batch_size=64, max_rows=512, future_min_position=3,
+                     variants=["layer_all", "layer_future", "attention_all", "mlp_all"]),
+    "sweep": dict(model=DEFAULT_RUN / "models" / "depth_width_l16_m96", random="16x96",
+                  texts=DEFAULT_RUN / "data" / "val.jsonl", prompts=16, length=64,
+                  batch_size=16, max_rows=256, future_min_position=8,
+                  variants=["layer_all", "layer_future"]),
+}
+
+
 def load(args):
     import torch
 
     from depthlab.adapter import adapt, load_model, load_tokenizer
 
-    model_dir = args.model or (DEFAULT_RUN / "models" / "depth_width_l16_m96")
-    if Path(model_dir).is_dir() and not args.random:
+    model_dir = args.model
+    if model_dir and Path(model_dir).is_dir() and not args.random:
         model, tokenizer = load_model(str(model_dir)), load_tokenizer(str(model_dir))
         name = Path(model_dir).name
     else:
@@ -49,14 +72,14 @@ def load(args):
                              max_positions=args.length)
         model, tokenizer = build_model(config, 0).eval(), None
         name = f"random {layers}x{width} pre_ln"
-    texts = args.texts or (DEFAULT_RUN / "data" / "val.jsonl")
-    if tokenizer is not None and Path(texts).is_file():
+    texts = args.texts
+    if tokenizer is not None and texts and Path(texts).is_file():
         from depthlab.data import iter_jsonl_texts
 
         rows = []
         for text in iter_jsonl_texts(texts):
             ids = tokenizer(text, truncation=True, max_length=args.length)["input_ids"]
-            if len(ids) >= 12:
+            if len(ids) >= min(12, args.length):
                 rows.append(ids)
             if len(rows) == args.prompts:
                 break
@@ -118,33 +141,16 @@ def one_prompt_per_pass(adapter, rows, settings, device):
     return out
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model")
-    parser.add_argument("--texts")
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--length", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--max-rows", type=int, default=256)
-    parser.add_argument("--variants", nargs="+", default=["layer_all", "layer_future"])
-    parser.add_argument("--future-positions", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--random", metavar="LAYERSxWIDTH",
-                        help="benchmark a random-weight pre-LN model of this size")
-    args = parser.parse_args()
-
+def run_case(args, label):
+    """Time both loops on one case (alternating, best of `repeats`); one result line."""
     import numpy as np
-    import torch
 
     from depthlab.interventions import SkipSettings
 
-    torch.set_num_threads(args.threads)
     adapter, rows, name = load(args)
     settings = SkipSettings(variants=tuple(args.variants), no_skip_front=1,
-                            future_positions=args.future_positions, future_min_position=8,
+                            future_positions=args.future_positions,
+                            future_min_position=args.future_min_position,
                             max_rows=args.max_rows, seed=0)
     best = {"batched": float("inf"), "one_prompt_per_pass": float("inf")}
     for _ in range(args.repeats):   # alternate, keep the best (shared machine)
@@ -162,18 +168,52 @@ def main():
                      (fast.output_max[variant], omax), (fast.output_mean[variant], omean)):
             diff = max(diff, float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-3))))
     tokens = sum(len(r) for r in rows)
-    print(f"model: {name}, {adapter.num_layers} layers; {len(rows)} prompts, {tokens} tokens; "
-          f"variants {', '.join(settings.variants)}; device {args.device}, {args.threads} "
-          f"thread(s); best of "
-          f"{args.repeats}")
-    print(f"batched (batch {args.batch_size}, max_rows {args.max_rows}): "
+    speedup = best["one_prompt_per_pass"] / best["batched"]
+    print(f"[{label}] model: {name}, {adapter.num_layers} layers; {len(rows)} prompts, {tokens} "
+          f"tokens; variants {', '.join(settings.variants)}; device {args.device}, "
+          f"{args.threads} thread(s); best of {args.repeats}")
+    print(f"[{label}] batched (batch {args.batch_size}, max_rows {args.max_rows}): "
           f"{best['batched']:.2f} s;  one prompt per pass: {best['one_prompt_per_pass']:.2f} s;  "
-          f"speed-up x{best['one_prompt_per_pass'] / best['batched']:.1f} (goal >= 5)")
-    print(f"largest relative difference of the effects (float32): {diff:.2e}")
-    print(json.dumps({"batched_s": round(best["batched"], 3),
-                      "one_prompt_per_pass_s": round(best["one_prompt_per_pass"], 3),
-                      "speedup": round(best["one_prompt_per_pass"] / best["batched"], 2),
-                      "max_relative_difference": diff}))
+          f"speed-up x{speedup:.1f} (goal >= 5)")
+    print(f"[{label}] largest relative difference of the effects (float32): {diff:.2e}")
+    return {"case": label, "model": name, "batched_s": round(best["batched"], 3),
+            "one_prompt_per_pass_s": round(best["one_prompt_per_pass"], 3),
+            "speedup": round(speedup, 2), "max_relative_difference": diff}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", nargs="+", choices=sorted(CASES), default=list(CASES))
+    parser.add_argument("--model")
+    parser.add_argument("--random", metavar="LAYERSxWIDTH",
+                        help="benchmark a random-weight pre-LN model of this size")
+    parser.add_argument("--texts")
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--max-rows", type=int, default=256)
+    parser.add_argument("--variants", nargs="+", default=["layer_all", "layer_future"])
+    parser.add_argument("--future-positions", type=int, default=2)
+    parser.add_argument("--future-min-position", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.model or args.random:
+        results = [run_case(args, "custom")]
+    else:
+        results = []
+        for label in args.case:
+            case = argparse.Namespace(**{**vars(args), **CASES[label]})
+            if not Path(case.model).is_dir():
+                case.model = None
+            results.append(run_case(case, label))
+    print(json.dumps(results))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ and the keyword arguments the backbone passes to it (mask, rotary embeddings, ..
 interventions then replay the decoder layers directly from the clean state h_s, so layers before
 the skipped one are never recomputed; and all (variant, skipped layer, prompt[, t]) rows of a
 batch are stacked into one "staircase": at layer l the rows whose skipped layer is l join the
-stack (from the clean h_l), so every layer runs once per chunk of at most `max_rows` rows.
+stack, so every layer runs once per chunk of at most `max_rows` rows. A sublayer row joins before
+layer l (from the clean h_l); a whole-layer row joins after it, since layer l sees only clean
+inputs and its output is the clean h_{l+1} where kept and h_l where skipped, so it never runs.
 `reference_skip_effects` is the one-prompt-per-full-forward-pass loop of the reference code,
 used by the tests and the benchmark.
 
@@ -456,37 +458,49 @@ def _output_effects(adapter, final_rows, rows: _Rows, clean_probs) -> torch.Tens
 
 def _run_chunk(adapter, rows: _Rows, states, calls, clean_probs, batch_size, acc: _Accumulator,
                prompt_offset: int):
-    device = states[0].device
+    """The staircase of one chunk. A row skipping the whole layer s never runs layer s: layer s
+    sees only clean inputs, so its output is the clean h_{s+1} where it is kept and h_s where it
+    is skipped; the row joins the stack after layer s. Sublayer rows join before layer s, which
+    runs with their attention / MLP output zeroed."""
     L = adapter.num_layers
+    layer_kind = KINDS.index("layer")
     start = int(rows.skipped.min())
     stack, active = None, None
+
+    def join(stack, active, index, entering):
+        new = rows.select(index)
+        return (entering if stack is None else torch.cat([stack, entering]),
+                new if active is None else active.cat(new))
+
     for l in range(start, L):
-        joining = [i for i in range(len(rows.variant)) if int(rows.skipped[i]) == l]
-        if joining:
-            new = rows.select(joining)
-            entering = states[l].index_select(0, new.prompt)
-            stack = entering if stack is None else torch.cat([stack, entering])
-            active = new if active is None else active.cat(new)
-        if stack is None:
-            continue
-        at_layer = active.skipped == l
-        keep = {}
-        for kind_name in ("attention", "mlp"):
-            k = KINDS.index(kind_name)
-            chosen = at_layer & (active.kind == k)
-            if bool(chosen.any()):
-                keep[k] = ~(chosen.unsqueeze(1) & active.intervene)
-        expand = _expander(batch_size, active.prompt)
-        with _SublayerMask(adapter, l, keep):
-            output = calls[l].run(adapter.layers[l], stack, expand)
-        skip_rows = at_layer & (active.kind == KINDS.index("layer"))
-        if bool(skip_rows.any()):
-            replace = (skip_rows.unsqueeze(1) & active.intervene).unsqueeze(-1)
-            output = torch.where(replace, stack, output)
-        clean_update = (states[l + 1] - states[l]).index_select(0, active.prompt)
-        change = _relative_change(clean_update, output - stack)  # (R, T)
-        _accumulate_updates(acc, active, change, l)
-        stack = output
+        at_l = [i for i in range(len(rows.variant)) if int(rows.skipped[i]) == l]
+        run_here = [i for i in at_l if int(rows.kind[i]) != layer_kind]
+        skip_here = [i for i in at_l if int(rows.kind[i]) == layer_kind]
+        if run_here:
+            entering = states[l].index_select(0, rows.prompt[run_here])
+            stack, active = join(stack, active, run_here, entering)
+        if stack is not None:
+            at_layer = active.skipped == l
+            keep = {}
+            for kind_name in ("attention", "mlp"):
+                k = KINDS.index(kind_name)
+                chosen = at_layer & (active.kind == k)
+                if bool(chosen.any()):
+                    keep[k] = ~(chosen.unsqueeze(1) & active.intervene)
+            expand = _expander(batch_size, active.prompt)
+            with _SublayerMask(adapter, l, keep):
+                output = calls[l].run(adapter.layers[l], stack, expand)
+            clean_update = (states[l + 1] - states[l]).index_select(0, active.prompt)
+            _accumulate_updates(acc, active, _relative_change(clean_update, output - stack), l)
+            stack = output
+        if skip_here:
+            skipping = rows.select(skip_here)
+            before = states[l].index_select(0, skipping.prompt)
+            after = torch.where(skipping.intervene.unsqueeze(-1), before,
+                                states[l + 1].index_select(0, skipping.prompt))
+            clean_update = (states[l + 1] - states[l]).index_select(0, skipping.prompt)
+            _accumulate_updates(acc, skipping, _relative_change(clean_update, after - before), l)
+            stack, active = join(stack, active, skip_here, after)
     effects = (_output_effects(adapter, stack, active, clean_probs) if clean_probs is not None
                else None)
     _accumulate_outputs(acc, active, effects, prompt_offset)
@@ -605,8 +619,10 @@ def skip_effects(adapter: ModelAdapter, batches: Iterable[dict], settings: SkipS
 
 
 def _reference_forward(adapter: ModelAdapter, ids: torch.Tensor, hooks=()):
-    """States h_0..h_L of one unpadded prompt (1, T) from a full forward pass with `hooks`
-    (handles, removed afterwards) in place."""
+    """(states h_0..h_L, output probabilities at every position or None) of one unpadded prompt
+    (1, T) from one full forward pass of the model with `hooks` (handles, removed afterwards) in
+    place: the model's own forward, so with an LM head the logits and their softmax cover every
+    position, as the reference code reads them."""
     states = {}
     handles = []
     for index, layer in enumerate(adapter.layers):
@@ -617,21 +633,25 @@ def _reference_forward(adapter: ModelAdapter, ids: torch.Tensor, hooks=()):
     handles.append(adapter.layers[-1].register_forward_hook(
         lambda m, args, out: states.__setitem__(adapter.num_layers, _first(out).clone())))
     handles += list(hooks)
+    kwargs = _backbone_kwargs(adapter, ids, torch.ones_like(ids))
     try:
-        adapter.backbone(**_backbone_kwargs(adapter, ids, torch.ones_like(ids)))
+        if adapter.has_lm_head:
+            logits = adapter.model(**kwargs).logits[0]
+            probs = torch.softmax(logits.to(_work_dtype(logits.dtype)), dim=-1)
+        else:
+            adapter.backbone(**kwargs)
+            probs = None
     finally:
         for handle in handles:
             handle.remove()
-    return [states[l][0] for l in range(adapter.num_layers + 1)]
+    return [states[l][0] for l in range(adapter.num_layers + 1)], probs
 
 
 def reference_clean_states(adapter: ModelAdapter, input_ids: torch.Tensor):
     """(states, output probabilities or None) of one clean prompt (1-D ids), computed once per
     prompt and reused across its reference interventions, as the reference code does."""
     with torch.inference_mode():
-        states = _reference_forward(adapter, input_ids.unsqueeze(0))
-        probs = _probabilities(adapter, states[-1]) if adapter.has_lm_head else None
-    return states, probs
+        return _reference_forward(adapter, input_ids.unsqueeze(0))
 
 
 def reference_skip_effects(adapter: ModelAdapter, input_ids: torch.Tensor, variant: str,
@@ -676,14 +696,13 @@ def reference_skip_effects(adapter: ModelAdapter, input_ids: torch.Tensor, varia
                 factor = (~intervene).to(tensor.dtype).reshape(*tensor.shape[:-1], 1)
                 return _replace_first(output, tensor * factor)
             hooks = [module.register_forward_hook(hook)]
-        new = _reference_forward(adapter, ids, hooks)
+        new, new_probs = _reference_forward(adapter, ids, hooks)
         change = torch.stack([
             _relative_change(clean[l + 1] - clean[l], new[l + 1] - new[l])[measured]
             for l in range(adapter.num_layers)])
         output = None
         if adapter.has_lm_head:
-            q = _probabilities(adapter, new[-1][measured])
-            output = torch.linalg.vector_norm(clean_probs[measured] - q, dim=-1)
+            output = torch.linalg.vector_norm(clean_probs[measured] - new_probs[measured], dim=-1)
     return change.to(torch.float64).cpu().numpy(), (None if output is None else
                                                      output.to(torch.float64).cpu().numpy())
 
