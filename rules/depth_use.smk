@@ -5,6 +5,7 @@
 
 rule make_problems:
     input:
+        unpack(lambda wildcards: RESOLVED.inputs_for("make_problems", wildcards)),
         script=script("make_problems.py"),
         library=library("make_problems.py"),
     output:

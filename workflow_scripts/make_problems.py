@@ -1,26 +1,38 @@
 #!/usr/bin/env python
-"""Generate the synthetic graded-difficulty problem set of the depth-use stage, offline.
+"""Build the graded-difficulty problem set of the depth-use stage.
 
-Writes spec["out"], a folder in exactly the data stage's format (tokenizer/, train.bin, val.bin,
-val.jsonl, meta.json, provenance.json; see depthlab/data.py), so the `pretrain` rule trains the
-problem model on it unchanged, plus problems.jsonl: the evaluation problems (family, level,
-prompt, answer) whose per-level accuracy and depth score skip_interventions.py measures. See
-depthlab/problems.py for the families.
+With a synthetic family (generated offline) spec["out"] is a folder in exactly the data stage's
+format (tokenizer/, train.bin, val.bin, val.jsonl, meta.json, provenance.json; see
+depthlab/data.py), so the `pretrain` rule trains the problem model on it unchanged, plus
+problems.jsonl: the evaluation problems (family, level, prompt, answer) whose per-level accuracy
+and depth score skip_interventions.py measures. A set of dataset families only (math, mquake:
+MATH levels and MQuAKE hop counts, for hub models) writes problems.jsonl, meta.json and
+provenance.json; reading a hub dataset needs the network (or the datasets cache). See
+depthlab/problems.py and depthlab/problem_datasets.py for the families.
 
 Spec keys (all required unless marked):
   out              output folder (results/<run>/depth_use/problems)
-  seed             seed of the generator (relation tables, problems)
-  families         {family: settings}; family one of arithmetic | hops | lookup;
-                   settings: levels (list of ints >= 1); hops: relations (1..8);
-                   lookup: table_pairs (>= the highest level, <= 15)
-  train_problems   problems in train.bin (documents, levels mixed)
-  val_problems     problems in val.bin / val.jsonl (the pretraining validation loss)
-  eval_per_level   evaluation problems per (family, level) in problems.jsonl
+  seed             seed of the generator (relation tables, problems) and of the dataset draws
+  families         {family: settings}; family one of arithmetic | hops | lookup | math | mquake;
+                   settings: levels (list of ints >= 1; math 1..5, mquake hop counts 2..4);
+                   hops: relations (1..8); lookup: table_pairs (>= the highest level, <= 15);
+                   math, mquake: dataset ({source: hf_dataset, name, config_name, split,
+                   revision} or {source: jsonl, path}); math: max_new_tokens (optional, default
+                   512: the budget of the greedy solution its accuracy grades)
+  train_problems   problems in train.bin (documents, levels mixed); optional without a
+                   synthetic family
+  val_problems     problems in val.bin / val.jsonl (the pretraining validation loss); optional
+                   without a synthetic family
+  eval_per_level   evaluation problems per (family, level) in problems.jsonl (a dataset level
+                   with fewer records gives all of them)
   level_weights    (optional, default uniform) uniform | level (level k drawn with weight k)
 
 Example: --spec '{"out": "results/default/depth_use/problems", "seed": 0,
   "families": {"hops": {"levels": [1, 2, 3, 4], "relations": 2}}, "train_problems": 30000,
   "val_problems": 500, "eval_per_level": 100, "level_weights": "uniform"}'
+  Dataset families: --spec '{"out": "results/paper/depth_use/problems", "seed": 0,
+  "families": {"mquake": {"levels": [2, 3, 4], "dataset": {"source": "jsonl",
+  "path": "MQuAKE-CF-3k.json"}}}, "eval_per_level": 20}'
 """
 
 import json
@@ -33,6 +45,7 @@ from depthlab.cli import UserError, main_guard, start_job
 
 def main() -> None:
     _, spec = start_job(__doc__, "make_problems")
+    from depthlab.data import DataError
     from depthlab.problems import ProblemError, write_problem_set
 
     settings = {k: v for k, v in spec.items() if k not in ("out", "seed")}
@@ -41,9 +54,9 @@ def main() -> None:
             raise UserError(f"spec.{key}: required")
     try:
         meta = write_problem_set(settings, spec["out"], seed=int(spec["seed"]))
-    except ProblemError as error:
+    except (ProblemError, DataError) as error:
         raise UserError(str(error)) from None
-    print(json.dumps({"out": spec["out"], "splits": meta["splits"],
+    print(json.dumps({"out": spec["out"], "splits": meta.get("splits", {}),
                       "problems": meta["problems"]["count"]}))
 
 

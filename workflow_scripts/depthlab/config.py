@@ -593,8 +593,15 @@ def data_folder(resolved: Resolved, name: str) -> str | None:
     if model["kind"] != "pretrain":
         return None
     if model.get("data", "corpus") == "problems":
-        if not (resolved.config.get("depth_use") or {}).get("problems"):
+        problems = (resolved.config.get("depth_use") or {}).get("problems")
+        if not problems:
             raise ConfigError(f"models.{name}.data: 'problems' needs depth_use.problems")
+        from .problems import FAMILIES, has_synthetic_family
+
+        if not has_synthetic_family(problems):
+            raise ConfigError(f"models.{name}.data: 'problems' needs a synthetic family "
+                              f"({', '.join(FAMILIES)}) in depth_use.problems.families: "
+                              f"dataset families have no training data")
         return resolved.paths.problems
     return resolved.paths.data
 
@@ -1026,8 +1033,20 @@ def _resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
     problems = depth_use["problems"]
     if problems:
         _library_check(validate_problem_settings, problems, "depth_use.problems")
+        problems = copy.deepcopy(problems)
+        local_datasets = []
+        for family, settings in problems["families"].items():
+            dataset = settings.get("dataset") or {}
+            if dataset.get("source") == "jsonl":   # a local dataset file, found as text sets are
+                local = _local_path(dataset["path"], base_dir)
+                if local is None or not os.path.isfile(local):
+                    raise ConfigError(f"depth_use.problems.families.{family}.dataset.path: "
+                                      f"'{dataset['path']}' is not a file")
+                dataset["path"] = local
+                local_datasets.append(local)   # an edited file rebuilds the problem set
         resolved.add("make_problems", "problems", {"out": paths.problems, "seed": config["seed"],
-                                                   **problems}, outputs=[paths.problems])
+                                                   **problems}, outputs=[paths.problems],
+                     inputs={"datasets": local_datasets})
     skip, score = depth_use["skip"], depth_use["depth_score"]
     skip_models = declared_models(resolved, skip["models"], "depth_use.skip.models")
     score_models = declared_models(resolved, score["models"], "depth_use.depth_score.models")

@@ -1,5 +1,7 @@
-"""Synthetic problems of graded difficulty, generated offline, for the depth score (Csordás et al.
-2025 measure it on MATH levels 1-5 and MQuAKE 2/3/4-hop questions; this is the laptop stand-in).
+"""Problems of graded difficulty for the depth score: synthetic families generated offline (the
+laptop stand-in) and the datasets Csordás et al. 2025 measure it on, MATH levels 1-5 and MQuAKE
+2/3/4-hop questions (families math and mquake: depthlab.problem_datasets, read from the hub or a
+local file; evaluation problems only, for hub models).
 
 Families (every token is one whitespace-separated word of a fixed vocabulary):
 
@@ -14,18 +16,22 @@ Families (every token is one whitespace-separated word of a fixed vocabulary):
               distinct letters; the other pairs are distractors; pair order is shuffled.
               Chance: 1 / len(LETTERS).
 
-`write_problem_set` writes a folder in exactly the data stage's format (depthlab.data: tokenizer/,
+With at least one synthetic family, `write_problem_set` writes a folder in exactly the data
+stage's format (depthlab.data: tokenizer/,
 train.bin, val.bin, val.jsonl, meta.json, provenance.json) so `depthlab.training.pretrain` trains
 on it unchanged: the documents are whole problems with their answer ("7 + 5 - 3 = 9"), each
 followed by eos, levels mixed. It adds problems.jsonl, the evaluation problems (family, level,
 prompt, answer; drawn independently of the training problems with their own seed; a level whose
-problem space is small, like arithmetic level 1, necessarily overlaps the training set).
+problem space is small, like arithmetic level 1, necessarily overlaps the training set; dataset
+families add their problems to problems.jsonl and nothing to the training data). A set of dataset
+families only trains nothing: the folder holds problems.jsonl, meta.json and provenance.json.
 
 At evaluation a prompt is preceded by bos (= eos, the document boundary the model saw in
 training); `evaluate_problems` decodes the answer greedily (one token per answer word) and
 `problem_batches` builds teacher-forced batches whose measure_mask marks the answer positions:
 the positions whose next-token prediction is an answer token (the last prompt token, then every
-answer token but the last).
+answer token but the last). A problem may carry `grade: boxed` (MATH): it is graded on the
+model's own greedy solution instead (see depthlab.problem_datasets).
 """
 
 from __future__ import annotations
@@ -41,9 +47,12 @@ import torch
 
 from .data import EOS_TOKEN, PAD_TOKEN, iter_jsonl_texts, token_dtype
 from .io import atomic_path
+from .problem_datasets import (DATASET_FAMILIES, MATH_STOP, DatasetProblemError, boxed_answer,
+                               dataset_problems, normalise_answer, validate_dataset_family)
 from .provenance import Provenance
 
-FAMILIES = ("arithmetic", "hops", "lookup")
+FAMILIES = ("arithmetic", "hops", "lookup")         # synthetic, generated here
+ALL_FAMILIES = FAMILIES + tuple(DATASET_FAMILIES)
 DIGITS = tuple(string.digits)
 LETTERS = tuple(string.ascii_lowercase[:16])
 RELATIONS = tuple(string.ascii_uppercase[:8])
@@ -62,15 +71,23 @@ class ProblemError(ValueError):
 
 
 def validate_problem_settings(spec: dict, where: str = "depth_use.problems") -> None:
-    """Config-time check of the problem-set settings (see make_problems.py for the keys)."""
+    """Config-time check of the problem-set settings (see make_problems.py for the keys; no
+    dataset is read)."""
     families = spec.get("families")
     if not isinstance(families, dict) or not families:
         raise ProblemError(f"{where}.families: a mapping of family -> settings "
-                           f"(families: {', '.join(FAMILIES)})")
+                           f"(families: {', '.join(ALL_FAMILIES)})")
     for name, family in families.items():
         key = f"{where}.families.{name}"
-        if name not in FAMILIES:
-            raise ProblemError(f"{key}: unknown problem family (known: {', '.join(FAMILIES)})")
+        if name not in ALL_FAMILIES:
+            raise ProblemError(f"{key}: unknown problem family (known: "
+                               f"{', '.join(ALL_FAMILIES)})")
+        if name in DATASET_FAMILIES:
+            try:
+                validate_dataset_family(name, family, key)
+            except DatasetProblemError as error:
+                raise ProblemError(str(error)) from None
+            continue
         levels = family.get("levels") if isinstance(family, dict) else None
         if not isinstance(levels, list) or not levels or any(
                 isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in levels):
@@ -89,13 +106,27 @@ def validate_problem_settings(spec: dict, where: str = "depth_use.problems") -> 
             if pairs + 1 > len(LETTERS):
                 raise ProblemError(f"{key}.table_pairs: at most {len(LETTERS) - 1} (the table "
                                    f"uses distinct letters of {len(LETTERS)})")
+    # training data exists only for synthetic families: without one the counts are optional
+    trains = has_synthetic_family(spec)
     for key in ("train_problems", "val_problems", "eval_per_level"):
         value = spec.get(key)
+        if value is None and key != "eval_per_level" and not trains:
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ProblemError(f"{where}.{key}: an integer >= 1 (got {value!r})")
     weights = spec.get("level_weights", "uniform")
     if weights not in ("uniform", "level"):
         raise ProblemError(f"{where}.level_weights: 'uniform' or 'level' (got {weights!r})")
+
+
+def has_synthetic_family(spec: dict) -> bool:
+    """Whether a problem set has training data (a synthetic family), so a model can train on it."""
+    return any(name in FAMILIES for name in (spec.get("families") or {}))
+
+
+def _synthetic_only(spec: dict) -> dict:
+    return {**spec, "families": {name: cfg for name, cfg in spec["families"].items()
+                                 if name in FAMILIES}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +192,9 @@ def generate_problem(family: str, level: int, rng: np.random.Generator, settings
 
 
 def chance_accuracy(family: str) -> float:
+    """Accuracy of guessing; 0 for the dataset families (open-ended answers)."""
+    if family in DATASET_FAMILIES:
+        return 0.0
     return 1.0 / (len(DIGITS) if family == "arithmetic" else len(LETTERS))
 
 
@@ -236,15 +270,48 @@ def _encode(tokenizer, text: str) -> list[int]:
 
 
 def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict:
-    """Write the problem data folder atomically (see the module docstring); returns meta."""
+    """Write the problem folder atomically (see the module docstring); returns meta."""
     validate_problem_settings(spec, where="problems")
-    provenance = Provenance("depth_use.problems", config=spec, seed=seed)
+    local = [cfg["dataset"]["path"] for name, cfg in spec["families"].items()
+             if name in DATASET_FAMILIES and cfg["dataset"]["source"] == "jsonl"]
+    provenance = Provenance("depth_use.problems", config=spec, inputs=local, seed=seed)
+    synthetic = _synthetic_only(spec)
+    evaluation, datasets = [], {}
+    if synthetic["families"]:
+        evaluation = evaluation_problems(synthetic, seed)
+    offset = len(_levels(synthetic))
+    for name, cfg in spec["families"].items():
+        if name not in DATASET_FAMILIES:
+            continue
+        try:
+            problems, datasets[name] = dataset_problems(
+                name, cfg, spec["eval_per_level"], seed, offset, f"problems.families.{name}")
+        except DatasetProblemError as error:
+            raise ProblemError(str(error)) from None
+        evaluation += problems
+        offset += len(cfg["levels"])
+    chance = {f: chance_accuracy(f) for f in spec["families"]}
+    problems_meta = {"file": PROBLEMS_FILE, "count": len(evaluation),
+                     "per_level": spec["eval_per_level"], "chance": chance,
+                     **({"datasets": datasets} if datasets else {})}
+    if not synthetic["families"]:
+        with atomic_path(out_dir, is_dir=True) as tmp:
+            with open(tmp / PROBLEMS_FILE, "w", encoding="utf-8") as handle:
+                handle.writelines(json.dumps(p) + "\n" for p in evaluation)
+            meta = {"format": "evaluation problems only (problems.jsonl): dataset families "
+                              "have no training data",
+                    "source": {"kind": "dataset_problems", "families": spec["families"],
+                               "seed": seed},
+                    "problems": problems_meta}
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+            provenance.extra["meta"] = {"problems": problems_meta}
+            provenance.write(tmp / "provenance.json")
+        return meta
     tokenizer = build_tokenizer()
     weights = spec.get("level_weights", "uniform")
-    splits = {"train": sample_problems(spec, spec["train_problems"], seed, weights),
-              "val": sample_problems(spec, spec["val_problems"], seed + 1_000_003, weights,
+    splits = {"train": sample_problems(synthetic, spec["train_problems"], seed, weights),
+              "val": sample_problems(synthetic, spec["val_problems"], seed + 1_000_003, weights,
                                      table_seed=seed)}
-    evaluation = evaluation_problems(spec, seed)
     dtype = token_dtype(len(tokenizer))
     eos = tokenizer.eos_token_id
     counts = {}
@@ -278,9 +345,7 @@ def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict
                        "level_weights": weights, "seed": seed},
             "tokenizer": {"kind": "word_level", "vocabulary": list(VOCABULARY)},
             "dropped_documents": {},
-            "problems": {"file": PROBLEMS_FILE, "count": len(evaluation),
-                         "per_level": spec["eval_per_level"],
-                         "chance": {f: chance_accuracy(f) for f in spec["families"]}},
+            "problems": problems_meta,
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         provenance.extra["meta"] = {k: meta[k] for k in ("splits", "problems")}
@@ -335,35 +400,115 @@ def _pad(sequences: list[list[int]], pad_id: int):
     return ids, mask
 
 
-@torch.inference_mode()
-def evaluate_problems(model, tokenizer, problems: list[dict], batch_size: int = 64,
-                      prepend_bos: bool = True) -> np.ndarray:
-    """Greedy answer accuracy per problem (bool array): the model generates len(answer) tokens
-    after the prompt; right padding with explicit position ids, one forward per generated token
-    (no cache: the tiny models here, few answer tokens)."""
+def _greedy_tokens(model, sequences: list[list[int]], steps: int, pad_id: int,
+                   device) -> list[list[int]]:
+    """`steps` greedily generated tokens per row: right padding with explicit position ids, one
+    full forward per token (no cache; any model whose forward takes input_ids, attention_mask
+    and position_ids)."""
     from .residual_stream import position_ids_from_mask
 
+    sequences = [list(s) for s in sequences]
+    generated = [[] for _ in sequences]
+    for _ in range(steps):
+        ids, mask = _pad(sequences, pad_id)
+        ids, mask = ids.to(device), mask.to(device)
+        logits = model(input_ids=ids, attention_mask=mask,
+                       position_ids=position_ids_from_mask(mask)).logits
+        last = mask.sum(dim=1) - 1
+        next_ids = logits[torch.arange(len(sequences), device=device), last].argmax(-1).tolist()
+        for row, token in enumerate(next_ids):
+            sequences[row].append(token)
+            generated[row].append(token)
+    return generated
+
+
+def _generate_texts(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
+                    stop: str, pad_id: int, device) -> list[str]:
+    """Greedy completions, decoded and cut at the first `stop`. A transformers model decodes
+    with its KV cache (left padding, explicit position ids; done once every row has produced
+    eos or `stop`); any other model through `_greedy_tokens`."""
+    eos = tokenizer.eos_token_id
+    if not hasattr(model, "generate"):
+        tokens = _greedy_tokens(model, prompts, max_new_tokens, pad_id, device)
+    else:
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt):] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        tokens = [[] for _ in prompts]
+        done = [False] * len(prompts)
+        cache = None
+        for _ in range(max_new_tokens):
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                        cache=cache, use_cache=True)
+            cache = out.cache
+            next_ids = out.logits[:, -1].argmax(-1)
+            for row, token in enumerate(next_ids.tolist()):
+                if done[row]:
+                    continue
+                if token == eos:
+                    done[row] = True
+                    continue
+                tokens[row].append(token)
+                done[row] = stop in tokenizer.decode(tokens[row], skip_special_tokens=True)
+            if all(done):
+                break
+            ids = next_ids[:, None]
+            mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+            positions = positions[:, -1:] + 1
+    return [tokenizer.decode(row, skip_special_tokens=True).split(stop)[0] for row in tokens]
+
+
+def grade_boxed(completion: str, problem: dict) -> bool:
+    """A MATH completion is right when its last \\boxed{} equals the reference's (normalised)."""
+    answer = boxed_answer(completion)
+    return answer is not None and normalise_answer(answer) == normalise_answer(
+        problem["final_answer"])
+
+
+@torch.inference_mode()
+def evaluate_problems(model, tokenizer, problems: list[dict], batch_size: int = 64,
+                      prepend_bos: bool = True, completions: list | None = None) -> np.ndarray:
+    """Greedy answer accuracy per problem (bool array): the model generates len(answer) tokens
+    after the prompt (right padding with explicit position ids, one forward per generated token:
+    no cache, few answer tokens), all must equal the answer's. Problems with `grade: boxed`
+    (MATH) are graded on the model's own greedy solution instead (`grade_boxed`, at most their
+    max_new_tokens tokens); their decoded completions go into `completions` when given (a list,
+    filled with None for the others)."""
     device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     correct = np.zeros(len(problems), dtype=bool)
     encoded = [_prompt_ids(tokenizer, p, prepend_bos) for p in problems]
-    for start in range(0, len(problems), batch_size):
-        chunk = encoded[start:start + batch_size]
-        sequences = [list(prompt) for prompt, _ in chunk]
-        steps = max(len(answer) for _, answer in chunk)
-        generated = [[] for _ in chunk]
-        for _ in range(steps):
-            ids, mask = _pad(sequences, pad_id)
-            ids, mask = ids.to(device), mask.to(device)
-            logits = model(input_ids=ids, attention_mask=mask,
-                           position_ids=position_ids_from_mask(mask)).logits
-            last = mask.sum(dim=1) - 1
-            next_ids = logits[torch.arange(len(chunk), device=device), last].argmax(-1).tolist()
-            for row, token in enumerate(next_ids):
-                sequences[row].append(token)
-                generated[row].append(token)
-        for row, (_, answer) in enumerate(chunk):
-            correct[start + row] = generated[row][:len(answer)] == answer
+    grades = [p.get("grade", "exact") for p in problems]
+    unknown = sorted(set(map(str, grades)) - {"exact", "boxed"})
+    if unknown:
+        raise ProblemError(f"problems: unknown grade {', '.join(unknown)} (exact | boxed)")
+    exact = [i for i, grade in enumerate(grades) if grade == "exact"]
+    boxed = [i for i, grade in enumerate(grades) if grade == "boxed"]
+    for start in range(0, len(exact), batch_size):
+        rows = exact[start:start + batch_size]
+        steps = max(len(encoded[i][1]) for i in rows)
+        generated = _greedy_tokens(model, [encoded[i][0] for i in rows], steps, pad_id, device)
+        for row, index in enumerate(rows):
+            answer = encoded[index][1]
+            correct[index] = generated[row][:len(answer)] == answer
+    if completions is not None:
+        completions[:] = [None] * len(problems)
+    for start in range(0, len(boxed), batch_size):
+        rows = boxed[start:start + batch_size]
+        eos = tokenizer.eos_token_id
+        texts = _generate_texts(model, tokenizer, [encoded[i][0] for i in rows],
+                                max(int(problems[i]["max_new_tokens"]) for i in rows), MATH_STOP,
+                                pad_id if tokenizer.pad_token_id is not None or eos is None
+                                else eos, device)
+        for index, text in zip(rows, texts):
+            correct[index] = grade_boxed(text, problems[index])
+            if completions is not None:
+                completions[index] = text
     return correct
 
 
@@ -375,7 +520,8 @@ def accuracy_table(problems: list[dict], correct: np.ndarray):
                           "level": [p["level"] for p in problems], "correct": correct})
     table = frame.groupby(["family", "level"], sort=True)["correct"].agg(["mean", "size"])
     table = table.rename(columns={"mean": "accuracy", "size": "problems"}).reset_index()
-    table["chance"] = [chance_accuracy(f) if f in FAMILIES else np.nan for f in table["family"]]
+    table["chance"] = [chance_accuracy(f) if f in ALL_FAMILIES else np.nan
+                       for f in table["family"]]
     return table
 
 
@@ -412,7 +558,8 @@ def depth_score_tables(adapter, tokenizer, problems: list[dict], settings, varia
     """Per-level accuracy, depth score with a bootstrap interval per (family, level), and the
     per-problem output effect of skipping each layer at the answer positions (Csordas et al.:
     depth score = sum_l l e_l / sum_l e_l). `settings` are the skip settings; only `variant`
-    (an _all variant) is run. Returns {accuracy, depth_score, problem_effects} frames."""
+    (an _all variant) is run. Returns {accuracy, depth_score, problem_effects} frames, and
+    `completions` (the greedy solutions of boxed-graded problems) when there are any."""
     import dataclasses
 
     import pandas as pd
@@ -420,8 +567,9 @@ def depth_score_tables(adapter, tokenizer, problems: list[dict], settings, varia
     from .interventions import depth_scores_by_group, skip_effects
 
     prepend = prepend_bos and tokenizer.bos_token_id is not None
+    completions = []
     correct = evaluate_problems(adapter.model, tokenizer, problems, batch_size=batch_size,
-                                prepend_bos=prepend)
+                                prepend_bos=prepend, completions=completions)
     scored = skip_effects(adapter, problem_batches(tokenizer, problems, batch_size,
                                                    prepend_bos=prepend, max_length=max_length),
                           dataclasses.replace(settings, variants=(variant,)), per_prompt=True)
@@ -437,6 +585,11 @@ def depth_score_tables(adapter, tokenizer, problems: list[dict], settings, varia
         frame.insert(0, "family", family)
         frames.append(frame.rename(columns={"group": "level", "prompts": "problems"}))
     layers = adapter.num_layers
+    graded = [i for i, text in enumerate(completions) if text is not None]
+    extra = {"completions": pd.DataFrame({   # the generated solutions a boxed grade read
+        "problem": graded, "family": families[graded], "level": levels[graded],
+        "correct": correct[graded], "completion": [completions[i] for i in graded]})
+    } if graded else {}
     return {
         "accuracy": accuracy_table(problems, correct),
         "depth_score": pd.concat(frames, ignore_index=True),
@@ -446,4 +599,5 @@ def depth_score_tables(adapter, tokenizer, problems: list[dict], settings, varia
             "correct": np.repeat(correct, layers),
             "skipped": np.tile(np.arange(layers), len(problems)),
             "output_effect": per_problem.reshape(-1)}),
+        **extra,
     }
