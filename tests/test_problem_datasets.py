@@ -20,6 +20,7 @@ from depthlab.problem_datasets import boxed_answer, math_level, normalise_answer
 from depthlab.problems import (accuracy_table, depth_score_tables, evaluate_problems,
                                problem_batches, read_problems, validate_problem_settings,
                                write_problem_set)
+from tiny_models import Oracle
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
@@ -354,26 +355,11 @@ def byte_level_tokenizer(texts: list[str]):
                                    pad_token="<pad>", clean_up_tokenization_spaces=False)
 
 
-class SolutionWriter(torch.nn.Module):
-    """A causal LM stub without `generate`: continues each prompt with its continuation's
-    tokens, then eos."""
-
-    def __init__(self, tokenizer, prompts, continuations):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.sequences = [p + tokenizer(c, add_special_tokens=False)["input_ids"] +
-                          [tokenizer.eos_token_id] * 40 for p, c in zip(prompts, continuations)]
-        self.vocab = len(tokenizer)
-
-    def forward(self, input_ids, attention_mask, position_ids=None):
-        logits = torch.zeros(*input_ids.shape, self.vocab)
-        for row in range(input_ids.shape[0]):
-            length = int(attention_mask[row].sum())
-            prefix = input_ids[row, :length].tolist()
-            for sequence in self.sequences:
-                if sequence[:length] == prefix:
-                    logits[row, length - 1, sequence[length]] = 1.0
-        return type("Out", (), {"logits": logits})()
+def solution_writer(tokenizer, prompts, continuations) -> Oracle:
+    """Continues each prompt with its continuation's tokens, then eos."""
+    return Oracle([p + tokenizer(c, add_special_tokens=False)["input_ids"] +
+                   [tokenizer.eos_token_id] * 40 for p, c in zip(prompts, continuations)],
+                  len(tokenizer))
 
 
 def test_math_accuracy_grades_the_final_boxed_answer():
@@ -388,7 +374,7 @@ def test_math_accuracy_grades_the_final_boxed_answer():
     prompts = [[tokenizer.bos_token_id] + tokenizer(p["prompt"], add_special_tokens=False)
                ["input_ids"] for p in problems]
     completions = []
-    correct = evaluate_problems(SolutionWriter(tokenizer, prompts, continuations), tokenizer,
+    correct = evaluate_problems(solution_writer(tokenizer, prompts, continuations), tokenizer,
                                 problems, batch_size=2, completions=completions)
     # other tokens than the reference solution, the same boxed answer: right; the text from a
     # new "Problem:" on is cut, so its \boxed{3} does not count
@@ -396,7 +382,7 @@ def test_math_accuracy_grades_the_final_boxed_answer():
     assert completions[0] == " 1 plus 1 is $\\dfrac{4}{2} = \\boxed{2}$."
     assert completions[3] is None
     with pytest.raises(ValueError, match="unknown grade sympy"):
-        evaluate_problems(SolutionWriter(tokenizer, prompts, continuations), tokenizer,
+        evaluate_problems(solution_writer(tokenizer, prompts, continuations), tokenizer,
                           [{**problems[0], "grade": "sympy"}])
     # a transformers model decodes with its cache (left padding): the same greedy text as the
     # cache-free right-padded loop; a random model gets nothing right

@@ -17,6 +17,7 @@ from depthlab.problems import (LETTERS, RELATIONS, accuracy_table, build_tokeniz
                                evaluate_problems, evaluation_problems, problem_batches,
                                read_problems, relation_tables, sample_problems,
                                validate_problem_settings, write_problem_set)
+from tiny_models import Oracle
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
@@ -101,27 +102,6 @@ def test_folder_is_in_the_data_stage_format_and_pretrain_runs(tmp_path):
                        threads=1, progress=False)
     assert np.isfinite(summary["final_val_loss"])
     assert (tmp_path / "model" / "tokenizer.json").is_file()
-
-
-class Oracle(torch.nn.Module):
-    """A causal LM stub: predicts the next token of whichever known sequence the row continues
-    (or `constant` when given)."""
-
-    def __init__(self, sequences, vocab, constant=None):
-        super().__init__()
-        self.sequences, self.vocab, self.constant = sequences, vocab, constant
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-
-    def forward(self, input_ids, attention_mask, position_ids=None):
-        logits = torch.zeros(*input_ids.shape, self.vocab)
-        for row in range(input_ids.shape[0]):
-            length = int(attention_mask[row].sum())
-            prefix = input_ids[row, :length].tolist()
-            for sequence in self.sequences:
-                if sequence[:length] == prefix and len(sequence) > length:
-                    token = sequence[length] if self.constant is None else self.constant
-                    logits[row, length - 1, token] = 1.0
-        return type("Out", (), {"logits": logits})()
 
 
 def test_greedy_evaluation_and_answer_positions():

@@ -1,5 +1,6 @@
 """Tiny randomly initialised models of every architecture family the analysis adapter supports,
-built from configs (no download). Shared by test_adapter.py and test_analysis.py."""
+built from configs (no download). Shared by test_adapter.py and test_analysis.py; and Oracle,
+a causal LM stub that continues known sequences (test_problems.py, test_problem_datasets.py)."""
 
 from __future__ import annotations
 
@@ -118,3 +119,24 @@ def large_weights(model: torch.nn.Module, seed: int) -> dict:
             fan_in = tensor.shape[1]
             state[name] = torch.randn(tensor.shape, generator=gen) * 1.5 / math.sqrt(fan_in)
     return state
+
+
+class Oracle(torch.nn.Module):
+    """A causal LM stub without `generate`: predicts the next token of whichever known sequence
+    the row continues (or `constant` when given)."""
+
+    def __init__(self, sequences, vocab, constant=None):
+        super().__init__()
+        self.sequences, self.vocab, self.constant = sequences, vocab, constant
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask, position_ids=None):
+        logits = torch.zeros(*input_ids.shape, self.vocab)
+        for row in range(input_ids.shape[0]):
+            length = int(attention_mask[row].sum())
+            prefix = input_ids[row, :length].tolist()
+            for sequence in self.sequences:
+                if sequence[:length] == prefix and len(sequence) > length:
+                    token = sequence[length] if self.constant is None else self.constant
+                    logits[row, length - 1, token] = 1.0
+        return type("Out", (), {"logits": logits})()

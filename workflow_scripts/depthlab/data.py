@@ -326,15 +326,11 @@ def _unencodable(text: str) -> str | None:
     return None
 
 
-def iter_jsonl_texts(path: str | os.PathLike, field: str = "text", where: str = "texts"):
-    """The `field` of every record of a JSON-lines file; errors name the file and line.
-
-    Every failure is a DataError naming `path:line`: a missing file, bytes that are not UTF-8,
-    a line that is not JSON (including JSON nested too deeply for the parser or with an integer
-    too long to convert), a record that is not an object with a string `field`, and a string
-    holding an unpaired surrogate escape (valid JSON, but no UTF-8 text; the tokenizer and the
-    data stage's hashes would fail on it much later, without a name).
-    """
+def iter_jsonl_records(path: str | os.PathLike, where: str = "texts"):
+    """(line number, record) of every non-blank line of a JSON-lines file; every failure is a
+    DataError naming `path:line`: a missing file, bytes that are not UTF-8, a line that is not
+    JSON (including JSON nested too deeply for the parser or with an integer too long to
+    convert), a record that is not an object."""
     try:
         lines = _jsonl_lines(path)
         first = next(lines, None)
@@ -356,7 +352,21 @@ def iter_jsonl_texts(path: str | os.PathLike, field: str = "text", where: str = 
             reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
             raise DataError(f"{where}: {path}:{number}: not JSON that can be read "
                             f"({reason})") from None
-        if not isinstance(record, dict) or not isinstance(record.get(field), str):
+        if not isinstance(record, dict):
+            raise DataError(f"{where}: {path}:{number}: not a JSON object")
+        yield number, record
+
+
+def iter_jsonl_texts(path: str | os.PathLike, field: str = "text", where: str = "texts"):
+    """The `field` of every record of a JSON-lines file; errors name the file and line.
+
+    Every failure is a DataError naming `path:line` (see iter_jsonl_records), also a record
+    without a string `field` and a string holding an unpaired surrogate escape (valid JSON, but
+    no UTF-8 text; the tokenizer and the data stage's hashes would fail on it much later,
+    without a name).
+    """
+    for number, record in iter_jsonl_records(path, where):
+        if not isinstance(record.get(field), str):
             raise DataError(f"{where}: {path}:{number}: no string '{field}' field")
         problem = _unencodable(record[field])
         if problem:

@@ -131,7 +131,7 @@ def iter_records(spec: dict, where: str):
 
 
 def _local_records(path: str, where: str):
-    from .data import DataError, _decode_jsonl_line, _jsonl_lines
+    from .data import DataError, iter_jsonl_records
 
     if not os.path.isfile(path):
         raise DataError(f"{where}: '{path}' is not a file")
@@ -145,16 +145,7 @@ def _local_records(path: str, where: str):
             raise DataError(f"{where}: {path}: not a JSON list of records")
         yield from records
         return
-    for number, raw in _jsonl_lines(path):
-        line = _decode_jsonl_line(path, number, raw, where)
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{where}: {path}:{number}: not JSON ({error.msg})") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{where}: {path}:{number}: not a JSON object")
+    for _, record in iter_jsonl_records(path, where):
         yield record
 
 
