@@ -140,7 +140,8 @@ def test_resume_after_sigkill_ends_bit_identical(tmp_path, test_config, data_dir
 
 def test_two_gloo_ranks_match_one_process(tmp_path, test_config, data_dir):
     model = tiny_model(test_config, steps=12, eval_every=6)
-    run_script(model, data_dir, tmp_path / "single", tmp_path / "s1")
+    pretrain("tiny", model, data_dir, tmp_path / "single", tmp_path / "s1", seed=0, threads=1,
+             progress=False)
     torchrun = [str(Path(sys.executable).with_name("torchrun")), "--standalone",
                 "--nproc_per_node", "2"]
     run_script(model, data_dir, tmp_path / "ddp", tmp_path / "s2", *torchrun)
