@@ -1,5 +1,7 @@
-"""Fixtures shared by test files."""
+"""Fixtures shared by test files, and the background start of the Slurm run (test_slurm.py)."""
 
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,3 +37,20 @@ def finished_test_checkout(tmp_path_factory):
     result = snakemake(checkout)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     return checkout
+
+
+def pytest_collection_finish(session):
+    """Start the Slurm workflow run now when its tests are selected: it mostly waits on the
+    executor's polling, so it overlaps with the other tests instead of adding a minute."""
+    if session.config.option.collectonly:
+        return
+    if any(item.path.name == "test_slurm.py" and "slurm_run" in getattr(item, "fixturenames", ())
+           for item in session.items):
+        import test_slurm
+
+        test_slurm.start_in_background(Path(tempfile.mkdtemp(prefix="depthlab-slurm-")))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if "test_slurm" in sys.modules:
+        sys.modules["test_slurm"].stop_background()

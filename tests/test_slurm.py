@@ -6,6 +6,11 @@ The cluster (2 CPUs, 2 fake h100 GPUs) comes from `.ci/setup_slurm.sh`; when it 
 fixture starts it (root: apt-get install + daemons) and stops it afterwards. Where that is
 impossible (no root or no apt-get) the cluster tests are skipped with the reason, except under
 DEPTHLAB_REQUIRE_SLURM=1 (set by .ci/run), where they fail: CI must run them.
+
+The Slurm run mostly waits (the executor polls Slurm at growing intervals, +10 s a round), so
+when its tests are selected, conftest.py starts it in the background as soon as the session has
+collected them (`start_in_background`) and the `slurm_run` fixture collects it; run alone, the
+fixture starts it itself.
 """
 
 import json
@@ -140,29 +145,28 @@ def cluster_unavailable(reason: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
-def local_cluster():
-    """The one-node cluster: reuse a running one, else start it here and stop it afterwards."""
-    started_here = False
-    up = cluster_is_up()
-    if not up and os.geteuid() != 0:
-        cluster_unavailable("no Slurm cluster is up and starting one needs root")
-    if not up and shutil.which("apt-get") is None and shutil.which("sinfo") is None:
-        cluster_unavailable("no Slurm cluster is up and installing one needs apt-get")
-    if not up:
+def bring_up_cluster() -> dict:
+    """Start the cluster unless it is up: {started_here, unavailable (why it cannot be used, or
+    None), error (the setup script's failure, or None)}."""
+    state = {"started_here": False, "unavailable": None, "error": None}
+    if cluster_is_up():
+        return state
+    if os.geteuid() != 0:
+        state["unavailable"] = "no Slurm cluster is up and starting one needs root"
+    elif shutil.which("apt-get") is None and shutil.which("sinfo") is None:
+        state["unavailable"] = "no Slurm cluster is up and installing one needs apt-get"
+    else:
         setup = subprocess.run(["bash", str(SETUP_SCRIPT), "start"], capture_output=True,
                                text=True, timeout=600)
-        assert setup.returncode == 0, f"{SETUP_SCRIPT} failed:\n{setup.stdout}{setup.stderr}"
-        started_here = True
-    require_cluster()
-    yield
-    if started_here:
-        subprocess.run(["bash", str(SETUP_SCRIPT), "stop"], capture_output=True, timeout=120)
+        if setup.returncode != 0:
+            state["error"] = f"{SETUP_SCRIPT} failed:\n{setup.stdout}{setup.stderr}"
+        state["started_here"] = True
+    return state
 
 
-@pytest.fixture(scope="module")
-def slurm_run(tmp_path_factory, local_cluster):
-    workdir = tmp_path_factory.mktemp("slurm").resolve()
+def launch_run(workdir: Path) -> subprocess.Popen:
+    """The workflow's target through the real profile on the cluster, in `workdir`; its output
+    goes to workdir/snakemake.out."""
     config = yaml.safe_load(CONFIG.read_text())
     config["run_name"] = RUN_NAME
     config["resources"].update(RESOURCES)
@@ -175,17 +179,68 @@ def slurm_run(tmp_path_factory, local_cluster):
                "--configfile", str(configfile), "--profile", str(ROOT / "profiles" / "slurm"),
                "--slurm-init-seconds-before-status-checks", "1", "--slurm-keep-successful-logs",
                TARGET]
+    with open(workdir / "snakemake.out", "w") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+
+def cancel_leftovers(workdir: Path) -> None:
+    """A killed run leaves its jobs queued or running on the cluster; cancel them."""
+    leftover = [job["JobId"] for job in slurm_jobs(workdir)
+                if job.get("JobState") in {"PENDING", "RUNNING", "CONFIGURING"}]
+    if leftover:
+        subprocess.run(["scancel", *leftover], timeout=30)
+
+
+BACKGROUND: dict = {}   # set by start_in_background: bring_up_cluster's state, workdir, process
+
+
+def start_in_background(workdir: Path) -> None:
+    """Called by conftest.py once the session's tests are collected, if they use slurm_run."""
+    BACKGROUND.update(bring_up_cluster())
+    if BACKGROUND["unavailable"] is None and BACKGROUND["error"] is None and cluster_is_up():
+        BACKGROUND.update(workdir=workdir.resolve(), process=launch_run(workdir.resolve()))
+
+
+def stop_background() -> None:
+    """Session end: a run nobody collected (e.g. an interrupted session) is killed."""
+    process = BACKGROUND.get("process")
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.wait()
+        cancel_leftovers(BACKGROUND["workdir"])
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    """The one-node cluster: reuse a running one, else start it here and stop it afterwards."""
+    state = {k: BACKGROUND[k] for k in ("started_here", "unavailable", "error")} \
+        if BACKGROUND else bring_up_cluster()
+    if state["error"]:
+        pytest.fail(state["error"], pytrace=False)
+    if state["unavailable"]:
+        cluster_unavailable(state["unavailable"])
+    require_cluster()
+    yield
+    if state["started_here"]:
+        subprocess.run(["bash", str(SETUP_SCRIPT), "stop"], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def slurm_run(tmp_path_factory, local_cluster):
+    if BACKGROUND.get("process") is not None:
+        workdir, process = BACKGROUND["workdir"], BACKGROUND["process"]
+    else:
+        workdir = tmp_path_factory.mktemp("slurm").resolve()
+        process = launch_run(workdir)
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S + 30)
+        process.wait(timeout=TIMEOUT_S + 30)
         jobs = slurm_jobs(workdir)
     finally:
-        # A killed run leaves its jobs queued or running on the cluster; cancel them.
-        leftover = [job["JobId"] for job in slurm_jobs(workdir)
-                    if job.get("JobState") in {"PENDING", "RUNNING", "CONFIGURING"}]
-        if leftover:
-            subprocess.run(["scancel", *leftover], timeout=30)
-    output = (result.stdout + result.stderr)[-6000:]
-    assert result.returncode == 0, f"snakemake exited {result.returncode}:\n{output}"
+        if process.poll() is None:
+            process.kill()
+        cancel_leftovers(workdir)
+    output = (workdir / "snakemake.out").read_text()[-6000:]
+    assert process.returncode == 0, f"snakemake exited {process.returncode}:\n{output}"
     return workdir, jobs, output
 
 
