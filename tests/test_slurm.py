@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -191,14 +192,38 @@ def cancel_leftovers(workdir: Path) -> None:
         subprocess.run(["scancel", *leftover], timeout=30)
 
 
-BACKGROUND: dict = {}   # set by start_in_background: bring_up_cluster's state, workdir, process
+def finish_run(process: subprocess.Popen, workdir: Path) -> list[dict]:
+    """Wait for the run; its jobs as Slurm lists them right after it (Slurm forgets finished
+    jobs after MinJobAge, 300 s); leftovers of a killed run are cancelled."""
+    try:
+        process.wait(timeout=TIMEOUT_S + 30)
+        return slurm_jobs(workdir)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        cancel_leftovers(workdir)
+
+
+BACKGROUND: dict = {}   # start_in_background: bring_up_cluster's state, workdir, process, watcher
 
 
 def start_in_background(workdir: Path) -> None:
-    """Called by conftest.py once the session's tests are collected, if they use slurm_run."""
+    """Called by conftest.py once the session's tests are collected, if they use slurm_run: the
+    run starts now and a thread records its jobs the moment it ends."""
     BACKGROUND.update(bring_up_cluster())
     if BACKGROUND["unavailable"] is None and BACKGROUND["error"] is None and cluster_is_up():
-        BACKGROUND.update(workdir=workdir.resolve(), process=launch_run(workdir.resolve()))
+        workdir = workdir.resolve()
+        process = launch_run(workdir)
+
+        def watch():
+            try:
+                BACKGROUND["jobs"] = finish_run(process, workdir)
+            except Exception as error:  # noqa: BLE001 - re-raised by the fixture
+                BACKGROUND["watch_error"] = error
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        BACKGROUND.update(workdir=workdir, process=process, watcher=watcher)
 
 
 def stop_background() -> None:
@@ -229,16 +254,14 @@ def local_cluster():
 def slurm_run(tmp_path_factory, local_cluster):
     if BACKGROUND.get("process") is not None:
         workdir, process = BACKGROUND["workdir"], BACKGROUND["process"]
+        BACKGROUND["watcher"].join(timeout=TIMEOUT_S + 60)
+        if "watch_error" in BACKGROUND:
+            raise BACKGROUND["watch_error"]
+        jobs = BACKGROUND["jobs"]
     else:
         workdir = tmp_path_factory.mktemp("slurm").resolve()
         process = launch_run(workdir)
-    try:
-        process.wait(timeout=TIMEOUT_S + 30)
-        jobs = slurm_jobs(workdir)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        cancel_leftovers(workdir)
+        jobs = finish_run(process, workdir)
     output = (workdir / "snakemake.out").read_text()[-6000:]
     assert process.returncode == 0, f"snakemake exited {process.returncode}:\n{output}"
     return workdir, jobs, output
