@@ -79,7 +79,7 @@ def load(args):
         rows = []
         for text in iter_jsonl_texts(texts):
             ids = tokenizer(text, truncation=True, max_length=args.length)["input_ids"]
-            if len(ids) >= min(12, args.length):
+            if len(ids) > args.future_min_position + 1:   # room for a future position t
                 rows.append(ids)
             if len(rows) == args.prompts:
                 break
@@ -210,7 +210,9 @@ def main():
         results = []
         for label in args.case:
             case = argparse.Namespace(**{**vars(args), **CASES[label]})
-            if not Path(case.model).is_dir():
+            if Path(case.model).is_dir():   # the default run's model; else a random one
+                case.random = None
+            else:
                 case.model = None
             results.append(run_case(case, label))
     print(json.dumps(results))
