@@ -454,6 +454,14 @@ def _local_path(path: str, base_dir: Path) -> str | None:
     return None
 
 
+def _local_file(path: str, base_dir: Path, key: str) -> str:
+    """`_local_path` of a file the config names; ConfigError naming `key` when it is none."""
+    local = _local_path(path, base_dir)
+    if local is None or not os.path.isfile(local):
+        raise ConfigError(f"{key}: '{path}' is not a file")
+    return local
+
+
 # ---------------------------------------------------------------------------------------------
 # Resolution
 
@@ -740,9 +748,7 @@ def text_set_texts(resolved: Resolved, text_set: str, base_dir: Path, key: str,
         return {"source": "jsonl", "path": f"{resolved.paths.data}/val.jsonl",
                 "input": resolved.paths.data}
     if spec["source"] == "jsonl":
-        local = _local_path(spec["path"], base_dir)
-        if local is None or not os.path.isfile(local):
-            raise ConfigError(f"analysis.text_sets.{text_set}.path: '{spec['path']}' is not a file")
+        local = _local_file(spec["path"], base_dir, f"analysis.text_sets.{text_set}.path")
         return {"source": "jsonl", "path": local, "input": local}
     # a pinned revision joins the spec only when given: unpinned specs stay as they were
     pinned = {"revision": spec["revision"]} if spec.get("revision") else {}
@@ -857,9 +863,7 @@ def _resolve_scaling(resolved: Resolved, base_dir: Path) -> None:
                                   f"name a declared sweep with models")
             points = paths.sweep_points
         else:
-            points = _local_path(spec["source"], base_dir)
-            if points is None or not os.path.isfile(points):
-                raise ConfigError(f"scaling.fits.{name}.source: '{spec['source']}' is not a file")
+            points = _local_file(spec["source"], base_dir, f"scaling.fits.{name}.source")
             _check_points_csv(points, spec.get("columns"), spec["law"],
                               f"scaling.fits.{name}.source")
         outputs = [paths.fit(name), paths.fit_samples(name)]
@@ -1038,12 +1042,9 @@ def _resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
         for family, settings in problems["families"].items():
             dataset = settings.get("dataset") or {}
             if dataset.get("source") == "jsonl":   # a local dataset file, found as text sets are
-                local = _local_path(dataset["path"], base_dir)
-                if local is None or not os.path.isfile(local):
-                    raise ConfigError(f"depth_use.problems.families.{family}.dataset.path: "
-                                      f"'{dataset['path']}' is not a file")
-                dataset["path"] = local
-                local_datasets.append(local)   # an edited file rebuilds the problem set
+                dataset["path"] = _local_file(
+                    dataset["path"], base_dir, f"depth_use.problems.families.{family}.dataset.path")
+                local_datasets.append(dataset["path"])   # an edited file rebuilds the set
         resolved.add("make_problems", "problems", {"out": paths.problems, "seed": config["seed"],
                                                    **problems}, outputs=[paths.problems],
                      inputs={"datasets": local_datasets})

@@ -434,10 +434,14 @@ class _SublayerMask:
             handle.remove()
 
 
-def _probabilities(adapter: ModelAdapter, final_state: torch.Tensor) -> torch.Tensor:
-    """softmax(lm_head(norm(h_L))) in float32 at least."""
-    logits = adapter.logits(final_state)
+def _softmax(logits: torch.Tensor) -> torch.Tensor:
+    """Output probabilities in float32 at least."""
     return torch.softmax(logits.to(_work_dtype(logits.dtype)), dim=-1)
+
+
+def _probabilities(adapter: ModelAdapter, final_state: torch.Tensor) -> torch.Tensor:
+    """softmax(lm_head(norm(h_L)))."""
+    return _softmax(adapter.logits(final_state))
 
 
 def _output_effects(adapter, final_rows, rows: _Rows, clean_probs) -> torch.Tensor:
@@ -479,6 +483,7 @@ def _run_chunk(adapter, rows: _Rows, states, calls, clean_probs, batch_size, acc
         if run_here:
             entering = states[l].index_select(0, rows.prompt[run_here])
             stack, active = join(stack, active, run_here, entering)
+        clean_update = states[l + 1] - states[l]
         if stack is not None:
             at_layer = active.skipped == l
             keep = {}
@@ -490,16 +495,16 @@ def _run_chunk(adapter, rows: _Rows, states, calls, clean_probs, batch_size, acc
             expand = _expander(batch_size, active.prompt)
             with _SublayerMask(adapter, l, keep):
                 output = calls[l].run(adapter.layers[l], stack, expand)
-            clean_update = (states[l + 1] - states[l]).index_select(0, active.prompt)
-            _accumulate_updates(acc, active, _relative_change(clean_update, output - stack), l)
+            _accumulate_updates(acc, active, _relative_change(
+                clean_update.index_select(0, active.prompt), output - stack), l)
             stack = output
         if skip_here:
             skipping = rows.select(skip_here)
             before = states[l].index_select(0, skipping.prompt)
             after = torch.where(skipping.intervene.unsqueeze(-1), before,
                                 states[l + 1].index_select(0, skipping.prompt))
-            clean_update = (states[l + 1] - states[l]).index_select(0, skipping.prompt)
-            _accumulate_updates(acc, skipping, _relative_change(clean_update, after - before), l)
+            _accumulate_updates(acc, skipping, _relative_change(
+                clean_update.index_select(0, skipping.prompt), after - before), l)
             stack, active = join(stack, active, skip_here, after)
     effects = (_output_effects(adapter, stack, active, clean_probs) if clean_probs is not None
                else None)
@@ -636,8 +641,7 @@ def _reference_forward(adapter: ModelAdapter, ids: torch.Tensor, hooks=()):
     kwargs = _backbone_kwargs(adapter, ids, torch.ones_like(ids))
     try:
         if adapter.has_lm_head:
-            logits = adapter.model(**kwargs).logits[0]
-            probs = torch.softmax(logits.to(_work_dtype(logits.dtype)), dim=-1)
+            probs = _softmax(adapter.model(**kwargs).logits[0])
         else:
             adapter.backbone(**kwargs)
             probs = None

@@ -24,7 +24,6 @@ from pathlib import Path
 from tqdm import tqdm
 
 
-
 class TrackingError(RuntimeError):
     """The tracking backend cannot start (e.g. W&B online without a login); names the key."""
 
@@ -132,6 +131,6 @@ def start_wandb_run(settings: dict, name: str | None, config: dict | None):
             f"tracking.wandb.mode: {mode!r} could not start a W&B run ({first_line}); run "
             f"`wandb login` or set WANDB_API_KEY on the machine that runs the job, or use "
             f"mode: offline (no network, no login; `wandb sync` uploads later)") from None
-    print(f"[{name}] W&B {settings.get('mode', 'offline')} run {run.id} in {folder / 'wandb'}",
+    print(f"[{name}] W&B {mode} run {run.id} in {folder / 'wandb'}",
           file=sys.stderr, flush=True)
     return run
