@@ -31,6 +31,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+from .errors import UnsupportedModelError, CheckpointError
 
 if TYPE_CHECKING:  # torch is imported where it is used: the folder checks below run without it
     import torch
@@ -70,16 +71,6 @@ LAYOUTS_BY_MODEL_TYPE = {
 }
 # Tried in this order for an unknown model_type whose modules look like a known family.
 STRUCTURAL_LAYOUTS = (OLMO2, LLAMA, GPT_NEOX, GPT2, OPT, BERT)
-
-
-class UnsupportedModelError(ValueError):
-    """The adapter could not find a part it needs; the message names it and where it looked."""
-
-
-class CheckpointError(ValueError):
-    """A model folder that cannot be used as it is (no config.json, a missing or truncated
-    weights file, no tokenizer, a tokenizer larger than the embedding): the message names the
-    folder or file and what is wrong. Scripts print it as one line (depthlab.cli.main_guard)."""
 
 
 def _get_path(root: nn.Module, path: str | None):

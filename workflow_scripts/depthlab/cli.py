@@ -20,11 +20,8 @@ import os
 import shlex
 import sys
 
-from .devices import DeviceError, resolve_device  # noqa: F401  (scripts import it from here)
-
-
-class UserError(Exception):
-    """An error in the user's input (config, file): printed as one line, exit status 2."""
+from .devices import resolve_device  # noqa: F401  (scripts import it from here)
+from .errors import ConfigError, DepthlabError, UserError  # noqa: F401  (scripts import UserError from here)
 
 
 def stage_parser(doc: str | None, stage: str) -> argparse.ArgumentParser:
@@ -51,7 +48,7 @@ def job_spec(args: argparse.Namespace) -> dict:
             return json.loads(args.spec)
         except json.JSONDecodeError as error:
             fail(f"--spec: not JSON ({error})")
-    from .config import ConfigError, load_config, resolve
+    from .config import load_config, resolve
 
     try:
         jobs = resolve(load_config(*args.config)).jobs(args.stage)
@@ -140,16 +137,9 @@ def fail(message: str) -> None:
 
 
 def main_guard(main) -> None:
-    """Run a script's main; user errors (UserError, ConfigError, DataError) exit with one line."""
-    from .config import ConfigError
-
+    """Run a script's main; an error the user can fix (any DepthlabError: config, data, model
+    folder, device ...) exits with its one-line message instead of a traceback."""
     try:
         main()
-    except (UserError, ConfigError) as error:
+    except DepthlabError as error:
         fail(str(error))
-    except Exception as error:  # noqa: BLE001 - data and model errors that name a file
-        if type(error).__name__ in ("DataError", "CheckpointError", "UnsupportedModelError",
-                                    "DeviceError", "PruningError", "TaskFileError",
-                                    "ProblemError", "TrackingError"):
-            fail(str(error))
-        raise

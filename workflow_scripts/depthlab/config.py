@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from .errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "schema.yaml"
@@ -47,10 +48,6 @@ TOY_TRAIN_KEYS = ("width", "hidden", "input_size", "output_size", "teacher_layer
 ANALYSIS_TEXT_KEYS = ("text_field", "max_samples", "max_tokens", "max_length", "all_token_distance")
 NESTED_FIT_KEYS = ("start_grid", "bootstrap", "validation", "columns")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-class ConfigError(ValueError):
-    """A config value that is wrong; the message starts with its key (and file, if any)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,7 +431,7 @@ def _check_hf_model(name: str, model: dict, base_dir: Path) -> None:
         return  # a hub id: checked when downloaded
     if not Path(candidate).is_dir():
         raise ConfigError(f"{key}: '{path}' is not a folder")
-    from .adapter import CheckpointError, check_local_model  # torch-free checks of the folder
+    from .adapter import check_local_model  # torch-free checks of the folder
 
     try:
         check_local_model(candidate)

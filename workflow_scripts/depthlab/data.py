@@ -52,16 +52,13 @@ import numpy as np
 
 from .io import atomic_path
 from .provenance import Provenance
+from .errors import DataError
 
 EOS_TOKEN = "<|endoftext|>"  # also bos, as in GPT-2
 PAD_TOKEN = "<|pad|>"
 SPLITS = ("train", "val")
 ENCODE_BATCH_DOCUMENTS = 2048  # documents per encode_batch call: bounds memory, keeps rayon busy
 LOG_EVERY_DOCUMENTS = 200_000
-
-
-class DataError(ValueError):
-    """Bad data config or input; the message starts with the offending key."""
 
 
 def _require(section: dict | None, key: str, where: str):

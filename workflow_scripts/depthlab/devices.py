@@ -1,10 +1,7 @@
 """Device choice, one rule for every stage: `auto` is cuda when a GPU is visible, else cpu."""
 
 from __future__ import annotations
-
-
-class DeviceError(ValueError):
-    """A device was asked for that this machine does not have."""
+from .errors import DeviceError
 
 
 def resolve_device(name: str = "auto") -> str:

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from .pruning import PruningError
+from .errors import PruningError
 from .tracking import Progress, Tracker
 from .training import language_model_loss, lr_multiplier, train_batch
 

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+from .errors import TaskFileError
 
 TASK_KINDS = ("word_order", "continuation")
 TASK_PREFIX = "depthlab_"
@@ -42,10 +43,6 @@ MAX_TOKENS_PER_WORD = 3
 CHOICES = 4
 METRICS = ("acc", "acc_norm")
 _WORD = re.compile(r"\S+")
-
-
-class TaskFileError(ValueError):
-    """A task folder or file is missing or malformed; the message names the key and path."""
 
 
 def task_name(kind: str) -> str:

@@ -46,6 +46,7 @@ import os
 import re
 
 import numpy as np
+from .errors import DataError, DatasetProblemError
 
 DATASET_FAMILIES = {"math": (1, 5), "mquake": (2, 4)}  # family: (lowest, highest) level
 FAMILY_KEYS = {"math": ("dataset", "levels", "max_new_tokens"), "mquake": ("dataset", "levels")}
@@ -53,10 +54,6 @@ DATASET_KEYS = {"hf_dataset": ("source", "name", "config_name", "split", "revisi
                 "jsonl": ("source", "path")}
 MATH_STOP = "\nProblem:"        # a base model that has answered goes on with a new problem
 DEFAULT_MAX_NEW_TOKENS = 512
-
-
-class DatasetProblemError(ValueError):
-    """Bad dataset-family settings or records; the message starts with the key."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,7 +108,7 @@ def validate_dataset_spec(spec, key: str) -> None:
 
 def iter_records(spec: dict, where: str):
     """(index, record) of a dataset source, in the dataset's order."""
-    from .data import DataError, _root_cause
+    from .data import _root_cause
 
     if spec["source"] == "jsonl":
         yield from enumerate(_local_records(spec["path"], f"{where}.path"))
@@ -131,7 +128,7 @@ def iter_records(spec: dict, where: str):
 
 
 def _local_records(path: str, where: str):
-    from .data import DataError, iter_jsonl_records
+    from .data import iter_jsonl_records
 
     if not os.path.isfile(path):
         raise DataError(f"{where}: '{path}' is not a file")

@@ -47,9 +47,10 @@ import torch
 
 from .data import EOS_TOKEN, PAD_TOKEN, iter_jsonl_texts, token_dtype
 from .io import atomic_path
-from .problem_datasets import (DATASET_FAMILIES, MATH_STOP, DatasetProblemError, boxed_answer,
+from .problem_datasets import (DATASET_FAMILIES, MATH_STOP, boxed_answer,
                                dataset_problems, normalise_answer, validate_dataset_family)
 from .provenance import Provenance
+from .errors import DatasetProblemError, ProblemError
 
 FAMILIES = ("arithmetic", "hops", "lookup")         # synthetic, generated here
 ALL_FAMILIES = FAMILIES + tuple(DATASET_FAMILIES)
@@ -60,10 +61,6 @@ OPERATORS = ("+", "-")
 SYMBOLS = ("=", ">", ",", ";", "^")
 VOCABULARY = (EOS_TOKEN, PAD_TOKEN) + DIGITS + LETTERS + RELATIONS + OPERATORS + SYMBOLS
 PROBLEMS_FILE = "problems.jsonl"
-
-
-class ProblemError(ValueError):
-    """Bad problem settings; the message starts with the key."""
 
 
 # ---------------------------------------------------------------------------------------------

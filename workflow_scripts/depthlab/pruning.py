@@ -55,13 +55,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .adapter import ModelAdapter, UnsupportedModelError, adapt
+from .adapter import ModelAdapter, adapt
+from .errors import PruningError, UnsupportedModelError
 
 STRATEGIES = ("angular", "deepest", "greedy")
 
 
-class PruningError(ValueError):
-    """Bad pruning settings or inputs; the message starts with the offending key or file."""
 # Config lists with one entry per layer (sliced on removal) and config ints that count the
 # first layers with some property (recounted over the kept layers).
 PER_LAYER_LISTS = ("layer_types", "no_rope_layers", "sliding_window_pattern_list")

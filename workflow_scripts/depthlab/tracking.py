@@ -22,10 +22,7 @@ import sys
 from pathlib import Path
 
 from tqdm import tqdm
-
-
-class TrackingError(RuntimeError):
-    """The tracking backend cannot start (e.g. W&B online without a login); names the key."""
+from .errors import TrackingError
 
 
 # Plain progress lines per run when `every` is not given (about every 5% of the steps).

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer
 
 from . import data as data_lib
-from .adapter import CheckpointError
+from .errors import CheckpointError
 from .io import atomic_path, write_dataframe
 from .models import build_model, make_config, save_checkpoint
 from .provenance import Provenance
