@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from .errors import ConfigError
+from .errors import CheckpointError, ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "config" / "schema.yaml"
