@@ -38,6 +38,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow_scripts"))
+sys.path.insert(0, str(ROOT / "tests"))  # skip_reference: the reference loop
 DEFAULT_RUN = ROOT / "results" / "default"
 
 
@@ -113,8 +114,9 @@ def one_prompt_per_pass(adapter, rows, settings, device):
     import numpy as np
     import torch
 
-    from depthlab.interventions import (future_positions, reference_clean_states,
-                                        reference_skip_effects)
+    from skip_reference import reference_clean_states, reference_skip_effects
+
+    from depthlab.interventions import future_positions
 
     L = adapter.num_layers
     out = {}

@@ -246,7 +246,7 @@ def depth_score_rise(effects: pd.DataFrame, family: str, resamples: int, seed: i
                      confidence: float = CONFIDENCE) -> Estimate:
     """Depth score of the hardest level minus that of the easiest (problem_effects.csv rows of
     one family), with a percentile bootstrap over problems within each level."""
-    from .interventions import depth_score
+    from .depth_score import depth_score
 
     rows = effects[effects["family"] == family]
     table = rows.pivot_table(index=["level", "problem"], columns="skipped",

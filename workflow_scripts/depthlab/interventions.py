@@ -1,6 +1,7 @@
 """Layer-skip interventions (Csordás et al. 2025, "Do Language Models Use Their Depth
 Efficiently?"): how much skipping one layer, or one of its sublayers, changes the updates of the
-later layers and the output distribution; and the depth score of problems of graded difficulty.
+later layers and the output distribution (the depth score computed from the output effects is
+in depthlab.depth_score).
 
 Variants, `<kind>_<scope>`:
 
@@ -27,8 +28,8 @@ batch are stacked into one "staircase": at layer l the rows whose skipped layer 
 stack, so every layer runs once per chunk of at most `max_rows` rows. A sublayer row joins before
 layer l (from the clean h_l); a whole-layer row joins after it, since layer l sees only clean
 inputs and its output is the clean h_{l+1} where kept and h_l where skipped, so it never runs.
-`reference_skip_effects` is the one-prompt-per-full-forward-pass loop of the reference code,
-used by the tests and the benchmark.
+The one-prompt-per-full-forward-pass loop of the reference code, which the tests and the
+benchmark compare this with, is tests/skip_reference.py.
 
 Statistics are computed per token in float32 (float64 for a float64 model) and summed in float64;
 memory is bounded by one batch (its clean states and the stacked rows), never by the token count.
@@ -37,7 +38,6 @@ memory is bounded by one batch (its clean states and the stacked rows), never by
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -617,161 +617,3 @@ def skip_effects(adapter: ModelAdapter, batches: Iterable[dict], settings: SkipS
                 result.per_prompt_output[v] = np.where(counts[:, None] > 0,
                                                        sums / counts[:, None], np.nan)
     return result
-
-
-# ---------------------------------------------------------------------------------------------
-# One prompt per pass: the reference loop
-
-
-def _reference_forward(adapter: ModelAdapter, ids: torch.Tensor, hooks=()):
-    """(states h_0..h_L, output probabilities at every position or None) of one unpadded prompt
-    (1, T) from one full forward pass of the model with `hooks` (handles, removed afterwards) in
-    place: the model's own forward, so with an LM head the logits and their softmax cover every
-    position, as the reference code reads them."""
-    states = {}
-    handles = []
-    for index, layer in enumerate(adapter.layers):
-        handles.append(layer.register_forward_pre_hook(
-            lambda m, args, kwargs, index=index: states.__setitem__(
-                index, (args[0] if args else kwargs["hidden_states"]).detach().clone()),
-            with_kwargs=True))
-    handles.append(adapter.layers[-1].register_forward_hook(
-        lambda m, args, out: states.__setitem__(adapter.num_layers, _first(out).clone())))
-    handles += list(hooks)
-    kwargs = _backbone_kwargs(adapter, ids, torch.ones_like(ids))
-    try:
-        if adapter.has_lm_head:
-            probs = _softmax(adapter.model(**kwargs).logits[0])
-        else:
-            adapter.backbone(**kwargs)
-            probs = None
-    finally:
-        for handle in handles:
-            handle.remove()
-    return [states[l][0] for l in range(adapter.num_layers + 1)], probs
-
-
-def reference_clean_states(adapter: ModelAdapter, input_ids: torch.Tensor):
-    """(states, output probabilities or None) of one clean prompt (1-D ids), computed once per
-    prompt and reused across its reference interventions, as the reference code does."""
-    with torch.inference_mode():
-        return _reference_forward(adapter, input_ids.unsqueeze(0))
-
-
-def reference_skip_effects(adapter: ModelAdapter, input_ids: torch.Tensor, variant: str,
-                           skipped: int, t: int | None = None, no_skip_front: int = 1,
-                           measure: torch.Tensor | None = None, clean=None):
-    """One prompt (1-D ids, no padding), one variant, one skipped layer, one t: a full forward
-    pass with the intervention (plus the clean pass unless `clean` states are given), as the
-    reference code runs it. Returns (change, output): the relative update change per layer at
-    the measured positions (L, n) and the output effect (n,) (None without an LM head).
-    Measured positions: >= no_skip_front (scope all) or >= t (future), intersected with
-    `measure` (bool (T,)) when given. clean: reference_clean_states(adapter, input_ids)."""
-    kind, scope = parse_variant(variant)
-    if (scope == "future") != (t is not None):
-        raise ValueError("t: required for a '_future' variant and only for it")
-    T = input_ids.shape[0]
-    positions = torch.arange(T, device=input_ids.device)
-    if scope == "all":
-        intervene = positions >= no_skip_front
-        measured = intervene.clone()
-    else:
-        intervene = (positions >= no_skip_front) & (positions < t)
-        measured = positions >= t
-    if measure is not None:
-        measured &= measure.to(input_ids.device).bool()
-    ids = input_ids.unsqueeze(0)
-
-    if clean is None:
-        clean = reference_clean_states(adapter, input_ids)
-    clean, clean_probs = clean
-    with torch.inference_mode():
-        if kind == "layer":
-            def hook(module, args, kwargs, output):
-                hidden = args[0] if args else kwargs["hidden_states"]
-                tensor = _first(output)
-                return _replace_first(output, torch.where(intervene[None, :, None], hidden, tensor))
-            hooks = [adapter.layers[skipped].register_forward_hook(hook, with_kwargs=True)]
-        else:
-            module = (adapter.attention if kind == "attention" else adapter.mlp)[skipped]
-
-            def hook(module, args, output):
-                tensor = _first(output)
-                factor = (~intervene).to(tensor.dtype).reshape(*tensor.shape[:-1], 1)
-                return _replace_first(output, tensor * factor)
-            hooks = [module.register_forward_hook(hook)]
-        new, new_probs = _reference_forward(adapter, ids, hooks)
-        change = torch.stack([
-            _relative_change(clean[l + 1] - clean[l], new[l + 1] - new[l])[measured]
-            for l in range(adapter.num_layers)])
-        output = None
-        if adapter.has_lm_head:
-            output = torch.linalg.vector_norm(clean_probs[measured] - new_probs[measured], dim=-1)
-    return change.to(torch.float64).cpu().numpy(), (None if output is None else
-                                                     output.to(torch.float64).cpu().numpy())
-
-
-# ---------------------------------------------------------------------------------------------
-# Depth score
-
-
-def depth_score(effect) -> float:
-    """sum_l l * e_l / sum_l e_l (layers counted from 0); NaN when the effects sum to zero."""
-    effect = np.asarray(effect, dtype=np.float64)
-    if effect.ndim != 1:
-        raise ValueError(f"effect: a 1-D vector per layer (got shape {effect.shape})")
-    if np.any(effect < 0) or not np.all(np.isfinite(effect)):
-        raise ValueError("effect: effects must be finite and non-negative")
-    total = effect.sum()
-    if total <= 0:
-        return math.nan
-    return float((np.arange(effect.size) * effect).sum() / total)
-
-
-def depth_scores_by_group(effects: np.ndarray, groups, resamples: int = 1000,
-                          confidence: float = 0.95, seed: int = 0):
-    """Depth score per group (e.g. difficulty level) of the mean effect vector of its prompts,
-    with a percentile bootstrap interval over prompts. effects: (prompts, layers), NaN rows
-    (no measured position) dropped. Returns a frame: group, prompts, depth_score,
-    depth_score_normalised (/ (L - 1)), ci_low, ci_high."""
-    import pandas as pd
-
-    effects = np.asarray(effects, dtype=np.float64)
-    groups = np.asarray(groups)
-    if effects.ndim != 2 or effects.shape[0] != groups.shape[0]:
-        raise ValueError("effects: (prompts, layers) with one group label per prompt")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence: in (0, 1) (got {confidence})")
-    L = effects.shape[1]
-    keep = np.all(np.isfinite(effects), axis=1)
-    rng = np.random.default_rng(seed)
-    rows = []
-    for group in sorted(set(groups[keep].tolist())):
-        member = effects[keep & (groups == group)]
-        score = depth_score(member.mean(axis=0))
-        boot = []
-        for _ in range(resamples):
-            sample = member[rng.integers(0, len(member), len(member))]
-            boot.append(depth_score(sample.mean(axis=0)))
-        boot = np.asarray([b for b in boot if np.isfinite(b)])
-        alpha = (1 - confidence) / 2
-        low, high = (np.quantile(boot, [alpha, 1 - alpha]) if boot.size else (np.nan, np.nan))
-        rows.append((group, len(member), score, score / max(L - 1, 1), float(low), float(high)))
-    return pd.DataFrame(rows, columns=["group", "prompts", "depth_score",
-                                       "depth_score_normalised", "ci_low", "ci_high"])
-
-
-def checkpoint_num_layers(path: str, revision: str | None = None) -> int:
-    """Decoder layers of an existing checkpoint, from its config alone (for config-time checks
-    of `layers` against hf models; declared pretrain models carry architecture.num_layers)."""
-    from transformers import AutoConfig
-
-    from .adapter import _register_depthlab_models, resolve_model_path
-
-    _register_depthlab_models()
-    config = AutoConfig.from_pretrained(resolve_model_path(path), revision=revision)
-    for key in ("num_hidden_layers", "n_layer", "num_layers"):
-        value = getattr(config, key, None)
-        if isinstance(value, int):
-            return value
-    raise ValueError(f"{path}: its config names no layer count")

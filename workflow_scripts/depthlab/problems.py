@@ -561,7 +561,8 @@ def depth_score_tables(adapter, tokenizer, problems: list[dict], settings, varia
 
     import pandas as pd
 
-    from .interventions import depth_scores_by_group, skip_effects
+    from .depth_score import depth_scores_by_group
+    from .interventions import skip_effects
 
     prepend = prepend_bos and tokenizer.bos_token_id is not None
     completions = []
