@@ -17,9 +17,9 @@ import torch
 
 from depthlab.config import ConfigError, load_config, resolve
 from depthlab.problem_datasets import boxed_answer, math_level, normalise_answer
-from depthlab.problems import (accuracy_table, depth_score_tables, evaluate_problems,
-                               problem_batches, read_problems, validate_problem_settings,
-                               write_problem_set)
+from depthlab.problem_scoring import (accuracy_table, depth_score_tables, evaluate_problems,
+                                      problem_batches)
+from depthlab.problems import read_problems, validate_problem_settings, write_problem_set
 from tiny_models import Oracle
 
 torch.set_num_threads(1)
@@ -386,7 +386,7 @@ def test_math_accuracy_grades_the_final_boxed_answer():
                           [{**problems[0], "grade": "sympy"}])
     # a transformers model decodes with its cache (left padding): the same greedy text as the
     # cache-free right-padded loop; a random model gets nothing right
-    from depthlab.problems import _generate_texts, _greedy_tokens
+    from depthlab.problem_scoring import _generate_texts, _greedy_tokens
 
     model = tiny_llama(len(tokenizer), layers=2)
     with torch.no_grad():

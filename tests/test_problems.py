@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from depthlab import data as data_lib
-from depthlab.problems import (LETTERS, RELATIONS, accuracy_table, build_tokenizer,
-                               evaluate_problems, evaluation_problems, problem_batches,
+from depthlab.problem_scoring import accuracy_table, evaluate_problems, problem_batches
+from depthlab.problems import (LETTERS, RELATIONS, build_tokenizer, evaluation_problems,
                                read_problems, relation_tables, sample_problems,
                                validate_problem_settings, write_problem_set)
 from tiny_models import Oracle

@@ -40,22 +40,15 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin
 
-from depthlab.cli import UserError, main_guard, start_job
+from depthlab.cli import main_guard, start_job
 
 
 def main() -> None:
     _, spec = start_job(__doc__, "make_problems")
-    from depthlab.data import DataError
-    from depthlab.problems import ProblemError, write_problem_set
 
-    settings = {k: v for k, v in spec.items() if k not in ("out", "seed")}
-    for key in ("out", "seed"):
-        if key not in spec:
-            raise UserError(f"spec.{key}: required")
-    try:
-        meta = write_problem_set(settings, spec["out"], seed=int(spec["seed"]))
-    except (ProblemError, DataError) as error:
-        raise UserError(str(error)) from None
+    from depthlab.problems import run
+
+    meta = run(spec)
     print(json.dumps({"out": spec["out"], "splits": meta.get("splits", {}),
                       "problems": meta["problems"]["count"]}))
 

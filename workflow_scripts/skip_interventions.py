@@ -79,7 +79,8 @@ def main() -> None:
     from depthlab.interventions import (SkipSettings, skip_effects,
                                         validate_intervention_settings)
     from depthlab.io import atomic_path, write_dataframe, write_json
-    from depthlab.problems import depth_score_tables, read_problems
+    from depthlab.problem_scoring import depth_score_tables
+    from depthlab.problems import read_problems
     from depthlab.provenance import Provenance
     from depthlab.residual_stream import iter_token_batches
 

@@ -1,7 +1,7 @@
 """Problem families read from public datasets: MATH levels 1-5 and MQuAKE 2/3/4-hop questions, the
 sets Csordás et al. (2025, "Do Language Models Use Their Depth Efficiently?") score hub models'
 depth on. Each converts dataset records into problems.jsonl records ({family, level, prompt,
-answer, ...}) that depthlab.problems evaluates like the synthetic families.
+answer, ...}) that depthlab.problem_scoring evaluates like the synthetic families.
 
 The protocol follows the paper's released code (analysis/lib/datasets/{math,mquake}.py and
 analysis/skip_max_depth.py of github.com/robertcsordas/llm_effective_depth):
