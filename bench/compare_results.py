@@ -15,6 +15,9 @@ Compared, file by file (a file found in only one of the two folders is a failure
   toy/fit.json                          the fitted exponents (fits) and teacher angles
                                         (--all-json-numbers: every number in the file)
 
+--every-file widens the comparison to every CSV and every safetensors file under the run
+(except logs/ and benchmarks/, which hold timings): what a refactor must leave unchanged.
+
 Numbers must be exactly equal (NaN matches NaN); text cells and the set of columns/keys must be
 identical. Prints one row per file with the largest absolute difference, then a summary.
 --include GLOB ... restricts the comparison to matching relative paths (a partial rerun).
@@ -40,6 +43,8 @@ CSV_PATTERNS = ("analysis/*/*/measures.csv", "analysis/*/*/angular_distance_*.cs
 FIT_PATTERNS = ("scaling/*/fit.json",)
 TOY_FIT = "toy/fit.json"
 WEIGHT_PATTERNS = ("models/*/model.safetensors",)
+EVERY_CSV, EVERY_WEIGHT = ("**/*.csv",), ("**/*.safetensors",)
+NOT_RESULTS = ("logs/", "benchmarks/")  # timings and job logs, never reproducible
 TIMING_COLUMNS = {"wall_s"}          # wall-clock seconds in train_log.csv: never reproducible
 # Parse floats exactly (shortest repr round trip): pandas >= 3 does by default and deprecates
 # the option; older pandas needs it.
@@ -180,20 +185,26 @@ def main(argv=None) -> int:
     parser.add_argument("--include", nargs="+", metavar="GLOB",
                         help="only the files whose relative path matches one of these globs "
                              "(e.g. 'scaling/*' 'toy/*'), for a partial rerun")
+    parser.add_argument("--every-file", action="store_true",
+                        help="every CSV and safetensors file of the run (a refactor's check)")
     args = parser.parse_args(argv)
     for folder in (args.before, args.after):
         if not folder.is_dir():
             parser.error(f"{folder}: not a folder")
 
     checks = []   # (relative path, kind, compare function)
-    kinds = [("csv", CSV_PATTERNS, compare_csv),
+    csvs, weights = (EVERY_CSV, EVERY_WEIGHT) if args.every_file else (CSV_PATTERNS,
+                                                                       WEIGHT_PATTERNS)
+    kinds = [("csv", csvs, compare_csv),
              ("fit.json", FIT_PATTERNS,
               lambda a, b: compare_scaling_fit(a, b, args.all_json_numbers)),
              ("toy fit", (TOY_FIT,), lambda a, b: compare_toy_fit(a, b, args.all_json_numbers)),
-             ("sha256", WEIGHT_PATTERNS, compare_weights)]
+             ("sha256", weights, compare_weights)]
     for kind, patterns, compare in kinds:
         for rel in sorted(matches(args.before, patterns) | matches(args.after, patterns)):
             if args.include and not any(fnmatch.fnmatch(rel, g) for g in args.include):
+                continue
+            if rel.startswith(NOT_RESULTS):
                 continue
             checks.append((rel, kind, compare))
 
