@@ -243,9 +243,27 @@ def _register_depthlab_models() -> None:
         pass
 
 
+CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+def is_causal_lm(architectures) -> bool:
+    """Whether a checkpoint config's `architectures` names a causal LM (a model with an LM
+    head); torch-free, for config.json dicts and loaded configs alike."""
+    return any(a.endswith(CAUSAL_LM_SUFFIXES) for a in architectures or [])
+
+
+def config_layer_count(config: dict) -> int | None:
+    """A checkpoint's decoder layers from its config.json (GPT-2 spells it n_layer); None when
+    it names none."""
+    for key in LAYER_COUNT_KEYS:
+        if isinstance(config.get(key), int) and not isinstance(config.get(key), bool):
+            return config[key]
+    return None
+
+
 def _is_causal_lm(config) -> bool:
-    architectures = getattr(config, "architectures", None) or []
-    return any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
+    return is_causal_lm(getattr(config, "architectures", None))
 
 
 # ---------------------------------------------------------------------------------------------
