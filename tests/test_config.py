@@ -14,6 +14,7 @@ import yaml
 from depthlab.config import (
     ConfigError,
     apply_overrides,
+    check_name,
     load_config,
     resolve,
     sweep_model_name,
@@ -143,6 +144,17 @@ PROBES = {
                                                                        ["layer_sideways"]),
                           r"^depth_use\.skip\.variants\[0\]: 'layer_sideways' is not one of"),
     "stage resources": (lambda c: c["resources"].pop("pruning"), r"^resources\.pruning: missing"),
+    # rules the schema owns (no second copy in Python)
+    "linear map documents": (lambda c: c["depth_use"]["linear_maps"].__setitem__(
+        "max_documents", 2), r"^depth_use\.linear_maps\.max_documents: 2 is less than the minimum "
+                             r"of 3"),
+    "text files listed": (lambda c: c["data"].update(source="text_files", text_files={"paths": []}),
+                          r"^data\.text_files\.paths: \[\] should be non-empty"),
+    "hf dataset name": (lambda c: c["data"].update(source="hf_dataset",
+                                                   hf_dataset={"name": None}),
+                        r"^data\.hf_dataset\.name: None is not of type 'string'"),
+    "lm_eval grid word": (lambda c: c["pruning"]["lm_eval"].__setitem__("n_grid", "all"),
+                          r"^pruning\.lm_eval\.n_grid: 'all' is not valid"),
     "positions": (lambda c: c["pruning"]["val"].__setitem__("seq_len", 64),
                   r"^pruning\.val\.seq_len: 64 tokens exceed the 32 positions 'lns' was "
                   r"trained on"),
@@ -173,7 +185,7 @@ def test_workflow_rejects_before_any_job_without_traceback(probe, tmp_path):
 
 
 HOSTILE_NAMES = ["s$(touch pwned)x", "../../../../escape", "a b", "x;rm -rf y", "..", ".hidden",
-                 "a/b", "`id`", "n\nm"]
+                 "a/b", "`id`", "n\nm", "trailing\n"]
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
@@ -278,6 +290,37 @@ def test_duplicate_yaml_keys_are_rejected_naming_file_and_line(tmp_path):
         load_config(path)
     result = dry_run(None, tmp_path, config_file=path)
     assert result.returncode != 0 and "key 'lns' appears twice" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("text", ["- run_name: x\n- seed: 0\n", "just a string\n", "42\n", "",
+                                  "# only a comment\n"])
+def test_a_config_file_that_is_not_a_mapping_is_rejected_naming_the_file(tmp_path, text):
+    path = tmp_path / "odd.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"^.*odd\.yaml: a config is a mapping of keys"):
+        load_config(path)
+
+
+def test_a_trailing_newline_makes_no_name():
+    """`$` matches before a trailing newline; the name patterns (schema and SAFE_NAME) must not."""
+    assert check_name("abc", "run_name") == "abc"
+    with pytest.raises(ConfigError, match=r"^models\.x\.seeds: 'abc\\n' is not a safe name"):
+        check_name("abc\n", "models.x.seeds")
+    config = load("test.yaml")
+    config["run_name"] = "abc\n"
+    with pytest.raises(ConfigError, match=r"^run_name: 'abc\\n' is not a safe name"):
+        resolve(config)
+
+
+def test_lm_eval_inherit_hands_the_job_the_pruning_grid():
+    config = load("test.yaml")
+    config["pruning"]["n_grid"] = [1, 2]
+    config["pruning"]["lm_eval"]["n_grid"] = "inherit"
+    for spec in resolve(config).jobs("prune_model").values():
+        assert spec["lm_eval"]["n_grid"] == [1, 2] and spec["n_grid"] == [1, 2]
+    config["pruning"]["n_grid"] = None   # null: every n, for both
+    for spec in resolve(config).jobs("prune_model").values():
+        assert spec["lm_eval"]["n_grid"] is None
 
 
 def test_nested_command_line_override_reaches_the_job(tmp_path):

@@ -1,0 +1,89 @@
+"""The one config path: YAML -> validated config -> a complete, resolved spec for every job.
+
+Every stage script receives its job's spec from here, whether the workflow starts it (the rule
+passes the spec as `--spec JSON`) or a researcher runs it by hand (`--config FILE --job NAME`
+resolves the same spec), so a setting has one value however a stage is started.
+
+    load_config(*files)        strict YAML (duplicate keys are errors), files merged left to right
+    apply_overrides(c, o)      `snakemake --config key=value` overrides, nested values parsed as YAML
+    validate_schema(c)         config/schema.yaml (integers must be integers: `steps: 16.0` fails)
+    resolve(c) -> Resolved     per-item overrides applied, sweeps and grids expanded,
+                               cross-references and files checked; `.jobs(family)` gives
+                               {job name: spec} for one rule / script
+
+One validation layer per fact: config/schema.yaml owns every type, range, enum and name pattern;
+the Python here checks only what the schema cannot (one key against another, facts read from
+model folders and files). The package:
+
+    load.py          loading, merging, overrides, the schema check
+    paths.py         safe names and RunPaths (every path a run writes)
+    models.py        the model registry: sweeps, seeds, per-model and checkpoint checks
+    resolved.py      Resolved, the stage resources, shared helpers
+    stages/<stage>   one resolver per stage: data, pretrain, analysis, scaling, toy, pruning,
+                     depth_use, claims
+
+Job families are named after their rule and script (`pretrain` -> workflow_scripts/pretrain.py).
+Every name that becomes a path or wildcard matches SAFE_NAME; every output path stays inside
+`results/<run_name>/`. Errors are ConfigError with a message that starts with the key.
+Light on imports: the Snakefile imports this package at DAG time.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+from ..errors import ConfigError
+from .load import (DEFAULT_CONFIG, REPO_ROOT, SCHEMA_PATH, apply_overrides, load_config,
+                   load_yaml, merge, parse_override_value, validate_schema)
+from .models import (check_hf_model, check_positions, check_pretrain_model, corpus_models,
+                     data_folder, declared_models, expand_sweeps, figure_facts, mix_ln_post_layers,
+                     model_layers, model_location, reads_special_tokens, seed_groups)
+from .paths import SAFE_NAME, RunPaths, check_name, seed_model_name, sweep_model_name
+from .resolved import Resolved, spec_json, stage_resources
+from .stages.analysis import ANALYSIS_FIGURES, resolve_analysis, text_set_texts
+from .stages.claims import resolve_claims
+from .stages.data import resolve_data
+from .stages.depth_use import DEPTH_USE_FIGURES, resolve_depth_use
+from .stages.pretrain import resolve_pretrain, tracking_settings
+from .stages.pruning import PRUNING_FIGURES, resolve_pruning
+from .stages.scaling import merge_fit_spec, resolve_scaling
+from .stages.toy import resolve_toy, temperature_grid
+
+__all__ = [
+    "ANALYSIS_FIGURES", "DEFAULT_CONFIG", "DEPTH_USE_FIGURES", "PRUNING_FIGURES", "REPO_ROOT",
+    "SAFE_NAME", "SCHEMA_PATH", "ConfigError", "Resolved", "RunPaths",
+    "apply_overrides", "check_name", "check_positions", "corpus_models", "data_folder",
+    "declared_models", "figure_facts", "load_config", "load_yaml", "merge", "merge_fit_spec",
+    "mix_ln_post_layers", "model_layers", "model_location", "parse_override_value",
+    "reads_special_tokens", "resolve", "seed_groups", "seed_model_name", "spec_json",
+    "sweep_model_name", "temperature_grid", "text_set_texts", "tracking_settings",
+    "validate_schema",
+]
+
+
+def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
+    """Validate `config` and resolve every job's spec (see the module docstring)."""
+    validate_schema(config)
+    base_dir = Path(base_dir)
+    paths = RunPaths(config["run_name"])   # a safe name: the schema's run_name pattern
+    config = copy.deepcopy(config)
+    config["resources"] = stage_resources(config)
+    models = expand_sweeps(config)
+    processes = config["resources"]["pretrain"]["processes"]
+    for name, model in models.items():
+        if model["kind"] == "pretrain":
+            check_pretrain_model(name, model, config["pretrain"], processes)
+        else:
+            check_hf_model(name, model, base_dir)
+    resolved = Resolved(config=config, paths=paths, models=models)
+    resolve_data(resolved, base_dir)
+    resolve_pretrain(resolved)
+    resolve_analysis(resolved, base_dir)
+    resolve_scaling(resolved, base_dir)
+    resolve_toy(resolved)
+    resolve_pruning(resolved, base_dir)
+    resolve_depth_use(resolved, base_dir)
+    resolve_claims(resolved)
+    return resolved

@@ -1,0 +1,145 @@
+"""Loading a config: strict YAML, files merged left to right, `--config` overrides, and the
+JSON-schema check against config/schema.yaml (which owns every type, range and enum).
+
+    load_config(*files)        strict YAML (duplicate keys are errors), files merged left to right
+    apply_overrides(c, o)      `snakemake --config key=value` overrides, nested values parsed as YAML
+    validate_schema(c)         config/schema.yaml (integers must be integers: `steps: 16.0` fails)
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+from pathlib import Path
+
+import yaml
+
+from ..errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[3]  # workflow_scripts/depthlab/config/load.py
+
+
+SCHEMA_PATH = REPO_ROOT / "config" / "schema.yaml"
+
+
+DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (YAML would keep the last)."""
+
+
+def _construct_strict_mapping(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # `<<: *anchor` keys may be overridden explicitly; that is the point
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise ConfigError(
+                f"{loader.name}:{key_node.start_mark.line + 1}: key '{key}' appears twice in "
+                f"one mapping (first at line {seen[key] + 1}); YAML would silently keep the last")
+        seen[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                              _construct_strict_mapping)
+
+
+def load_yaml(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            loader = _StrictLoader(handle)
+            loader.name = str(path)
+            try:
+                data = loader.get_single_data()
+            finally:
+                loader.dispose()
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML ({error})") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 ({error})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config is a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def merge(base: dict, override: dict) -> dict:
+    """`override` merged into a copy of `base` (nested mappings merged, everything else replaced),
+    the way Snakemake merges several --configfile files and --config values."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def load_config(*paths: str | os.PathLike) -> dict:
+    """Config files merged left to right (config/default.yaml when none is given)."""
+    config: dict = {}
+    for path in paths or (DEFAULT_CONFIG,):
+        config = merge(config, load_yaml(path))
+    return config
+
+
+def parse_override_value(value):
+    """`--config a='{b: 32}'` reaches us as strings (Snakemake parses nested values with YAML's
+    BaseLoader); parse every string leaf as YAML so `32` is an integer again."""
+    if isinstance(value, dict):
+        return {key: parse_override_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [parse_override_value(item) for item in value]
+    if isinstance(value, str):
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        return parse_override_value(parsed) if isinstance(parsed, (dict, list)) else parsed
+    return value
+
+
+def apply_overrides(config: dict, overrides: dict) -> dict:
+    return merge(config, parse_override_value(overrides))
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_validator():
+    import jsonschema
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    base = jsonschema.Draft202012Validator
+    # JSON Schema counts 16.0 as an integer; the code needs a Python int.
+    checker = base.TYPE_CHECKER.redefine(
+        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool))
+    return jsonschema.validators.extend(base, type_checker=checker)(schema)
+
+
+def _key_path(path) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def validate_schema(config: dict) -> None:
+    import jsonschema
+
+    errors = sorted(_schema_validator().iter_errors(config),
+                    key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        error = jsonschema.exceptions.best_match(errors)
+        where = _key_path(error.absolute_path)
+        message = error.message
+        if error.validator == "additionalProperties":
+            message = f"unknown key ({message})"
+        elif error.validator == "pattern" and isinstance(error.instance, str):
+            message = (f"{error.instance!r} is not a safe name (letters, digits, _ . -; no "
+                       f"'..', separators or shell characters)")
+        raise ConfigError(f"{where}: {message}")

@@ -1,0 +1,300 @@
+"""The model registry: declared models, sweeps and seeds expanded into one model per name, the
+per-model checks (architecture, training settings, local and hub checkpoints) and the facts
+stages read from a model (its layers, LM head, data folder, positions)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..adapter import config_layer_count, is_causal_lm, resolve_model_path
+from ..errors import CheckpointError, ConfigError
+from .load import REPO_ROOT
+from .paths import check_name, seed_model_name, sweep_model_name
+
+if TYPE_CHECKING:
+    from .resolved import Resolved
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+
+
+def mix_ln_post_layers(fraction: float, num_layers: int) -> int:
+    """Post-LN layers of a Mix-LN model: round half up (the paper's 25% of 12 layers = 3)."""
+    return math.floor(fraction * num_layers + 0.5)
+
+
+def _expand_seeds(name: str, model: dict, key: str, declared) -> dict:
+    """A pretrain model with `seeds:` -> one model per seed named <name>_s<seed>, carrying its
+    `seed` and `seed_group` (the base name); a model without `seeds:` stays as it is."""
+    seeds = model.pop("seeds", None)
+    if seeds is None:
+        return {name: model}
+    members = {}
+    for seed in seeds:
+        member = seed_model_name(name, seed)
+        check_name(member, f"{key}.seeds (expanded model name)")
+        if member in declared:
+            raise ConfigError(f"{key}.seeds: expanded model name '{member}' (seed {seed}) is "
+                              f"already declared under models")
+        members[member] = {**copy.deepcopy(model), "seed": seed, "seed_group": name}
+    return members
+
+
+def _add_models(models: dict, new: dict, key: str) -> None:
+    for name, model in new.items():
+        if name in models:
+            raise ConfigError(f"{key}: expanded model name '{name}' is already declared under "
+                              f"models")
+        models[name] = model
+
+
+def expand_sweeps(config: dict) -> dict:
+    """Declared models plus every sweep's depth x width grid, each expanded over its `seeds:`."""
+    declared = config["models"]
+    models = {}
+    for name, model in copy.deepcopy(declared).items():
+        _add_models(models, _expand_seeds(name, model, f"models.{name}", declared),
+                    f"models.{name}.seeds")
+    for sweep_name, sweep in (config.get("sweeps") or {}).items():
+        for depth in sweep["depths"]:
+            for width in sweep["widths"]:
+                name = sweep_model_name(sweep_name, depth, width)
+                check_name(name, f"sweeps.{sweep_name} (expanded model name)")
+                if name in declared:
+                    raise ConfigError(f"sweeps.{sweep_name}: expanded model name '{name}' is "
+                                      f"already declared under models")
+                if width % sweep["head_dim"]:
+                    raise ConfigError(f"sweeps.{sweep_name}.head_dim: {sweep['head_dim']} does "
+                                      f"not divide width {width}")
+                # SwiGLU hidden size ~ (8/3) m in LLaMA, rounded to a multiple of 32
+                intermediate = int(round(sweep["mlp_ratio"] * width / 32)) * 32
+                point = {
+                    "kind": "pretrain",
+                    "norm_scheme": sweep["norm_scheme"],
+                    "architecture": {
+                        "hidden_size": width,
+                        "num_layers": depth,
+                        "num_heads": width // sweep["head_dim"],
+                        "intermediate_size": max(intermediate, 32),
+                    },
+                    "train": copy.deepcopy(sweep.get("train") or {}),
+                    "sweep": sweep_name,
+                }
+                if "seeds" in sweep:
+                    point["seeds"] = sweep["seeds"]
+                _add_models(models, _expand_seeds(name, point, f"sweeps.{sweep_name}", declared),
+                            f"sweeps.{sweep_name}")
+    return models
+
+
+def seed_groups(resolved: Resolved) -> dict[str, list[str]]:
+    """Base model name -> the model names it expands to, in declaration order: a model or sweep
+    point with `seeds: [0, 1]` -> [<name>_s0, <name>_s1]; any other model -> [its name]. Stages
+    accept a base name wherever they list models and read it as all its seeds."""
+    groups: dict[str, list[str]] = {}
+    for name, model in resolved.models.items():
+        groups.setdefault(model.get("seed_group", name), []).append(name)
+    return groups
+
+
+def check_pretrain_model(name: str, model: dict, defaults: dict, processes: int) -> None:
+    key = (f"sweeps.{model['sweep']}" if "sweep" in model
+           else f"models.{model.get('seed_group', name)}")
+    arch = model["architecture"]
+    if arch["hidden_size"] % arch["num_heads"]:
+        raise ConfigError(f"{key}.architecture.num_heads: {arch['num_heads']} does not "
+                          f"divide hidden_size {arch['hidden_size']}")
+    if (arch["hidden_size"] // arch["num_heads"]) % 2:
+        raise ConfigError(f"{key}.architecture.num_heads: head size "
+                          f"{arch['hidden_size'] // arch['num_heads']} is odd (RoPE rotates pairs)")
+    kv_heads = arch.get("num_kv_heads", arch["num_heads"])
+    if arch["num_heads"] % kv_heads:
+        raise ConfigError(f"{key}.architecture.num_kv_heads: {kv_heads} does not divide "
+                          f"num_heads {arch['num_heads']}")
+    if model["norm_scheme"] == "mix_ln":
+        fraction = arch.get("mix_ln_post_fraction")
+        if fraction is None:
+            raise ConfigError(f"{key}.architecture.mix_ln_post_fraction: required for "
+                              f"norm_scheme mix_ln (the paper uses 0.25)")
+        if mix_ln_post_layers(fraction, arch["num_layers"]) < 1:
+            raise ConfigError(f"{key}.architecture.mix_ln_post_fraction: {fraction} of "
+                              f"{arch['num_layers']} layers rounds to no Post-LN layer "
+                              f"(that is pre_ln)")
+    elif "mix_ln_post_fraction" in arch:
+        raise ConfigError(f"{key}.architecture.mix_ln_post_fraction: has no effect for "
+                          f"norm_scheme {model['norm_scheme']} (only mix_ln)")
+    if "deepnorm_variant" in arch and model["norm_scheme"] != "deepnorm":
+        raise ConfigError(f"{key}.architecture.deepnorm_variant: has no effect for "
+                          f"norm_scheme {model['norm_scheme']} (only deepnorm)")
+    model["train"] = {**defaults, **(model.get("train") or {})}
+    train = model["train"]
+    if train["warmup_steps"] > train["steps"]:
+        raise ConfigError(f"{key}.train.warmup_steps: {train['warmup_steps']} exceeds "
+                          f"steps {train['steps']}")
+    rows = train["batch_size"]
+    if rows % processes:
+        raise ConfigError(f"{key}.train.batch_size: {rows} is not divisible by the {processes} "
+                          f"processes of resources.pretrain (gpu / processes)")
+    micro = train["micro_batch_size"]
+    if micro is not None and (rows // processes) % micro:
+        raise ConfigError(f"{key}.train.micro_batch_size: {micro} does not divide the "
+                          f"{rows // processes} rows each process gets per step (batch_size "
+                          f"{rows} over {processes} process(es))")
+
+
+def check_hf_model(name: str, model: dict, base_dir: Path) -> None:
+    path = model["path"]
+    key = f"models.{name}.path"
+    try:
+        local = resolve_model_path(path)
+    except FileNotFoundError as error:  # a pkg: path whose package or folder is missing
+        raise ConfigError(f"{key}: {error}") from None
+    candidate = local_path(local, base_dir)
+    looks_local = (path.startswith(("pkg:", "/", ".", "~")) or local.count("/") != 1
+                   or not HUB_ID.match(local))
+    if candidate is None:
+        if looks_local:
+            raise ConfigError(f"{key}: local model folder '{path}' does not exist (a hub id "
+                              f"looks like 'org/name')")
+        return  # a hub id: checked when downloaded
+    if not Path(candidate).is_dir():
+        raise ConfigError(f"{key}: '{path}' is not a folder")
+    from ..adapter import check_local_model  # torch-free checks of the folder
+
+    try:
+        check_local_model(candidate)
+    except CheckpointError as error:
+        raise ConfigError(f"{key}: {error}") from None
+
+
+def local_path(path: str, base_dir: Path) -> str | None:
+    """A path as given if it exists from the working directory, else relative to the workflow
+    folder; None when neither exists."""
+    expanded = os.path.expanduser(path)
+    if os.path.exists(expanded):
+        return expanded
+    candidate = base_dir / expanded
+    if not os.path.isabs(expanded) and candidate.exists():
+        return os.path.relpath(candidate)
+    return None
+
+
+def local_file(path: str, base_dir: Path, key: str) -> str:
+    """`local_path` of a file the config names; ConfigError naming `key` when it is none."""
+    local = local_path(path, base_dir)
+    if local is None or not os.path.isfile(local):
+        raise ConfigError(f"{key}: '{path}' is not a file")
+    return local
+
+
+def data_folder(resolved: Resolved, name: str) -> str | None:
+    """The data folder a declared pretrain model trains on (None for hf models)."""
+    model = resolved.models[name]
+    if model["kind"] != "pretrain":
+        return None
+    if model.get("data", "corpus") == "problems":
+        problems = (resolved.config.get("depth_use") or {}).get("problems")
+        if not problems:
+            raise ConfigError(f"models.{name}.data: 'problems' needs depth_use.problems")
+        from ..problems import FAMILIES, has_synthetic_family
+
+        if not has_synthetic_family(problems):
+            raise ConfigError(f"models.{name}.data: 'problems' needs a synthetic family "
+                              f"({', '.join(FAMILIES)}) in depth_use.problems.families: "
+                              f"dataset families have no training data")
+        return resolved.paths.problems
+    return resolved.paths.data
+
+
+def corpus_models(resolved: Resolved) -> list:
+    """Declared models that read the corpus (every model except those trained on problems)."""
+    return [name for name, m in resolved.models.items() if m.get("data", "corpus") == "corpus"]
+
+
+def declared_models(resolved: Resolved, names, key: str) -> list:
+    """A stage's model list, checked, with a seeded model's base name standing for all its
+    seeds (null: every model that reads the corpus)."""
+    if names is None:
+        return corpus_models(resolved)
+    groups = seed_groups(resolved)
+    expanded = []
+    for index, name in enumerate(names):
+        if name in resolved.models:
+            expanded.append(name)
+        elif name in groups:
+            expanded.extend(groups[name])
+        else:
+            raise ConfigError(f"{key}[{index}]: '{name}' is not a declared model "
+                              f"(declared: {', '.join(sorted(resolved.models))})")
+    return list(dict.fromkeys(expanded))
+
+
+def reads_special_tokens(model: dict) -> bool:
+    """Whether text reaches a model with its tokenizer's special tokens: a model pretrained here
+    reads documents as its training stream encoded them (none); a declared checkpoint reads them
+    as it was trained (its tokenizer's template, e.g. Llama's BOS)."""
+    return model["kind"] == "hf"
+
+
+FIGURE_FACTS = ("kind", "norm_scheme", "sweep", "seed", "seed_group")
+
+
+def figure_facts(resolved: Resolved, names) -> dict:
+    """What figures group and colour models by (depthlab.figure_style): {name: facts}."""
+    models = resolved.models
+    return {name: {k: models[name][k] for k in FIGURE_FACTS if k in models[name]}
+            for name in names}
+
+
+def model_location(resolved: Resolved, name: str) -> str:
+    """Where a declared model's HF folder is: our pretrain output, or the declared path."""
+    model = resolved.models[name]
+    return resolved.paths.model(name) if model["kind"] == "pretrain" else model["path"]
+
+
+def _checkpoint_config(resolved: Resolved, name: str) -> tuple[str, dict] | None:
+    """(folder, config.json) of a declared hf model's local folder; None for a hub model."""
+    local = local_path(resolve_model_path(resolved.models[name]["path"]), REPO_ROOT)
+    if local is None:
+        return None
+    return local, json.loads((Path(local) / "config.json").read_text())
+
+
+def model_layers(resolved: Resolved, name: str, key: str) -> int | None:
+    """A declared model's decoder layers: its architecture, or a local checkpoint's config
+    (None for a hub model: its layer settings are checked when the job has downloaded it)."""
+    model = resolved.models[name]
+    if model["kind"] == "pretrain":
+        return model["architecture"]["num_layers"]
+    checkpoint = _checkpoint_config(resolved, name)
+    if checkpoint is None:
+        return None
+    local, config = checkpoint
+    layers = config_layer_count(config)
+    if layers is None:
+        raise ConfigError(f"{key}: {local}/config.json names no layer count")
+    return layers
+
+
+def check_positions(resolved: Resolved, name: str, length: int, key: str) -> None:
+    """A sequence length a stage feeds to a model trained here must not exceed the positions it
+    was trained on (its RoPE never saw more)."""
+    model = resolved.models[name]
+    if model["kind"] == "pretrain" and length > model["train"]["seq_len"]:
+        raise ConfigError(f"{key}: {length} tokens exceed the {model['train']['seq_len']} "
+                          f"positions '{name}' was trained on (its train.seq_len)")
+
+
+def has_lm_head(resolved: Resolved, name: str) -> bool:
+    """Whether a declared model has an LM head: ours do; a local checkpoint's config.json says
+    (depthlab.adapter.is_causal_lm); a hub model is taken to be a causal LM (checked when
+    downloaded)."""
+    if resolved.models[name]["kind"] == "pretrain":
+        return True
+    checkpoint = _checkpoint_config(resolved, name)
+    return checkpoint is None or is_causal_lm(checkpoint[1].get("architectures"))

@@ -1,0 +1,109 @@
+"""The resolved config (`Resolved`: models, paths and every job's spec by job family) and the
+helpers every stage resolver shares."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+from .paths import RunPaths
+
+@dataclass
+class Resolved:
+    """The resolved config: models, paths and every job's spec, by job family.
+
+    A job family is one rule and its script. Each job has a spec (what the script gets), the
+    rule's wildcard values that name it, and the workflow inputs beyond the spec's own paths.
+    """
+
+    config: dict
+    paths: RunPaths
+    models: dict
+    families: dict = field(default_factory=dict)
+    wildcards: dict = field(default_factory=dict)
+    inputs: dict = field(default_factory=dict)
+
+    def jobs(self, family: str) -> dict:
+        return self.families.get(family, {})
+
+    def add(self, family: str, job: str, spec: dict, outputs=(), wildcards=None,
+            inputs=None) -> None:
+        for output in outputs:
+            if not self.paths.contains(output):
+                raise ConfigError(f"{family}.{job}: output {output} would leave "
+                                  f"{self.paths.root}/")
+        self.families.setdefault(family, {})[job] = spec
+        self.wildcards.setdefault(family, {})[job] = wildcards or {"job": job}
+        self.inputs.setdefault(family, {})[job] = inputs or {}
+
+    def wildcard_values(self, family: str, key: str) -> list:
+        """One wildcard's value for every job of a family, in job order (for expand(zip))."""
+        return [values[key] for values in self.wildcards.get(family, {}).values()]
+
+    def job_for(self, family: str, wildcards) -> str:
+        """The job a rule's wildcards name."""
+        wanted = {key: str(value) for key, value in dict(wildcards.items()).items()}
+        jobs = self.wildcards.get(family, {})
+        if not wanted and len(jobs) == 1:
+            return next(iter(jobs))  # a rule without wildcards: its family's one job
+        for job, values in jobs.items():
+            if {key: str(value) for key, value in values.items()} == wanted:
+                return job
+        raise KeyError(f"{family}: no job has wildcards {wanted}")
+
+    def spec_for(self, family: str, wildcards) -> dict:
+        return self.jobs(family)[self.job_for(family, wildcards)]
+
+    def inputs_for(self, family: str, wildcards) -> dict:
+        return self.inputs[family][self.job_for(family, wildcards)]
+
+    def model_inputs(self, name: str) -> list:
+        """Workflow inputs for a declared model: our pretrain output, or an existing local
+        folder (hub ids and pkg: paths are not files of this workflow)."""
+        model = self.models[name]
+        if model["kind"] == "pretrain":
+            return [self.paths.model(name)]
+        path = model["path"]
+        return [path] if not path.startswith("pkg:") and os.path.exists(path) else []
+
+
+def stage_resources(config: dict) -> dict:
+    resources = config["resources"]   # the schema requires every always-on stage's entry
+    # cluster: {partition, account, qos} applies to every stage unless the stage names its own
+    cluster = config.get("cluster") or {}
+    resolved = {stage: {"gpu": 0, "gpu_model": "", **cluster, **spec}
+                for stage, spec in resources.items()}
+    for stage, spec in resolved.items():
+        if "processes" not in spec:
+            continue
+        if stage != "pretrain":
+            raise ConfigError(f"resources.{stage}.processes: only the pretrain stage runs "
+                              f"several processes (torchrun)")
+        if spec["gpu"] and spec["processes"] != spec["gpu"]:
+            raise ConfigError(f"resources.pretrain.processes: {spec['processes']} differs from "
+                              f"gpu {spec['gpu']} (one process per GPU)")
+    # torchrun processes of a pretraining job: one per GPU, or as set (several on CPU: gloo)
+    resolved["pretrain"].setdefault("processes", max(1, resolved["pretrain"]["gpu"]))
+    return resolved
+
+
+def require_resources(config: dict, stage: str) -> None:
+    if stage not in config["resources"]:
+        raise ConfigError(f"resources.{stage}: missing (the {stage} stage is on; give it "
+                          f"threads, mem_mb, runtime)")
+
+
+def library_check(check, *args, **kwargs) -> None:
+    """Run a stage library's config-time check; its ValueError (message starts with the key)
+    becomes a ConfigError."""
+    try:
+        check(*args, **kwargs)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def spec_json(spec: dict) -> str:
+    """A spec as the rules pass it: compact, key-sorted JSON (stable for rerun triggers)."""
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
