@@ -16,7 +16,9 @@ Writes into spec["out"] (atomically): effects.csv (model, text_set, variant, ski
 measure [update | output; output rows have layer = L], max, mean, count), summary.json, and with
 problems: accuracy.csv, depth_score.csv (family, level, prompts, depth_score,
 depth_score_normalised = score / (L - 1), ci_low, ci_high), problem_effects.csv (one row per
-problem and skipped layer); provenance.json.
+problem and skipped layer), completions.csv (boxed-graded problems: the greedy solutions);
+provenance.json. The stage is depthlab/skip_stage.py; the problem scoring
+depthlab/problem_scoring.py.
 
 Spec keys (all required; null where marked):
   model_name, model_path, revision   the name recorded; checkpoint folder, hub id or
@@ -57,109 +59,20 @@ Example (default run): --spec '{"model_name": "depth_problems",
 
 import json
 import os
-import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin
 
-from depthlab.cli import UserError, main_guard, resolve_device, start_job
-
-REQUIRED = ("model_name", "model_path", "revision", "out", "texts", "text_field", "text_set",
-            "max_samples", "max_length", "batch_size", "variants", "layers", "no_skip_front", "future_positions",
-            "future_min_position", "max_rows", "seed", "problems", "depth_score_variant",
-            "prepend_bos", "bootstrap", "dtype", "device")
+from depthlab.cli import main_guard, resolve_device, start_job
 
 
 def main() -> None:
-    _, spec = start_job(__doc__, "skip_interventions", REQUIRED)
+    _, spec = start_job(__doc__, "skip_interventions")
 
-    from transformers.utils import logging as hf_logging
+    from depthlab.skip_stage import run
 
-    from depthlab.adapter import adapt, load_model, load_tokenizer, resolve_model_path
-    from depthlab.data import iter_texts
-    from depthlab.interventions import (SkipSettings, skip_effects,
-                                        validate_intervention_settings)
-    from depthlab.io import atomic_path, write_dataframe, write_json
-    from depthlab.problem_scoring import depth_score_tables
-    from depthlab.problems import read_problems
-    from depthlab.provenance import Provenance
-    from depthlab.residual_stream import iter_token_batches
-
-    hf_logging.disable_progress_bar()
-    try:
-        validate_intervention_settings(spec, where="spec")
-    except ValueError as error:
-        raise UserError(str(error)) from None
-    settings = SkipSettings.from_spec(spec, where="spec")
-    device = resolve_device(spec["device"])
-    texts = spec["texts"]
-    if not isinstance(texts, dict) or texts.get("source") not in ("jsonl", "hf_dataset"):
-        raise UserError("spec.texts: {source: jsonl, path} or {source: hf_dataset, name, "
-                        "config_name, split}")
-    inputs = ([texts["path"]] if texts["source"] == "jsonl" else []) + \
-        ([spec["problems"]] if spec["problems"] else [])
-    model_path = resolve_model_path(spec["model_path"])
-    if os.path.isdir(model_path):
-        inputs.append(model_path)
-    provenance = Provenance("depth_use.skip", config=spec, inputs=inputs, seed=spec["seed"])
-
-    model = load_model(spec["model_path"], dtype=spec["dtype"], device=device,
-                       revision=spec["revision"])
-    tokenizer = load_tokenizer(spec["model_path"], revision=spec["revision"])
-    adapter = adapt(model)
-    try:
-        settings.skipped_layers(adapter.num_layers)
-    except ValueError as error:
-        raise UserError(f"spec.{error}") from None
-    if spec["problems"] and not adapter.has_lm_head:
-        raise UserError(f"spec.problems: {spec['model_name']} has no LM head, so it has no "
-                        f"output effect to score")
-    if spec["problems"] and spec["layers"] is not None:
-        raise UserError("spec.layers: the depth score needs every layer (layers: null)")
-    context = getattr(model.config, "max_position_embeddings", None) or spec["max_length"]
-    max_length = min(spec["max_length"], context)
-
-    clock = time.perf_counter()
-    documents = iter_texts(texts, spec["text_field"])
-    batches = iter_token_batches(documents, tokenizer, max_length=max_length,
-                                 batch_size=spec["batch_size"], max_samples=spec["max_samples"],
-                                 add_special_tokens=spec["add_special_tokens"])
-    effects = skip_effects(adapter, batches, settings)
-    effect_seconds = time.perf_counter() - clock
-    summary = {"model": spec["model_name"], "text_set": spec["text_set"],
-               "prompts": effects.prompts, "rows": effects.rows, "max_length": max_length,
-               "variants": effects.variants, "skipped_layers": effects.skipped_layers,
-               "tokens_measured": {v: int(effects.counts[v].sum()) for v in effects.variants},
-               "effect_seconds": round(effect_seconds, 3),
-               "architecture": adapter.describe(), "notes": effects.notes}
-
-    tables = {}
-    if spec["problems"]:
-        clock = time.perf_counter()
-        problems = read_problems(spec["problems"], "spec.problems")
-        tables = depth_score_tables(
-            adapter, tokenizer, problems, settings, spec["depth_score_variant"],
-            batch_size=spec["batch_size"], max_length=context,
-            prepend_bos=bool(spec["prepend_bos"]), bootstrap=spec["bootstrap"], seed=spec["seed"])
-        summary.update({
-            "problems": len(problems), "depth_score_variant": spec["depth_score_variant"],
-            "problem_seconds": round(time.perf_counter() - clock, 3),
-            "accuracy": tables["accuracy"].to_dict(orient="records"),
-            "depth_score": tables["depth_score"].to_dict(orient="records")})
-
-    with atomic_path(spec["out"], is_dir=True) as out:
-        write_dataframe(out / "effects.csv",
-                        effects.to_frame(model=spec["model_name"], text_set=spec["text_set"]))
-        for name, frame in tables.items():
-            frame.insert(0, "model", spec["model_name"])
-            write_dataframe(out / f"{name}.csv", frame)
-        write_json(out / "summary.json", summary)
-        provenance.extra["summary"] = {k: summary[k] for k in summary if k != "architecture"}
-        provenance.write(out / "provenance.json")
+    summary = run(spec, device=resolve_device(spec["device"]))
     print(json.dumps({k: summary.get(k) for k in ("model", "prompts", "rows", "effect_seconds",
                                                   "problem_seconds")}))
-    if "accuracy" in tables:
-        print(tables["accuracy"].to_string(index=False))
-        print(tables["depth_score"].to_string(index=False))
 
 
 if __name__ == "__main__":

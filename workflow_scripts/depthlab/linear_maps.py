@@ -440,34 +440,3 @@ def validate_linear_map_settings(spec: dict, where: str = "depth_use.linear_maps
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < 3):
             raise ValueError(f"{where}.{key}: null or an integer >= 3 (got {value!r})")
-
-
-def check_pair_tokenizers(source: dict, target: dict,
-                          where: str = "depth_use.linear_maps.pairs") -> None:
-    """Config-time check that two declared models read the same tokens, before any job runs.
-
-    Each side names where its tokenizer comes from: {"data": <data folder the pretrain model is
-    trained on>} for a model trained here (its tokenizer is that folder's tokenizer/, which may not
-    exist yet), or {"path": <checkpoint folder, hub id or pkg:>} for an existing model. Two
-    models trained on the same data folder agree; two existing ones are compared by
-    check_same_tokenizer; a trained and an existing model agree only when the data folder's
-    tokenizer is that checkpoint's (pass {"data": ..., "pretrained": <data.tokenizer.pretrained>}).
-    ValueError naming `where` otherwise."""
-    def describe(side):
-        return side.get("path") or f"the tokenizer of data folder {side.get('data')}"
-
-    if "data" in source and "data" in target:
-        if source["data"] != target["data"]:
-            raise ValueError(f"{where}: the models are trained on different data folders "
-                             f"({source['data']} and {target['data']}), so their tokenizers "
-                             f"differ; a linear map needs the same tokens")
-        return
-    if "path" in source and "path" in target:
-        check_same_tokenizer(source["path"], target["path"], where)
-        return
-    trained, existing = (source, target) if "data" in source else (target, source)
-    pretrained = trained.get("pretrained")
-    if pretrained is None:
-        raise ValueError(f"{where}: {describe(trained)} is trained here, {existing['path']} is "
-                         f"not; their tokenizers differ (the data stage trains its own BPE)")
-    check_same_tokenizer(pretrained, existing["path"], where)

@@ -1,0 +1,76 @@
+"""The linear-maps stage (`linear_maps` job): the closed-form affine maps from every layer state
+of a source model to every layer state of a target model on the same tokens
+(depthlab.linear_maps), written into spec["out"]: relative_error.csv, best_target.csv,
+summary.json, provenance.json. The spec keys and the outputs are documented in
+workflow_scripts/linear_maps.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import UserError
+from .model_job import clamp_max_length, load, log_stderr, provenance_inputs, text_batches
+
+
+def _check_hub_tokenizers(spec: dict) -> None:
+    """The resolver compares the tokenizers of models trained here (their data folders) and of
+    local checkpoints (config: _check_same_tokens); a hub model's tokenizer is known only once
+    it is downloaded, so such a pair is compared here."""
+    from .adapter import resolve_model_path
+    from .linear_maps import check_same_tokenizer
+
+    if all(os.path.isdir(resolve_model_path(spec[k])) for k in ("source_path", "target_path")):
+        return
+    try:
+        check_same_tokenizer(spec["source_path"], spec["target_path"], where="spec")
+    except ValueError as error:
+        raise UserError(str(error)) from None
+
+
+def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
+    """Run one `linear_maps` job on `device`; returns its summary (also in summary.json).
+    log: notes and the best target layer per source layer."""
+    import time
+
+    from .io import atomic_path, write_dataframe, write_json
+    from .linear_maps import fit_linear_maps, split_of
+    from .provenance import Provenance
+
+    _check_hub_tokenizers(spec)
+    provenance = Provenance("depth_use.linear_maps", config=spec, inputs=provenance_inputs(
+        spec["texts"], [spec["source_path"], spec["target_path"]]))
+    source, tokenizer = load(spec["source_path"], spec["source_revision"], spec["dtype"], device)
+    target, _ = load(spec["target_path"], spec["target_revision"], spec["dtype"], device,
+                     tokenizer=False)
+    max_length = clamp_max_length(spec["max_length"], [source, target], log)
+
+    def batches_by_split(split):
+        return text_batches(spec, tokenizer, max_length, max_documents=spec["max_documents"],
+                            keep=lambda text: split_of(text, spec["val_fraction"],
+                                                       spec["test_fraction"]) == split)
+
+    clock = time.perf_counter()
+    result = fit_linear_maps(source, target, batches_by_split, alphas=spec["alphas"],
+                             max_memory_mb=spec["max_memory_mb"], skip_first=spec["skip_first"])
+    seconds = time.perf_counter() - clock
+    frame = result.to_frame(pair=spec["pair"])
+    centred = spec["error"] == "centred"
+    best_frame = result.best_target_frame(centred, pair=spec["pair"])
+    summary = {"pair": spec["pair"], "error": spec["error"], "source": spec["source_name"],
+               "target": spec["target_name"], "source_layers": result.source_layers - 1,
+               "target_layers": result.target_layers - 1, "tokens": result.tokens,
+               "blocks": result.blocks, "alphas": result.alphas, "max_length": max_length,
+               "fit_seconds": round(seconds, 3),
+               "alpha_chosen_counts": {str(a): int((result.alpha == a).sum())
+                                       for a in result.alphas},
+               "mean_abs_depth_offset_of_best_target":
+                   result.depth_offset_of_best_target(centred)}
+    with atomic_path(spec["out"], is_dir=True) as out:
+        write_dataframe(out / "relative_error.csv", frame)
+        write_dataframe(out / "best_target.csv", best_frame)
+        write_json(out / "summary.json", summary)
+        provenance.extra["summary"] = summary
+        provenance.write(out / "provenance.json")
+    log(best_frame.to_string(index=False))
+    return summary
