@@ -11,7 +11,7 @@ ENVIRONMENT = "../environment.yml"  # for --sdm conda; the default is the projec
 SCRIPTS = Path(workflow.basedir) / "workflow_scripts"
 # Shapes specs at DAG time: a change that matters changes the specs (params), so no rule lists
 # it as an input (otherwise every edit of it would rerun every job).
-UNTRACKED_MODULES = {"config"}
+UNTRACKED_MODULES = {"config"}  # the package with all its submodules (config.load, ...)
 
 
 def jobs(family):
@@ -39,37 +39,68 @@ def script(name):
     return _relative(SCRIPTS / name)
 
 
+def _module_file(dotted):
+    """The file of a depthlab module, dotted relative to the package ("adapter",
+    "config.load"): depthlab/<a>/<b>.py, or a package's depthlab/<a>/<b>/__init__.py."""
+    base = SCRIPTS.joinpath("depthlab", *dotted.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def _imported_modules(path):
-    """depthlab modules a file imports (anywhere in it: scripts import inside main())."""
-    tree = ast.parse(Path(path).read_text())
+    """depthlab modules a file imports (anywhere in it: scripts import inside main()), dotted
+    relative to the package. Relative imports (`from ..errors import X`, `from .load import y`)
+    count from the file's own package; `from pkg import name` counts pkg.name when that is a
+    module, else pkg."""
+    path = Path(path).resolve()
+    package_dir = (SCRIPTS / "depthlab").resolve()
+    if path.is_relative_to(package_dir):
+        here = list(path.relative_to(package_dir).parent.parts)  # the file's own package
+    else:
+        here = None  # a script: relative imports do not reach depthlab
     found = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found.update(a.name.split(".")[1] for a in node.names
+            found.update(a.name.split(".", 1)[1] for a in node.names
                          if a.name.startswith("depthlab."))
         elif isinstance(node, ast.ImportFrom):
             source = node.module or ""
-            if node.level == 1 or source.startswith("depthlab"):
-                base = source.split(".")[-1] if source and source != "depthlab" else None
-                if base:
-                    found.add(base)
-                else:  # `from depthlab import x` / `from . import x`
-                    found.update(a.name for a in node.names)
-    return {m for m in found if (SCRIPTS / "depthlab" / f"{m}.py").is_file()}
+            if node.level:
+                if here is None or node.level - 1 > len(here):
+                    continue
+                parts = here[:len(here) - (node.level - 1)]
+                base = ".".join([*parts, *([source] if source else [])])
+            elif source == "depthlab" or source.startswith("depthlab."):
+                base = source.partition(".")[2]
+            else:
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}" if base else alias.name
+                found.add(sub if _module_file(sub) else base)
+    return {m for m in found if m and _module_file(m)}
+
+
+def _untracked(dotted):
+    return dotted.split(".")[0] in UNTRACKED_MODULES  # a package with all its submodules
 
 
 def library(name):
     """The library modules a script imports, transitively: editing one reruns exactly the rules
-    whose scripts use it (Snakemake alone only sees the script file)."""
+    whose scripts use it (Snakemake alone only sees the script file). Submodules of a package
+    count with the package's __init__.py (which Python runs first)."""
     todo, seen = list(_imported_modules(SCRIPTS / name)), set()
     while todo:
         name_ = todo.pop()
-        if name_ in seen or name_ in UNTRACKED_MODULES:
+        if name_ in seen or _untracked(name_):
             continue
         seen.add(name_)
-        todo.extend(_imported_modules(SCRIPTS / "depthlab" / f"{name_}.py"))
-    files = [SCRIPTS / "depthlab" / f"{m}.py" for m in ["__init__", *sorted(seen)]]
-    return [_relative(f) for f in files if f.is_file()]
+        parts = name_.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))  # enclosing packages
+        todo.extend(_imported_modules(_module_file(name_)))
+    files = [SCRIPTS / "depthlab" / "__init__.py"] + [_module_file(m) for m in sorted(seen)]
+    return [_relative(f) for f in files if f is not None and f.is_file()]
 
 
 def log_file(family, job="{job}"):
