@@ -18,7 +18,8 @@ settings:
   strategies      subset of [angular, deepest, greedy]
   n_grid          block sizes n (null: every n from 1 to L-1)
   val             {windows, seq_len, batch_size}: evenly spaced validation windows of val.bin
-  lm_eval         {enabled, tasks (null: every task of the folder), n_grid (null: n_grid),
+  lm_eval         {enabled, tasks (null: every task of the folder), n_grid (null: every n; a
+                   config's `inherit` arrives here as the top-level n_grid),
                    single_layer (lm-eval on every single-layer removal), batch_size,
                    bootstrap_iters, metric (acc|acc_norm, for auto depth)}
   healing         {enabled, strategies, n_grid, method (lora|qlora), rank, alpha, dropout,
