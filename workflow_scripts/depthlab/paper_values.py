@@ -1,28 +1,42 @@
 """Published values of the four papers that the workflow compares against (claims table,
-figures). One entry per value: which paper, where in it, the value and what it means.
+figures). One entry per value: which paper, where in it (section / figure / table of the arXiv
+version named below), the value, what it means, and either a short quote or a note saying how
+the value is derived from what the paper prints.
 
 `value` is a number (with `error`, its ± when the paper gives one), a tuple of numbers (one per
 model size) or, for a purely qualitative claim, None (the `note` says what the paper shows).
+
+Beside each value stand the named margins and bands the claims table judges it with
+(depthlab.claims), each with the reason for its size:
+  *_NEGLIGIBLE   a positive claim whose whole interval lies inside (-x, x) is "not reproduced"
+                 (the effect is there to be measured and is too small to be the paper's effect)
+  *_MARGIN       a "no rise / no difference" claim is reproduced only when the whole interval
+                 lies inside [-x, x] (an equivalence test)
+  *_BAND         the size the paper states: the size verdict asks whether the interval lies
+                 inside it
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-COD = "Sun et al. 2025 (Curse of Depth)"
-GROMOV = "Gromov et al. 2025"
-CSORDAS = "Csordás et al. 2025"
-LIU = "Liu et al. 2026"
-BESIROGLU = "Besiroglu et al. 2024"
+COD = "Sun et al. 2025 (Curse of Depth, arXiv 2502.05795)"
+GROMOV = "Gromov et al. 2025 (arXiv 2403.17887)"
+CSORDAS = "Csordás et al. 2025 (arXiv 2505.13898)"
+LIU = "Liu et al. 2026 (arXiv 2602.05970)"
+BESIROGLU = "Besiroglu et al. 2024 (arXiv 2404.10102)"
 
 
 @dataclass(frozen=True)
 class PaperValue:
     paper: str
-    source: str  # figure / table / section
+    source: str  # section / figure / table
     value: Any
     note: str
     error: float | None = None
+    quote: str = ""   # the paper's words, short; empty when `derived` says how it was obtained
+    derived: str = ""  # how the value follows from what the paper prints (when not quoted)
 
     def describe(self) -> str:
         """The value as one short string with its source, for tables and captions."""
@@ -37,57 +51,134 @@ class PaperValue:
         return f"{shown} ({self.source})"
 
 
+# ---------------------------------------------------------------------------------------------
+# Curse of Depth (Sun et al. 2025, arXiv 2502.05795): LLaMA-130M / 250M / 350M / 1B on C4.
+
+COD_PPL_PRE_LN = (26.73, 21.92, 19.58, 17.02)
+COD_PPL_LNS = (25.76, 20.35, 18.20, 15.71)
+# ln(ppl Pre-LN / ppl LNS) per size = the validation-loss gain in nats: 0.0370, 0.0743, 0.0731,
+# 0.0801 for 130M / 250M / 350M / 1B.
+COD_LNS_GAIN_NATS = tuple(math.log(p / q) for p, q in zip(COD_PPL_PRE_LN, COD_PPL_LNS))
+# The paper's own gains span a factor 2.2 over its four sizes, so the band takes its range
+# widened by a factor 2 on each side: a gain outside it is not the paper's size at any scale.
+COD_LNS_GAIN_BAND = (min(COD_LNS_GAIN_NATS) / 2, max(COD_LNS_GAIN_NATS) * 2)
+# About 1/7 of the paper's smallest gain (0.037 nats): below it LNS changes nothing Table 1 shows.
+COD_LNS_GAIN_NEGLIGIBLE = 0.005
+# 0.01 per layer of ln Var is under 13% growth across 12 layers: flat on Fig. 4's log scale.
+COD_VARIANCE_SLOPE_NEGLIGIBLE = 0.01
+# 1% of the angular distance's [0, 1] range: no colour scale of Fig. 2 / Fig. 3a,b shows it.
+COD_ANGULAR_NEGLIGIBLE = 0.01
+# Half a point of accuracy (ΔP on MMLU / ARC-e is in points) or 0.005 nats of validation loss:
+# below the resolution of Fig. 2 top / Fig. 3c,d.
+COD_DELTA_P_NEGLIGIBLE = 0.005
+
+# ---------------------------------------------------------------------------------------------
+# Gromov et al. 2025 (arXiv 2403.17887)
+
+# 0.005 nats of validation loss (0.5% perplexity): far below the accuracy collapse of Fig. 1-2.
+GROMOV_GAP_NEGLIGIBLE = 0.005
+
+# ---------------------------------------------------------------------------------------------
+# Csordás et al. 2025 (arXiv 2505.13898)
+
+# 0.005 of the relative error ||y_hat - y|| / ||y|| (in [0, ~1]): half a percent of the target
+# norm, below the differences between neighbouring target layers the paper's map plots show.
+CSORDAS_MAP_ERROR_NEGLIGIBLE = 0.005
+# "No rise": every level's depth score within 5% of the model's depth (normalised score,
+# /(L - 1)) of the easiest level's; a larger shift moves the score by more than a layer in a
+# 20-layer model, a visible use of more layers.
+CSORDAS_DEPTH_SCORE_MARGIN = 0.05
+# From-scratch models "use more depth": a slope under 0.01 of the depth per level (4% over
+# 4 levels) is no more depth at all.
+CSORDAS_DEPTH_SCORE_SLOPE_NEGLIGIBLE = 0.01
+
+# ---------------------------------------------------------------------------------------------
+# Liu et al. 2026 (arXiv 2602.05970): L = c_m/m^a_m + c_l/l^a_l + c_D/D^a_D + L0.
+
+# The paper's a_l = 1.2 ± 0.3: the band is its stated ± (value ± error).
+LIU_A_L_BAND = (0.9, 1.5)
+# "a_m ≈ 1" read with the same relative width as a_l's ± 0.3 / 1.2 (25%), rounded to ± 0.2.
+LIU_A_M_BAND = (0.8, 1.2)
+# Tied ≈ 3 vs independent ≈ 1: a ratio ≈ 3, read as 2 - 4.5 (a factor 1.5 either side), since
+# each exponent is itself a fit over a few student depths.
+LIU_TOY_RATIO_BAND = (2.0, 4.5)
+# 0.1 of an exponent: a tenth of the independent teacher's a_l ≈ 1, far below the ≈ 2 gap.
+LIU_TOY_GAP_NEGLIGIBLE = 0.1
+
+
 PAPER_VALUES: dict[str, PaperValue] = {
-    # Curse of Depth: LLaMA-130M / 250M / 350M / 1B pretrained on C4.
     "cod_ppl_pre_ln": PaperValue(
-        COD, "Table 1", (26.73, 21.92, 19.58, 17.02),
-        "Pre-LN validation perplexity, LLaMA-130M / 250M / 350M / 1B on C4"),
+        COD, "Table 1", COD_PPL_PRE_LN,
+        "Pre-LN validation perplexity, LLaMA-130M / 250M / 350M / 1B on C4",
+        derived="Table 1, row Pre-LN, columns LLaMA-130M / 250M / 350M / 1B (perplexity, C4)"),
     "cod_ppl_lns": PaperValue(
-        COD, "Table 1", (25.76, 20.35, 18.20, 15.71),
-        "LayerNorm Scaling validation perplexity, LLaMA-130M / 250M / 350M / 1B on C4"),
+        COD, "Table 1", COD_PPL_LNS,
+        "LayerNorm Scaling validation perplexity, LLaMA-130M / 250M / 350M / 1B on C4",
+        derived="Table 1, row LayerNorm Scaling, same columns"),
+    "cod_lns_gain": PaperValue(
+        COD, "Table 1 (derived)", COD_LNS_GAIN_NATS,
+        "validation-loss gain of LNS over Pre-LN in nats, LLaMA-130M / 250M / 350M / 1B",
+        derived="ln(ppl Pre-LN / ppl LNS) per column of Table 1 (loss = ln perplexity)"),
     "cod_variance_growth": PaperValue(
-        COD, "Fig. 3 / Sec. 3", None,
+        COD, "Fig. 4 / Sec. 3", None,
         "Pre-LN hidden-state variance grows with depth (exponentially in the bound); LNS keeps "
-        "it growing at most polynomially"),
+        "it growing at most polynomially",
+        quote="its output variance exponentially grows with the model depth (abstract)"),
     "cod_angular_distance": PaperValue(
-        COD, "Fig. 1 / Sec. 2", None,
+        COD, "Fig. 2 bottom / Fig. 3a,b; Eq. 1", None,
         "deep Pre-LN layers have small angular distance to the next layer (near identity); "
-        "LNS keeps deep layers distinct"),
+        "LNS keeps deep layers distinct; the distance is a mean over all tokens (Eq. 1)",
+        derived="read off the heatmaps; no number is printed"),
     "cod_delta_p": PaperValue(
-        COD, "Fig. 1 / Fig. 4", None,
+        COD, "Fig. 2 top / Fig. 3c,d (MMLU, ARC-e)", None,
         "removing one deep Pre-LN layer barely changes the score (small ΔP); with LNS deep "
-        "layers matter more"),
+        "layers matter more",
+        derived="read off the bar charts; no number is printed"),
     # Gromov et al.: Llama-2-70B and smaller open models, MMLU / BoolQ / C4 loss.
     "gromov_block_vs_baseline": PaperValue(
         GROMOV, "Fig. 1 / Fig. 2", None,
         "the angular-distance block choice keeps accuracy better than dropping the deepest "
-        "layers; QLoRA healing recovers most of the loss"),
+        "layers; QLoRA healing recovers most of the loss",
+        derived="read off the accuracy-vs-fraction-dropped curves; no number is printed"),
     # Csordás et al.
     "csordas_linear_maps": PaperValue(
         CSORDAS, "Sec. 5 (linear maps)", None,
         "a shallow model's layer maps best onto the deep model's layer at the same relative "
-        "depth"),
+        "depth", derived="read off the map-error heatmaps (diagonal at equal relative depth)"),
     "csordas_depth_score": PaperValue(
-        CSORDAS, "Sec. 4 (depth score)", None,
-        "the depth score does not increase with problem difficulty (harder problems do not use "
-        "more layers)"),
-    # Liu et al.: the decomposed law L = c_m/m^a_m + c_l/l^a_l + c_D/D^a_D + L0.
+        CSORDAS, "Sec. 4 (depth score, MATH levels / MQuAKE hops)", None,
+        "pretrained LLMs: the depth score does not increase with problem difficulty (harder "
+        "problems do not use more layers)",
+        derived="read off the depth-score-vs-difficulty plots of pretrained Llama / Qwen"),
+    "csordas_depth_score_scratch": PaperValue(
+        CSORDAS, "Sec. on MoEUT (models trained from scratch on the task)", None,
+        "models trained from scratch on the task do use more depth for more computation "
+        "steps", derived="the MoEUT section's depth-score-vs-steps comparison"),
+    # Liu et al.: the decomposed law L = c_m/m^a_m + c_l/l^a_l + c_D/D^a_D + L0. The data
+    # exponent a_D is not stated in the paper's text and is not compared.
     "liu_a_l": PaperValue(LIU, "Sec. 4 (Chinchilla fit)", 1.2,
                           "depth exponent a_l ± bootstrap error on the Chinchilla points",
-                          error=0.3),
-    "liu_a_m": PaperValue(LIU, "Sec. 4 (Chinchilla fit)", 1.0, "width exponent a_m ≈ 1"),
-    "liu_a_D": PaperValue(LIU, "Sec. 4 (Chinchilla fit)", 0.3, "data exponent a_D ≈ 0.3"),
+                          error=0.3, derived="a_l = 1.2 ± 0.3 as printed in Sec. 4"),
+    "liu_a_m": PaperValue(LIU, "Sec. 4 (Chinchilla fit)", 1.0, "width exponent a_m ≈ 1",
+                          derived="a_m ≈ 1 as printed in Sec. 4 (no error given)"),
     "liu_toy_independent": PaperValue(
         LIU, "Sec. 5 (teacher-student)", 1.0,
-        "depth exponent a_l ≈ 1 for a teacher with independent layers"),
+        "depth exponent a_l ≈ 1 for a teacher with independent layers",
+        quote="loss scales inversely proportional to depth (abstract, for LLMs; the toy's "
+              "independent teacher reproduces it)"),
     "liu_toy_tied": PaperValue(
         LIU, "Sec. 5 (teacher-student)", 3.0,
-        "depth exponent a_l ≈ 3 for a teacher with tied layers, once converged"),
+        "depth exponent a_l ≈ 3 for a teacher with tied layers, once converged",
+        derived="a_l ≈ 3 for the tied teacher as printed in Sec. 5; the ratio tied / "
+                "independent ≈ 3 follows from a_l ≈ 1 for the independent teacher"),
     # Besiroglu et al. (Chinchilla replication): L = E + A/N^alpha + B/D^beta.
     "besiroglu_alpha": PaperValue(BESIROGLU, "Eq. 4 (replication fit)", 0.3478,
-                                  "parameter exponent alpha of the refitted Chinchilla law"),
+                                  "parameter exponent alpha of the refitted Chinchilla law",
+                                  derived="alpha in their Eq. 4"),
     "besiroglu_beta": PaperValue(BESIROGLU, "Eq. 4 (replication fit)", 0.3658,
-                                 "data exponent beta of the refitted Chinchilla law"),
+                                 "data exponent beta of the refitted Chinchilla law",
+                                 derived="beta in their Eq. 4"),
     "besiroglu_E": PaperValue(BESIROGLU, "Eq. 4 (replication fit)", 1.8172,
-                              "irreducible loss E of the refitted Chinchilla law"),
+                              "irreducible loss E of the refitted Chinchilla law",
+                              derived="E in their Eq. 4"),
 }

@@ -39,7 +39,7 @@ def published_exponents(law: str) -> dict:
     from .paper_values import PAPER_VALUES
 
     return {name: (PAPER_VALUES[key].value, PAPER_VALUES[key].error, PAPER_VALUES[key].paper)
-            for name, key in PUBLISHED.get(law, {}).items()}
+            for name, key in PUBLISHED.get(law, {}).items() if key in PAPER_VALUES}
 
 
 def _term(estimates: dict, coefficient: str, exponent: str, values: np.ndarray) -> np.ndarray:
