@@ -4,6 +4,7 @@ giving each verdict on planted tables, and the rule in a dry run."""
 import math
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +13,8 @@ import pytest
 from scipy import stats
 
 from depthlab import claims
-from depthlab.claims import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Estimate, RunData,
-                             build_claims)
+from depthlab.claims import (INDICATIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Estimate,
+                             RunData, build_claims)
 from depthlab.config import load_config, resolve
 from depthlab.paper_values import PAPER_VALUES
 from local_snakemake import SNAKEMAKE, local_env
@@ -26,15 +27,15 @@ LAYERS = 8
 # Intervals and measurements
 
 
-def test_over_seeds_uses_t_interval_from_three_seeds_and_min_max_for_two():
+def test_over_seeds_uses_a_t_interval_from_three_seeds_and_no_interval_for_two():
     values = [1.0, 1.5, 3.0]
     low, high = stats.t.interval(0.95, 2, loc=np.mean(values), scale=stats.sem(values))
     e = claims.over_seeds([Estimate(v) for v in values])
     assert (e.value, e.low, e.high, e.n) == pytest.approx((np.mean(values), low, high, 3))
     two = claims.over_seeds([Estimate(2.0), Estimate(-1.0)])
-    assert (two.value, two.low, two.high) == (0.5, -1.0, 2.0)
-    own = Estimate(1.0, 0.5, 1.5, "bootstrap")
-    assert claims.over_seeds([own]) is own
+    assert (two.value, two.n, two.has_interval) == (0.5, 2, False)
+    own = claims.over_seeds([Estimate(1.0, 0.5, 1.5, "bootstrap")])
+    assert (own.low, own.high, own.n) == (0.5, 1.5, 1) and "within one model" in own.method
 
 
 def test_log_variance_slope_matches_a_planted_exponential_and_skips_the_embedding():
@@ -59,22 +60,28 @@ def test_unigram_entropy_and_final_val_loss():
     assert claims.final_val_loss(log) == 4.0
 
 
-def test_depth_score_rise_of_planted_effects_is_exact():
+def test_depth_score_trend_of_planted_effects_is_exact():
     # every problem: effect 0.1 on each layer plus 1 on layer 0 (easy) or the last (hard)
     effects = _problem_effects(easy_layer=0, hard_layer=LAYERS - 1, noise=0.0)
-    e = claims.depth_score_rise(effects, "hops", resamples=50, seed=0)
+    trend = claims.depth_score_trend(effects, "hops", resamples=50, seed=0)
     total = 0.1 * LAYERS + 1.0
     spread = 0.1 * sum(range(LAYERS))
-    expected = (spread + (LAYERS - 1)) / total - spread / total
+    expected = ((spread + (LAYERS - 1)) / total - spread / total) / (LAYERS - 1)
+    e = trend["diffs"][4]
     assert (e.value, e.low, e.high) == pytest.approx((expected,) * 3)
+    assert trend["slope"].value == pytest.approx(expected / 3)
 
 
-def test_linear_map_advantage_at_equal_depth_is_the_depth_blind_distance():
-    best = pd.DataFrame({"source_depth": [0.0, 0.5, 1.0], "best_target_depth": [0.0, 0.5, 1.0]})
-    e = claims.linear_map_advantage(best, target_layers=4)
-    targets = np.linspace(0, 1, 5)
-    expected = np.mean([np.abs(targets - s).mean() for s in (0.0, 0.5, 1.0)])
-    assert e.value == pytest.approx(expected)
+def test_map_error_advantage_against_the_best_constant_target():
+    # error |t - s| + 0.1: the equal-depth target wins by the depth-blind distance
+    errors = _map_errors("equal")
+    e = claims.map_error_advantage(errors)
+    depths = np.linspace(0, 1, 5)
+    best_constant = min(depths, key=lambda c: np.abs(depths - c).mean())
+    assert e.value == pytest.approx(np.abs(depths - best_constant).mean())
+    # a depth-blind map (the middle target best for every source) gains nothing or less
+    blind = claims.map_error_advantage(_map_errors("middle"))
+    assert blind.value < 0
 
 
 def test_fit_parameter_flags_an_interval_touching_a_bound():
@@ -94,19 +101,28 @@ def test_fit_parameter_flags_an_interval_touching_a_bound():
     (Estimate(1.0, -0.5, 2.5), [], NOT_TESTABLE),
     (Estimate(1.0), [], NOT_TESTABLE),
     (Estimate(1.0, 0.5, 1.5), ["did not learn"], NOT_TESTABLE),
+    (Estimate(0.0, -0.001, 0.001), [], NOT_REPRODUCED),    # a precise null
+    (Estimate(0.02, 0.005, 0.03), [], NOT_TESTABLE),       # above 0, not above the band
 ])
 def test_verdict_positive(estimate, blockers, expected):
-    assert claims.verdict_positive(estimate, blockers)[0] == expected
+    assert claims.verdict_positive(estimate, blockers, negligible=0.01)[0] == expected
 
 
-@pytest.mark.parametrize("estimate, blockers, expected", [
-    (Estimate(0.1, -0.2, 0.4), [], REPRODUCED),
-    (Estimate(-1.0, -1.5, -0.5), [], REPRODUCED),
-    (Estimate(1.0, 0.5, 1.5), [], NOT_REPRODUCED),
-    (Estimate(0.1, -0.2, 0.4), ["at chance"], NOT_TESTABLE),
+def test_verdict_positive_without_a_band_cannot_reject_a_precise_null():
+    assert claims.verdict_positive(Estimate(0.0, -0.001, 0.001))[0] == NOT_TESTABLE
+
+
+@pytest.mark.parametrize("diffs, expected", [
+    ({2: (0.01, -0.02, 0.03), 3: (0.0, -0.03, 0.04)}, REPRODUCED),
+    ({2: (0.01, -0.02, 0.03), 3: (0.118, 0.054, 0.185)}, NOT_REPRODUCED),  # a level-3 rise
+    ({2: (0.0, -5.0, 5.0)}, NOT_TESTABLE),                               # [-5, 5] is no test
+    ({2: (-0.2, -0.3, -0.1)}, NOT_REPRODUCED),                           # a clear fall
+    ({2: (0.01, -0.02, 0.03)}, REPRODUCED),
 ])
-def test_verdict_no_rise(estimate, blockers, expected):
-    assert claims.verdict_no_rise(estimate, blockers)[0] == expected
+def test_verdict_equivalent(diffs, expected):
+    estimates = {k: Estimate(*v) for k, v in diffs.items()}
+    assert claims.verdict_equivalent(estimates, 0.05)[0] == expected
+    assert claims.verdict_equivalent(estimates, 0.05, ["at chance"])[0] == NOT_TESTABLE
 
 
 @pytest.mark.parametrize("estimate, blockers, expected", [
@@ -118,6 +134,29 @@ def test_verdict_value(estimate, blockers, expected):
     assert claims.verdict_value(estimate, 1.2, blockers)[0] == expected
 
 
+@pytest.mark.parametrize("interval, verdict, expected", [
+    ((1.0, 1.4), REPRODUCED, claims.SIZE_REPRODUCED),
+    ((1.6, 2.0), REPRODUCED, claims.SIZE_NOT_REPRODUCED),
+    ((1.2, 2.0), REPRODUCED, NOT_TESTABLE),
+    ((1.0, 1.4), INDICATIVE, INDICATIVE),
+    ((1.0, 1.4), NOT_TESTABLE, NOT_TESTABLE),
+])
+def test_verdict_size(interval, verdict, expected):
+    e = Estimate(sum(interval) / 2, *interval)
+    assert claims.verdict_size(e, (0.9, 1.5), verdict) == expected
+    assert claims.verdict_size(e, None, verdict) == claims.NO_SIZE
+
+
+def test_one_or_two_seeds_are_indicative_three_decide():
+    rule = claims.verdict_positive(Estimate(1.0, 0.5, 1.5))
+    one = claims.with_seeds(Estimate(1.0, 0.5, 1.5, n=1), rule)
+    assert one[0] == INDICATIVE and REPRODUCED in one[1]
+    assert claims.with_seeds(Estimate(1.0, 0.5, 1.5, n=2), rule)[0] == INDICATIVE
+    assert claims.with_seeds(Estimate(1.0, 0.5, 1.5, n=3), rule) == rule
+    # a published checkpoint has no seeds to vary: its own interval decides
+    assert claims.with_seeds(Estimate(1.0, 0.5, 1.5, n=1), rule, trained_here=False) == rule
+
+
 # ---------------------------------------------------------------------------------------------
 # Every claim, each verdict, on planted tables
 
@@ -126,28 +165,29 @@ def _seeded(base: str, seeds: int) -> list[str]:
     return [f"{base}_s{s}" for s in range(seeds)] if seeds > 1 else [base]
 
 
-def _cod_data(effect: str, seeds: int = 1) -> RunData:
-    """Pre-LN vs LNS where LNS has (effect = "paper") or lacks ("opposite") every CoD effect;
-    "unlearned": the paper's effects on a model no better than unigram; "noisy": effects whose
-    sign flips from layer to layer."""
+def _cod_data(effect: str, seeds: int = 3, gain: float = 0.05) -> RunData:
+    """Pre-LN vs LNS trained here, where LNS has (effect = "paper") or lacks ("opposite") every
+    CoD effect; "unlearned": the paper's effects on a model no better than unigram; "noisy":
+    effects whose sign flips from seed to seed; "null": no effect at all."""
     rng = np.random.default_rng(1)
     base, treat = _seeded("pre_ln", seeds), _seeded("lns", seeds)
-    data = RunData(cod_pairs=[("pre_ln", base, "lns", treat)])
-    sign = {"paper": 1.0, "unlearned": 1.0, "opposite": -1.0, "noisy": 1.0}[effect]
+    data = RunData(cod_pairs=[("pre_ln", base, "lns", treat)], trained=set(base + treat))
+    sign = {"paper": 1.0, "unlearned": 1.0, "opposite": -1.0, "noisy": 1.0, "null": 0.0}[effect]
     layers = np.arange(LAYERS)
     for i, (b, t) in enumerate(zip(base, treat)):
-        jitter = rng.normal(0, 0.01)
-        data.val_loss[b], data.val_loss[t] = 5.5 + jitter, 5.5 + jitter - 0.2 * sign
+        seed_sign = (-1.0) ** i if effect == "noisy" else 1.0
+        jitter = rng.normal(0, 0.003)
+        data.val_loss[b], data.val_loss[t] = 5.5 + jitter, 5.5 + jitter - gain * sign * seed_sign
         for name in (b, t):
             data.unigram[name] = 5.0 if effect == "unlearned" else 6.5
             data.scale[name] = "8 layers x 32, 1k tokens"
         states = np.arange(LAYERS + 1)
-        data.h_var[b] = pd.Series(np.exp((0.2 if sign > 0 else 0.02) * states), index=states)
+        data.h_var[b] = pd.Series(np.exp((0.2 if sign >= 0 else 0.02) * states), index=states)
         data.h_var[t] = pd.Series(np.exp((0.02 if sign > 0 else 0.2) * states), index=states)
-        gap = (0.05 * (-1.0) ** layers) if effect == "noisy" else np.full(LAYERS, 0.05 * sign)
-        data.distance[b] = pd.Series(0.1 + rng.normal(0, 1e-3, LAYERS), index=layers)
+        gap = np.full(LAYERS, 0.05 * sign * seed_sign)
+        data.distance[b] = pd.Series(0.1 + rng.normal(0, 1e-4, LAYERS), index=layers)
         data.distance[t] = data.distance[b] + gap
-        drop_b = 0.1 + rng.normal(0, 1e-3, LAYERS)
+        drop_b = 0.1 + rng.normal(0, 1e-4, LAYERS)
         data.single_layer[b] = pd.DataFrame({"layer": layers, "task": "x",
                                              "delta_score": -drop_b, "delta_loss": drop_b})
         data.single_layer[t] = pd.DataFrame({"layer": layers, "task": "x",
@@ -156,42 +196,64 @@ def _cod_data(effect: str, seeds: int = 1) -> RunData:
     return data
 
 
-def _verdicts(data: RunData) -> dict:
+def _verdicts(data: RunData, column: str = "verdict") -> dict:
     table = build_claims(data)
-    return dict(zip(table["claim_id"], table["verdict"]))
+    return dict(zip(table["claim_id"], table[column]))
 
 
 @pytest.mark.parametrize("claim", ["cod_variance_growth", "cod_lns_variance",
-                                   "cod_angular_distance", "cod_delta_p"])
+                                   "cod_angular_distance", "cod_delta_p", "cod_val_loss"])
 def test_cod_claims_give_each_verdict(claim):
     assert _verdicts(_cod_data("paper"))[claim] == REPRODUCED
     assert _verdicts(_cod_data("unlearned"))[claim] == NOT_TESTABLE
+    assert _verdicts(_cod_data("paper", seeds=1))[claim] == INDICATIVE
     if claim != "cod_variance_growth":  # the opposite plants Pre-LN growth too
         assert _verdicts(_cod_data("opposite"))[claim] == NOT_REPRODUCED
+        if claim != "cod_lns_variance":  # noisy flips the other effects from seed to seed
+            assert _verdicts(_cod_data("noisy"))[claim] == NOT_TESTABLE
     else:
         flat = _cod_data("paper")
-        flat.h_var["pre_ln"] = pd.Series(np.exp(-0.1 * np.arange(LAYERS + 1)))
+        for name in ("pre_ln_s0", "pre_ln_s1", "pre_ln_s2"):
+            flat.h_var[name] = pd.Series(np.exp(-0.1 * np.arange(LAYERS + 1)))
         assert _verdicts(flat)[claim] == NOT_REPRODUCED
-    if claim in ("cod_angular_distance", "cod_delta_p"):
-        assert _verdicts(_cod_data("noisy"))[claim] == NOT_TESTABLE
+    if claim in ("cod_angular_distance", "cod_delta_p", "cod_val_loss"):
+        assert _verdicts(_cod_data("null"))[claim] == NOT_REPRODUCED  # a precise null
 
 
-def test_cod_val_loss_needs_seeds_for_a_verdict():
-    assert _verdicts(_cod_data("paper", seeds=1))["cod_val_loss"] == NOT_TESTABLE
-    assert _verdicts(_cod_data("paper", seeds=3))["cod_val_loss"] == REPRODUCED
-    assert _verdicts(_cod_data("opposite", seeds=3))["cod_val_loss"] == NOT_REPRODUCED
-    table = build_claims(_cod_data("paper", seeds=3)).set_index("claim_id")
-    assert table.loc["cod_val_loss", "measured"] == pytest.approx(0.2)
-    assert "3 seeds" in table.loc["cod_val_loss", "scale"]
+def test_cod_val_loss_size_against_table_1():
+    table = build_claims(_cod_data("paper", gain=0.05)).set_index("claim_id")
+    assert table.loc["cod_val_loss", "measured"] == pytest.approx(0.05, abs=1e-9)
+    assert table.loc["cod_val_loss", "seeds"] == 3
+    assert table.loc["cod_val_loss", "size_verdict"] == claims.SIZE_REPRODUCED
+    # the right sign, 0.5 nats: ten times Table 1's gains
+    big = build_claims(_cod_data("paper", gain=0.5)).set_index("claim_id")
+    assert big.loc["cod_val_loss", "verdict"] == REPRODUCED
+    assert big.loc["cod_val_loss", "size_verdict"] == claims.SIZE_NOT_REPRODUCED
+    assert _verdicts(_cod_data("paper", seeds=1), "size_verdict")["cod_val_loss"] == INDICATIVE
+    assert table.loc["cod_variance_growth", "size_verdict"] == claims.NO_SIZE
+    assert PAPER_VALUES["cod_lns_gain"].value == pytest.approx(
+        tuple(math.log(p / q) for p, q in zip((26.73, 21.92, 19.58, 17.02),
+                                              (25.76, 20.35, 18.20, 15.71))))
 
 
-def _sweep(gap_before: float, gap_after: float | None, noisy: bool = False) -> pd.DataFrame:
+def test_cod_angular_distance_reads_the_all_token_matrix(tmp_path):
+    matrix = pd.DataFrame(np.arange(9.0).reshape(3, 3), columns=["0", "1", "2"])
+    matrix.insert(0, "layer", [0, 1, 2])
+    assert list(claims.next_layer_distance(matrix)) == [1.0, 5.0]
+    data = _cod_data("paper")
+    data.distance_tokens = {m: "all tokens" for m in data.distance}
+    assert "(all tokens)" in build_claims(data).set_index("claim_id").loc[
+        "cod_angular_distance", "claim"]
+
+
+def _sweep(gap_before: float, gap_after: float | None, noisy: bool = False,
+           shift: float = 0.0) -> pd.DataFrame:
     rows = []
     for n in range(1, LAYERS):
-        gap = gap_before * ((-1) ** n if noisy else 1)
+        gap = gap_before * ((-1) ** n if noisy else 1) + shift
         rows += [("angular", n, False, 5.0 + 0.1 * n), ("deepest", n, False, 5.0 + 0.1 * n + gap)]
         if gap_after is not None and n % 2 == 0:
-            rows += [("angular", n, True, 5.0), ("deepest", n, True, 5.0 + gap_after)]
+            rows += [("angular", n, True, 5.0), ("deepest", n, True, 5.0 + gap_after + shift)]
     return pd.DataFrame(rows, columns=["strategy", "n", "healed", "val_loss"])
 
 
@@ -201,35 +263,51 @@ def _sweep(gap_before: float, gap_after: float | None, noisy: bool = False) -> p
     (0.2, None, True, (NOT_TESTABLE, NOT_TESTABLE)),
 ])
 def test_gromov_claims_give_each_verdict(before, after, noisy, expected):
-    data = RunData(pruning_groups={"m": ["m"]}, sweeps={"m": _sweep(before, after, noisy)})
-    if after is not None:  # the healed gap varies with n, so its interval has a width
-        healed = data.sweeps["m"]["healed"] & (data.sweeps["m"]["strategy"] == "deepest")
-        data.sweeps["m"].loc[healed, "val_loss"] += np.linspace(0, 0.01, healed.sum())
+    members = _seeded("m", 3)
+    data = RunData(pruning_groups={"m": members}, trained=set(members),
+                   sweeps={m: _sweep(before, after, noisy, shift=0.01 * i)
+                           for i, m in enumerate(members)})
     verdicts = _verdicts(data)
     assert (verdicts["gromov_block_choice:m"], verdicts["gromov_healing_gap:m"]) == expected
+    one = RunData(pruning_groups={"m": ["m"]}, trained={"m"}, sweeps={"m": _sweep(before, after)})
+    assert _verdicts(one)["gromov_block_choice:m"] == INDICATIVE
 
 
-def _best_targets(equal: bool) -> pd.DataFrame:
-    sources = np.linspace(0, 1, 5)
-    best = sources if equal else np.where(sources < 0.5, 1.0, 0.0)
-    return pd.DataFrame({"source_depth": sources, "best_target_depth": best})
+def _map_errors(kind: str, noise: float = 0.0, seed: int = 0) -> pd.DataFrame:
+    """relative_error.csv of a 4-layer source onto a 4-layer target: "equal": error |t - s|
+    (equal relative depth best); "middle": the middle target is best for every source (a
+    depth-blind map); "flat": every target equally good."""
+    rng = np.random.default_rng(seed)
+    depths = np.linspace(0, 1, 5)
+    rows = []
+    for i, s in enumerate(depths):
+        for j, t in enumerate(depths):
+            error = {"equal": abs(t - s), "middle": abs(t - 0.5), "flat": 0.0}[kind]
+            rows.append(("p", i, j, s, t, 0.1 + error + noise * rng.random(), 0.1))
+    return pd.DataFrame(rows, columns=["pair", "source_layer", "target_layer", "source_depth",
+                                       "target_depth", "relative_error", "alpha"])
 
 
-@pytest.mark.parametrize("equal, learned, expected", [
-    (True, True, REPRODUCED), (False, True, NOT_REPRODUCED), (True, False, NOT_TESTABLE)])
-def test_linear_map_claim_gives_each_verdict(equal, learned, expected):
-    data = RunData(map_groups={"p": ["p"]}, best_target={"p": _best_targets(equal)},
-                   map_ends={"p": ("a", "b", 16)}, val_loss={"a": 5.0, "b": 5.0},
+@pytest.mark.parametrize("kind, learned, seeds, expected", [
+    ("equal", True, 3, REPRODUCED), ("middle", True, 3, NOT_REPRODUCED),
+    ("flat", True, 3, NOT_REPRODUCED), ("equal", False, 3, NOT_TESTABLE),
+    ("equal", True, 1, INDICATIVE)])
+def test_linear_map_claim_gives_each_verdict(kind, learned, seeds, expected):
+    pairs = _seeded("p", seeds)
+    data = RunData(map_groups={"p": pairs}, trained={"a", "b"},
+                   map_errors={p: _map_errors(kind, 0.002, i) for i, p in enumerate(pairs)},
+                   map_ends={p: ("a", "b", 4) for p in pairs}, val_loss={"a": 5.0, "b": 5.0},
                    unigram={"a": 6.0, "b": 6.0 if learned else 4.0})
-    if equal:  # a little spread so the interval has a width
-        data.best_target["p"]["best_target_depth"] += [0, 0.0625, 0, -0.0625, 0]
     assert _verdicts(data)["csordas_linear_maps:p"] == expected
 
 
-def _problem_effects(easy_layer: int, hard_layer: int, noise: float = 0.3) -> pd.DataFrame:
-    rng = np.random.default_rng(2)
+def _problem_effects(easy_layer: int, hard_layer: int, noise: float = 0.3, levels=None,
+                     seed: int = 2) -> pd.DataFrame:
+    """Per level, the layer every problem leans on (effect 1 on it, 0.1 + noise elsewhere)."""
+    rng = np.random.default_rng(seed)
+    levels = levels or {1: easy_layer, 4: hard_layer}
     rows = []
-    for level, layer in ((1, easy_layer), (4, hard_layer)):
+    for level, layer in levels.items():
         for problem in range(40):
             effect = np.full(LAYERS, 0.1) + noise * rng.random(LAYERS)
             effect[layer] += 1.0
@@ -239,15 +317,48 @@ def _problem_effects(easy_layer: int, hard_layer: int, noise: float = 0.3) -> pd
                                        "output_effect"])
 
 
-@pytest.mark.parametrize("hard_layer, hard_accuracy, expected", [
-    (2, 0.9, REPRODUCED), (LAYERS - 1, 0.9, NOT_REPRODUCED), (2, 0.06, NOT_TESTABLE)])
-def test_depth_score_claim_gives_each_verdict(hard_layer, hard_accuracy, expected):
-    accuracy = pd.DataFrame({"family": "hops", "level": [1, 4], "accuracy": [1.0, hard_accuracy],
+def _depth_data(levels: dict, seeds: int = 3, task_trained: bool = False,
+                hard_accuracy: float = 0.9, noise: float = 0.05) -> RunData:
+    members = _seeded("m", seeds)
+    accuracy = pd.DataFrame({"family": "hops", "level": sorted(levels),
+                             "accuracy": [1.0] * (len(levels) - 1) + [hard_accuracy],
                              "problems": 40, "chance": 0.0625})
-    data = RunData(depth_groups={"m": ["m"]}, problem_effects={"m": _problem_effects(2,
-                                                                                   hard_layer)},
-                   accuracy={"m": accuracy}, bootstrap={"resamples": 200, "seed": 0})
-    assert _verdicts(data)["csordas_depth_score:m:hops"] == expected
+    return RunData(depth_groups={"m": members}, trained=set(members),
+                   task_trained=set(members) if task_trained else set(),
+                   problem_effects={m: _problem_effects(0, 0, noise, levels, seed=i)
+                                    for i, m in enumerate(members)},
+                   accuracy={m: accuracy for m in members},
+                   bootstrap={"resamples": 200, "seed": 0})
+
+
+FLAT = {1: 3, 2: 3, 3: 3, 4: 3}
+RISE_AT_3 = {1: 3, 2: 3, 3: LAYERS - 1, 4: 3}  # only level 3 leans on a deeper layer
+RISE = {1: 1, 2: 3, 3: 5, 4: LAYERS - 1}
+
+
+@pytest.mark.parametrize("levels, seeds, hard_accuracy, expected", [
+    (FLAT, 3, 0.9, REPRODUCED), (RISE_AT_3, 3, 0.9, NOT_REPRODUCED),
+    (RISE, 3, 0.9, NOT_REPRODUCED), (FLAT, 3, 0.06, NOT_TESTABLE), (FLAT, 1, 0.9, INDICATIVE)])
+def test_depth_score_pretrained_statement_gives_each_verdict(levels, seeds, hard_accuracy,
+                                                            expected):
+    table = build_claims(_depth_data(levels, seeds, hard_accuracy=hard_accuracy))
+    row = table.set_index("claim_id").loc["csordas_depth_score:m:hops"]
+    assert row["verdict"] == expected
+    assert "pretrained-LLM statement" in row["claim"]
+    if levels is RISE_AT_3 and seeds == 3:  # the ends agree; level 3 is the difference shown
+        assert row["measured"] > claims.pv.CSORDAS_DEPTH_SCORE_MARGIN
+
+
+def test_depth_score_wide_interval_is_not_testable():
+    assert _verdicts(_depth_data(FLAT, noise=30.0))["csordas_depth_score:m:hops"] == NOT_TESTABLE
+
+
+@pytest.mark.parametrize("levels, expected", [(RISE, REPRODUCED), (FLAT, NOT_REPRODUCED)])
+def test_depth_score_from_scratch_model_tests_the_moeut_statement(levels, expected):
+    table = build_claims(_depth_data(levels, task_trained=True)).set_index("claim_id")
+    row = table.loc["csordas_depth_score:m:hops"]
+    assert "from-scratch statement" in row["claim"]
+    assert row["verdict"] == expected
 
 
 def _fit(a_l: float, low: float, high: float, at_bounds=()) -> dict:
@@ -257,27 +368,47 @@ def _fit(a_l: float, low: float, high: float, at_bounds=()) -> dict:
             "bootstrap": {"confidence": 0.95, "resamples": 100, "unit": "points"}}
 
 
-@pytest.mark.parametrize("fit, expected", [
-    (_fit(1.3, 0.9, 1.7), REPRODUCED), (_fit(2.5, 2.1, 2.9), NOT_REPRODUCED),
-    (_fit(4.9, 3.0, 5.0), NOT_TESTABLE), (_fit(1.3, 0.9, 1.7, ["a_m"]), NOT_TESTABLE)])
-def test_scaling_exponent_claim_gives_each_verdict(fit, expected):
+@pytest.mark.parametrize("fit, expected, size", [
+    (_fit(1.3, 0.9, 1.7), REPRODUCED, NOT_TESTABLE),
+    (_fit(1.3, 1.0, 1.4), REPRODUCED, claims.SIZE_REPRODUCED),
+    (_fit(2.5, 2.1, 2.9), NOT_REPRODUCED, claims.SIZE_NOT_REPRODUCED),
+    (_fit(4.9, 3.0, 5.0), NOT_TESTABLE, NOT_TESTABLE),
+    (_fit(1.3, 0.9, 1.7, ["a_m"]), NOT_TESTABLE, NOT_TESTABLE)])
+def test_scaling_exponent_claim_gives_each_verdict(fit, expected, size):
     assert PAPER_VALUES["liu_a_l"].value == 1.2
+    assert "liu_a_D" not in PAPER_VALUES  # not stated in Liu et al.'s text
     data = RunData(fits={"chin": (fit, (0.0, 5.0))})
     assert _verdicts(data)["liu_a_l:chin"] == expected
+    assert _verdicts(data, "size_verdict")["liu_a_l:chin"] == size
 
 
-@pytest.mark.parametrize("tied, se, expected", [
-    (3.0, 0.1, REPRODUCED), (0.5, 0.1, NOT_REPRODUCED), (1.1, 0.5, NOT_TESTABLE)])
-def test_toy_claim_gives_each_verdict(tied, se, expected):
-    fits = [{"teacher_kind": "independent", "temperature": 1.0, "a": 1.0, "a_se": se},
-            {"teacher_kind": "tied", "temperature": 1.0, "a": tied, "a_se": se}]
-    data = RunData(toy_fit={"form": "power", "fits": fits, "losses": []})
-    table = build_claims(data).set_index("claim_id")
+def _toy_fit(tied: list[float], indep: list[float], se: float = 0.05) -> dict:
+    def row(kind, values):
+        return {"teacher_kind": kind, "temperature": 1.0, "a": float(np.mean(values)),
+                "a_se": se, "replicates": [{"replicate": i, "a": a, "a_se": se,
+                                            "teacher_seed": 100 * i} for i, a in
+                                           enumerate(values)]}
+    return {"form": "power", "fits": [row("independent", indep), row("tied", tied)],
+            "losses": []}
+
+
+@pytest.mark.parametrize("tied, indep, expected, size", [
+    ([3.0, 3.1, 2.9], [1.0, 1.05, 0.95], REPRODUCED, claims.SIZE_REPRODUCED),
+    ([1.45, 1.5, 1.4], [1.0, 1.02, 0.98], REPRODUCED, claims.SIZE_NOT_REPRODUCED),  # sign only
+    ([0.5, 0.55, 0.45], [1.0, 1.05, 0.95], NOT_REPRODUCED, claims.SIZE_NOT_REPRODUCED),
+    ([3.0, 0.2, 1.5], [1.0, 1.0, 1.0], NOT_TESTABLE, NOT_TESTABLE),
+    ([3.0], [1.0], INDICATIVE, INDICATIVE)])
+def test_toy_claim_uses_its_replicates(tied, indep, expected, size):
+    table = build_claims(RunData(toy_fit=_toy_fit(tied, indep))).set_index("claim_id")
     row = table.loc["liu_toy_tied_exceeds:T=1"]
-    half = stats.norm.ppf(0.975) * math.hypot(se, se)
-    assert (row["measured"], row["low"], row["high"]) == pytest.approx(
-        (tied - 1.0, tied - 1.0 - half, tied - 1.0 + half))
-    assert row["verdict"] == expected
+    gaps = np.subtract(tied, indep)
+    assert row["measured"] == pytest.approx(gaps.mean())
+    if len(gaps) >= 3:  # a t-interval over replicates with n - 1 df
+        low, high = stats.t.interval(0.95, len(gaps) - 1, loc=gaps.mean(),
+                                     scale=stats.sem(gaps))
+        assert (row["low"], row["high"]) == pytest.approx((low, high))
+        assert row["seeds"] == len(gaps)
+    assert (row["verdict"], row["size_verdict"]) == (expected, size)
 
 
 def test_markdown_shows_every_claim_with_its_interval_and_verdict():
@@ -291,6 +422,41 @@ def test_markdown_shows_every_claim_with_its_interval_and_verdict():
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert len({len(re.findall(r"(?<!\\)\|", line)) for line in rows}) == 1
     assert len(rows) == len(table) + 2
+
+
+def _planted_table(measured=0.2, low=0.1, high=0.3, verdict=REPRODUCED, extra=None):
+    rows = [{"claim_id": "cod_val_loss", "measured": measured, "low": low, "high": high,
+             "verdict": verdict, "size_verdict": claims.SIZE_REPRODUCED},
+            {"claim_id": "liu_a_l:chin", "measured": 1.3, "low": 1.0, "high": 1.6,
+             "verdict": REPRODUCED, "size_verdict": NOT_TESTABLE}]
+    return pd.DataFrame(rows + ([extra] if extra else []))
+
+
+def test_compare_claims_lists_changed_verdicts_and_moved_values(tmp_path):
+    same = claims.compare_claims(_planted_table(), _planted_table(measured=0.25))
+    assert same.empty and not claims.verdicts_changed(same)
+    b = _planted_table(measured=0.05, low=-0.05, high=0.15, verdict=NOT_TESTABLE,
+                       extra={"claim_id": "new", "measured": 1.0, "low": math.nan,
+                              "high": math.nan, "verdict": INDICATIVE, "size_verdict": "x"})
+    found = claims.compare_claims(_planted_table(), b)
+    assert set(zip(found["claim_id"], found["kind"])) == {
+        ("cod_val_loss", "verdict changed"), ("cod_val_loss", "value moved"),
+        ("new", "only in B")}
+    assert claims.verdicts_changed(found)
+    text = claims.render_comparison(found, "A", "B")
+    assert "1 verdict(s) changed, 1 value(s) moved" in text
+    # the command: two result folders, exit status 1 when a verdict changed
+    for name, table in (("a", _planted_table()), ("b", b)):
+        (tmp_path / name).mkdir()
+        table.to_csv(tmp_path / name / "claims.csv", index=False)
+    script = ROOT / "workflow_scripts" / "compare_claims.py"
+    changed = subprocess.run([sys.executable, script, tmp_path / "a", tmp_path / "b"],
+                             capture_output=True, text=True, timeout=120, check=False)
+    assert changed.returncode == 1, changed.stderr
+    assert "verdict changed       cod_val_loss: reproduced -> not testable" in changed.stdout
+    stable = subprocess.run([sys.executable, script, tmp_path / "a", tmp_path / "a/claims.csv"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert stable.returncode == 0 and "0 verdict(s) changed" in stable.stdout
 
 
 # ---------------------------------------------------------------------------------------------

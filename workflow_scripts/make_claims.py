@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """The claims table: every claim of the four papers the run can test, the paper's value, the
-measured value with its interval, the scale and a verdict (depthlab.claims).
+measured value with its interval, the seeds, the scale, a verdict on the paper's statement and
+one on its size (depthlab.claims). Two runs' tables: workflow_scripts/compare_claims.py.
 
 Spec (`make_claims` job): the folders and files of every stage output the claims read (models,
 data, analysis, pruning, depth-score, linear-map folders; fit.json files), the seed groups and
@@ -24,9 +25,10 @@ def main() -> None:
     write_text(spec["out_md"], render_markdown(claims, f"Claims tested by run "
                                                        f"`{spec['run_name']}`"))
     provenance.extra["verdicts"] = claims["verdict"].value_counts().to_dict()
+    provenance.extra["size_verdicts"] = claims["size_verdict"].value_counts().to_dict()
     provenance.write(sidecar_path(spec["out_csv"]), sidecar_path(spec["out_md"]))
     for row in claims.itertuples():
-        print(f"{row.claim_id}: {row.verdict} ({row.reason})")
+        print(f"{row.claim_id}: {row.verdict} ({row.reason}); size: {row.size_verdict}")
 
 
 if __name__ == "__main__":

@@ -1,43 +1,63 @@
 """The claims table: each testable claim of the four papers, the paper's value, what this run
-measured (with an interval) and a verdict.
+measured (with an interval), a verdict on the paper's statement and a verdict on its size.
 
 Verdicts: `reproduced`, `not reproduced`, `not testable at this scale` (with the reason: a model
 that did not learn beyond the unigram loss, a fit parameter at its bound, an interval too wide to
-decide). The rules, per claim kind:
+decide) and `one seed: indicative` (a claim about a model trained here, measured on fewer than
+MIN_SEEDS seeds: the row shows what the within-model interval says, and never decides). The
+rules, per claim kind (margins and bands are named constants in paper_values.py):
 
   effect > 0 ("LNS grows less", "angular beats deepest"): reproduced when the interval lies above
-      0, not reproduced when it lies below 0, not testable when it includes 0 or there is none
-  no rise ("the depth score does not rise with difficulty"): not reproduced when the interval
-      lies above 0, reproduced otherwise (needs an interval)
+      the claim's negligible band, not reproduced when it lies below 0 or wholly inside the
+      negligible band (-x, x), not testable otherwise
+  no rise ("pretrained LLMs: the depth score does not rise with difficulty"), an equivalence
+      test over every level: each level-k - easiest-level difference (normalised depth score,
+      Bonferroni-adjusted intervals) must lie wholly inside [-margin, margin] to reproduce; one
+      lying wholly outside is not reproduced; otherwise not testable (too wide)
   paper value ("a_l = 1.2 +- 0.3"): reproduced when the interval contains the paper's value, not
       reproduced otherwise; not testable when the estimate or interval touches a fit bound
+  size (`size_verdict`, where the paper states a size: LNS gain per Table 1 in nats, the toy's
+      tied / independent exponent ratio ≈ 3, Liu's a_l and a_m): size reproduced when the
+      interval lies inside the paper's band, size not reproduced when it lies wholly outside,
+      not testable otherwise; "no size stated" where the paper gives none
 
-Intervals (CONFIDENCE, two-sided): a claim measured on several seeds takes the mean over seeds
-with a t-interval (n >= 3) or the min-max range (n = 2); one run uses the interval of its own
-measurement (bootstrap, OLS, a t-interval over layers or n, as the row says).
+Seeds: a claim about a model trained here is decided over >= MIN_SEEDS seeds, on the mean of the
+per-seed values with a t-interval over seeds (n - 1 df), which carries the seed-to-seed variance.
+With one seed the row shows that model's own interval (bootstrap, OLS, over layers or n) and with
+two the mean; both are `one seed: indicative`. Models not trained here (published checkpoints,
+published data points) are decided on their own interval. The toy's replicates (one teacher seed
+and fresh students each) are its seeds.
 
 `read_run_data(spec)` reads a run's outputs into `RunData`; `build_claims(data)` is pure, so the
-tests plant tables directly.
+tests plant tables directly. `compare_claims(a, b)` lists what changed between two tables.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from . import paper_values as pv
 from .paper_values import COD, CSORDAS, GROMOV, LIU, PAPER_VALUES
 
 CONFIDENCE = 0.95
+MIN_SEEDS = 3
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NOT_TESTABLE = "not testable at this scale"
+INDICATIVE = "one seed: indicative"
+SIZE_REPRODUCED = "size reproduced"
+SIZE_NOT_REPRODUCED = "size not reproduced"
+NO_SIZE = "no size stated"
+DECIDED = (REPRODUCED, NOT_REPRODUCED)
 COLUMNS = ("claim_id", "paper", "claim", "paper_value", "measured", "low", "high", "interval",
-           "scale", "verdict", "reason")
+           "seeds", "scale", "verdict", "reason", "size_band", "size_measured", "size_low",
+           "size_high", "size_verdict")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -52,7 +72,7 @@ class Estimate:
     low: float = math.nan
     high: float = math.nan
     method: str = ""
-    n: int = 1            # seeds (or seed pairs) the value averages over
+    n: int = 1            # seeds the value averages over (decides when >= MIN_SEEDS)
     se: float = math.nan  # standard error, where the method has one
 
     @property
@@ -83,22 +103,27 @@ def t_interval(values, what: str, confidence: float = CONFIDENCE) -> Estimate:
     se = float(values.std(ddof=1) / math.sqrt(values.size))
     half = _t_quantile(values.size - 1, confidence) * se
     return Estimate(mean, mean - half, mean + half,
-                    f"{confidence:.0%} t-interval over {values.size} {what}", values.size, se)
+                    f"{confidence:.0%} t-interval over {values.size} {what}", 1, se)
 
 
 def over_seeds(estimates: list[Estimate], confidence: float = CONFIDENCE) -> Estimate:
-    """One run: its own estimate. Several seeds: their mean with a t-interval (n >= 3) or the
-    min-max range (n = 2)."""
-    if len(estimates) == 1:
-        return estimates[0]
+    """The per-seed estimates of one claim as one. >= MIN_SEEDS seeds: their mean with a
+    t-interval over seeds (n - 1 df); one seed: its own (within-model) estimate; two: their mean
+    without an interval. `n` is the number of seeds either way."""
+    n = len(estimates)
+    if n == 1:
+        e = estimates[0]
+        return replace(e, n=1, method=f"{e.method}, within one model (no seed-to-seed variance)"
+                       if e.method else "one model")
     values = [e.value for e in estimates]
-    if len(values) == 2:
-        return Estimate(float(np.mean(values)), min(values), max(values),
-                        "min-max over 2 seeds", 2)
-    return t_interval(values, "seeds", confidence)
+    if n < MIN_SEEDS:
+        return Estimate(float(np.mean(values)), method=f"mean of {n} seeds: no between-seed "
+                        f"interval (needs {MIN_SEEDS})", n=n)
+    e = t_interval(values, "seeds", confidence)
+    return replace(e, n=n)
 
 
-def ols_slope(x, y, confidence: float = CONFIDENCE) -> Estimate:
+def ols_slope(x, y, confidence: float = CONFIDENCE, what: str = "layers") -> Estimate:
     """Least-squares slope of y on x with its t-interval (df = n - 2)."""
     from scipy import stats
 
@@ -108,7 +133,7 @@ def ols_slope(x, y, confidence: float = CONFIDENCE) -> Estimate:
     fit = stats.linregress(x, y)
     half = _t_quantile(x.size - 2, confidence) * fit.stderr
     return Estimate(float(fit.slope), fit.slope - half, fit.slope + half,
-                    f"{confidence:.0%} OLS interval over {x.size} layers", 1, float(fit.stderr))
+                    f"{confidence:.0%} OLS interval over {x.size} {what}", 1, float(fit.stderr))
 
 
 def difference(a: Estimate, b: Estimate, confidence: float = CONFIDENCE) -> Estimate:
@@ -130,30 +155,46 @@ def _interval_text(e: Estimate) -> str:
     return f"[{e.low:.4g}, {e.high:.4g}]"
 
 
-def verdict_positive(e: Estimate, blockers=()) -> tuple[str, str]:
-    """The claim: the effect is > 0."""
+def verdict_positive(e: Estimate, blockers=(), negligible: float = 0.0) -> tuple[str, str]:
+    """The claim: the effect is > 0, and not negligible: reproduced when the interval lies above
+    `negligible`; not reproduced when it lies below 0 or wholly inside (-negligible,
+    negligible) (a precise null); not testable otherwise."""
     if blockers:
         return NOT_TESTABLE, "; ".join(blockers)
     if not math.isfinite(e.value):
         return NOT_TESTABLE, e.method or "no value"
     if not e.has_interval:
         return NOT_TESTABLE, f"{e.method or 'no interval'} (add seeds)"
-    if e.low > 0:
-        return REPRODUCED, f"interval {_interval_text(e)} above 0"
+    if e.low > negligible:
+        return REPRODUCED, f"interval {_interval_text(e)} above {negligible:g}"
     if e.high < 0:
         return NOT_REPRODUCED, f"interval {_interval_text(e)} below 0"
-    return NOT_TESTABLE, f"interval {_interval_text(e)} includes 0"
+    if negligible > 0 and -negligible < e.low and e.high < negligible:
+        return NOT_REPRODUCED, (f"negligible: interval {_interval_text(e)} inside "
+                                f"(-{negligible:g}, {negligible:g})")
+    return NOT_TESTABLE, (f"interval {_interval_text(e)} too wide to decide (negligible band "
+                          f"±{negligible:g})")
 
 
-def verdict_no_rise(e: Estimate, blockers=()) -> tuple[str, str]:
-    """The claim: the effect is not > 0 (e.g. no rise with difficulty)."""
+def verdict_equivalent(estimates: dict, margin: float, blockers=()) -> tuple[str, str]:
+    """The claim: no difference. `estimates`: {label: Estimate} (e.g. every level - the easiest
+    level). Reproduced when every interval lies inside [-margin, margin]; not reproduced when one
+    lies wholly outside it; not testable otherwise (an interval too wide, or none)."""
     if blockers:
         return NOT_TESTABLE, "; ".join(blockers)
-    if not e.has_interval:
-        return NOT_TESTABLE, f"{e.method or 'no interval'} (add seeds)"
-    if e.low > 0:
-        return NOT_REPRODUCED, f"rises: interval {_interval_text(e)} above 0"
-    return REPRODUCED, f"interval {_interval_text(e)} does not lie above 0"
+    if not estimates:
+        return NOT_TESTABLE, "nothing to compare"
+    missing = [k for k, e in estimates.items() if not e.has_interval]
+    if missing:
+        return NOT_TESTABLE, f"no interval for {', '.join(map(str, missing))} (add seeds)"
+    shown = "; ".join(f"{k}: {e.value:.3g} {_interval_text(e)}" for k, e in estimates.items())
+    outside = [k for k, e in estimates.items() if e.low > margin or e.high < -margin]
+    if outside:
+        return NOT_REPRODUCED, (f"{', '.join(map(str, outside))} outside ±{margin:g} "
+                                f"({shown})")
+    if all(-margin <= e.low and e.high <= margin for e in estimates.values()):
+        return REPRODUCED, f"all inside ±{margin:g} ({shown})"
+    return NOT_TESTABLE, f"an interval crosses ±{margin:g}: too wide to decide ({shown})"
 
 
 def verdict_value(e: Estimate, paper_value: float, blockers=()) -> tuple[str, str]:
@@ -165,6 +206,38 @@ def verdict_value(e: Estimate, paper_value: float, blockers=()) -> tuple[str, st
     if e.low <= paper_value <= e.high:
         return REPRODUCED, f"{paper_value:g} inside {_interval_text(e)}"
     return NOT_REPRODUCED, f"{paper_value:g} outside {_interval_text(e)}"
+
+
+def with_seeds(e: Estimate, verdict: tuple[str, str], trained_here: bool = True,
+               blockers=()) -> tuple[str, str]:
+    """A verdict on a model trained here stands only over >= MIN_SEEDS seeds; with fewer it is
+    `one seed: indicative`, with what the rule says on this run's interval as the reason."""
+    if blockers or not trained_here or e.n >= MIN_SEEDS:
+        return verdict
+    return INDICATIVE, (f"{e.n} seed{'s' if e.n > 1 else ''} (a verdict needs {MIN_SEEDS}): on "
+                        f"this run's interval {verdict[0]}: {verdict[1]}")
+
+
+def verdict_size(e: Estimate | None, band, verdict: str) -> str:
+    """The size verdict: size reproduced when the interval lies inside the paper's band, size not
+    reproduced when it lies wholly outside; not testable otherwise. Follows an indicative or
+    blocked main verdict."""
+    if band is None:
+        return NO_SIZE
+    if verdict == INDICATIVE:
+        return INDICATIVE
+    if e is None or not e.has_interval or verdict not in DECIDED:
+        return NOT_TESTABLE
+    lo, hi = band
+    if lo <= e.low and e.high <= hi:
+        return SIZE_REPRODUCED
+    if e.low > hi or e.high < lo:
+        return SIZE_NOT_REPRODUCED
+    return NOT_TESTABLE
+
+
+def _band_text(band, unit: str = "") -> str:
+    return "" if band is None else f"[{band[0]:.3g}, {band[1]:.3g}]{unit}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,6 +280,15 @@ def deep_layer_gap(base: pd.Series, treat: pd.Series) -> Estimate:
     return t_interval([float(treat[l] - base[l]) for l in deep], "deep layers")
 
 
+def next_layer_distance(matrix: pd.DataFrame) -> pd.Series:
+    """d(l, l+1) by layer l from an analysis-stage (L+1) x (L+1) angular-distance matrix
+    (angular_distance_all.csv / angular_distance_last.csv: a `layer` column, columns 0..L)."""
+    frame = matrix.set_index("layer") if "layer" in matrix else matrix
+    values = frame.to_numpy(dtype=np.float64)
+    return pd.Series([values[l, l + 1] for l in range(values.shape[0] - 1)],
+                     index=range(values.shape[0] - 1))
+
+
 def single_layer_drop(single: pd.DataFrame) -> tuple[pd.Series, str]:
     """Per layer, how much removing it alone hurts: the task-score drop (-delta_score, mean over
     tasks) when lm-eval scored it, else the validation-loss increase."""
@@ -242,31 +324,65 @@ def healing_gap_change(sweep: pd.DataFrame) -> Estimate | None:
     return t_interval(change, "healed n")
 
 
-def depth_score_rise(effects: pd.DataFrame, family: str, resamples: int, seed: int,
-                     confidence: float = CONFIDENCE) -> Estimate:
-    """Depth score of the hardest level minus that of the easiest (problem_effects.csv rows of
-    one family), with a percentile bootstrap over problems within each level."""
+def bonferroni(confidence: float, comparisons: int) -> float:
+    """Per-interval confidence so that `comparisons` intervals hold together at `confidence`."""
+    return 1 - (1 - confidence) / max(comparisons, 1)
+
+
+def depth_score_trend(effects: pd.DataFrame, family: str, resamples: int, seed: int,
+                      confidence: float = CONFIDENCE) -> dict:
+    """The depth score (normalised: / (L - 1)) of every difficulty level of one family of
+    problem_effects.csv, as differences from the easiest level and as the OLS slope over all
+    levels, each with a percentile bootstrap over problems within each level. The differences'
+    intervals are Bonferroni-adjusted (they are judged together). Returns {"levels": [levels],
+    "scores": [normalised scores], "diffs": {level: Estimate}, "slope": Estimate}; empty "diffs"
+    with fewer than 2 levels."""
     from .depth_score import depth_score
 
     rows = effects[effects["family"] == family]
     table = rows.pivot_table(index=["level", "problem"], columns="skipped",
                              values="output_effect").dropna()
     levels = sorted(table.index.get_level_values("level").unique())
+    result = {"levels": levels, "scores": [], "diffs": {}, "slope": Estimate(
+        math.nan, method="fewer than 2 difficulty levels")}
     if len(levels) < 2:
-        return Estimate(math.nan, method="fewer than 2 difficulty levels")
-    easy, hard = (table.xs(level, level="level").to_numpy() for level in (levels[0], levels[-1]))
-    value = depth_score(hard.mean(axis=0)) - depth_score(easy.mean(axis=0))
+        return result
+    arrays = [table.xs(level, level="level").to_numpy() for level in levels]
+    norm = max(table.shape[1] - 1, 1)
+    x = np.asarray(levels, dtype=np.float64)
+
+    def stats_of(samples):
+        scores = np.asarray([depth_score(a.mean(axis=0)) / norm for a in samples])
+        slope = float(np.polyfit(x, scores, 1)[0]) if np.all(np.isfinite(scores)) else math.nan
+        return scores, scores[1:] - scores[0], slope
+
+    scores, diffs, slope = stats_of(arrays)
     rng = np.random.default_rng(seed)
-    boot = [depth_score(hard[rng.integers(0, len(hard), len(hard))].mean(axis=0))
-            - depth_score(easy[rng.integers(0, len(easy), len(easy))].mean(axis=0))
-            for _ in range(resamples)]
-    boot = np.asarray([b for b in boot if math.isfinite(b)])
-    if boot.size == 0:
-        return Estimate(value, method="bootstrap failed")
-    low, high = np.quantile(boot, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return Estimate(float(value), float(low), float(high),
-                    f"{confidence:.0%} bootstrap over problems ({resamples} resamples), "
-                    f"level {levels[-1]} - level {levels[0]}")
+    boot_diffs, boot_slopes = [], []
+    for _ in range(resamples):
+        _, d, s = stats_of([a[rng.integers(0, len(a), len(a))] for a in arrays])
+        if np.all(np.isfinite(d)) and math.isfinite(s):
+            boot_diffs.append(d)
+            boot_slopes.append(s)
+    result["scores"] = [float(s) for s in scores]
+    if not boot_diffs:
+        result["diffs"] = {lv: Estimate(float(d), method="bootstrap failed")
+                           for lv, d in zip(levels[1:], diffs)}
+        result["slope"] = Estimate(slope, method="bootstrap failed")
+        return result
+    boot_diffs = np.asarray(boot_diffs)
+    adjusted = bonferroni(confidence, len(levels) - 1)
+    for i, level in enumerate(levels[1:]):
+        low, high = np.quantile(boot_diffs[:, i], [(1 - adjusted) / 2, (1 + adjusted) / 2])
+        result["diffs"][level] = Estimate(
+            float(diffs[i]), float(low), float(high),
+            f"{adjusted:.3g} bootstrap over problems ({resamples} resamples; {confidence:.0%} "
+            f"jointly over {len(levels) - 1} differences), level {level} - level {levels[0]}")
+    low, high = np.quantile(boot_slopes, [(1 - confidence) / 2, (1 + confidence) / 2])
+    result["slope"] = Estimate(slope, float(low), float(high),
+                               f"{confidence:.0%} bootstrap over problems ({resamples} "
+                               f"resamples), OLS slope over levels {levels}")
+    return result
 
 
 def hardest_level_solved(accuracy: pd.DataFrame, family: str) -> str | None:
@@ -287,15 +403,24 @@ def hardest_level_solved(accuracy: pd.DataFrame, family: str) -> str | None:
             f"{hard['chance']:.2f}")
 
 
-def linear_map_advantage(best: pd.DataFrame, target_layers: int) -> Estimate:
-    """How much closer to equal relative depth the best target layer is than a target chosen
-    without regard to depth: per source layer, mean_t |t/L - s| - |best/L - s| (relative
-    depths s, t of source and target states), averaged with a t-interval over source layers."""
-    targets = np.arange(target_layers + 1) / target_layers
-    gains = [float(np.abs(targets - row.source_depth).mean()
-                   - abs(row.best_target_depth - row.source_depth))
-             for row in best.itertuples()]
-    return t_interval(gains, "source layers")
+def map_error_advantage(errors: pd.DataFrame) -> Estimate:
+    """How much better the equal-relative-depth map is than the best depth-blind map, from the
+    linear-maps stage's relative_error.csv (one row per source layer s and target layer t):
+    per source layer, err(s, c*) - err(s, eq(s)), where c* is the one target layer that is best
+    for all source layers together (lowest mean error: a map that ignores the source's depth,
+    chosen in hindsight, so the baseline is favoured) and eq(s) the target layer nearest the
+    source's relative depth; mean with a t-interval over source layers (> 0: depth matters)."""
+    grid = errors.pivot_table(index="source_layer", columns="target_layer",
+                              values="relative_error")
+    source_depth = errors.groupby("source_layer")["source_depth"].first()
+    target_depth = errors.groupby("target_layer")["target_depth"].first()
+    constant = int(grid.mean(axis=0).idxmin())
+    gains = []
+    for s in grid.index:
+        equal = int((target_depth - source_depth[s]).abs().idxmin())
+        gains.append(float(grid.loc[s, constant] - grid.loc[s, equal]))
+    e = t_interval(gains, "source layers")
+    return replace(e, method=f"{e.method}; best depth-blind target layer {constant}")
 
 
 def fit_parameter(fit: dict, name: str, bounds, tolerance: float = 1e-6) -> tuple[Estimate, bool]:
@@ -314,32 +439,40 @@ def fit_parameter(fit: dict, name: str, bounds, tolerance: float = 1e-6) -> tupl
     return e, bool(touches) or name in fit.get("parameters_at_bounds", [])
 
 
-def toy_exponent_gaps(fit: dict, bounds=None) -> dict[float, tuple[Estimate, list[str]]]:
-    """Per temperature: a_tied - a_independent, over replicate fits (rows with the same kind and
-    temperature) or, for one fit each, with a normal interval from the fits' standard errors;
-    with the reasons it cannot be judged (an exponent at its bound)."""
-    fits = pd.DataFrame(fit["fits"])
-    if "seed" in fits:  # replicate fits pair tied and independent by seed
-        fits = fits.sort_values("seed", kind="stable")
+def _replicates(fit_row: dict) -> dict:
+    """{replicate: (a, a_se)} of one toy fit row (fit.json `fits` entry): its per-replicate fits
+    (`replicates`), or the row itself as replicate 0 when it has none."""
+    reps = fit_row.get("replicates") or [{"replicate": 0, "a": fit_row["a"],
+                                          "a_se": fit_row.get("a_se", math.nan)}]
+    return {int(r.get("replicate", i)): (float(r["a"]), float(r.get("a_se") or math.nan))
+            for i, r in enumerate(reps)}
+
+
+def toy_exponent_gaps(fit: dict, bounds=None) -> dict:
+    """Per temperature, over the toy's replicates (teacher seed i of both kinds, each with its
+    own students: the toy's seeds), paired by replicate: ([a_tied - a_indep per replicate,
+    each with the normal interval of its two fit standard errors], [a_tied / a_indep per
+    replicate], reasons it cannot be judged (an exponent at its bound))."""
     result = {}
-    for temperature, rows in fits.groupby("temperature"):
-        kinds = {k: r for k, r in rows.groupby("teacher_kind")}
+    rows = fit.get("fits", [])
+    for temperature in sorted({float(r["temperature"]) for r in rows}):
+        kinds = {r["teacher_kind"]: _replicates(r) for r in rows
+                 if float(r["temperature"]) == temperature}
         if not {"tied", "independent"} <= set(kinds):
             continue
+        tied, indep = kinds["tied"], kinds["independent"]
+        paired = sorted(set(tied) & set(indep))
         blockers = []
         if bounds is not None and fit.get("form") == "power_offset":
             lo, hi = bounds
-            for kind, r in kinds.items():
-                if ((r["a"] <= lo + 1e-6) | (r["a"] >= hi - 1e-6)).any():
+            for kind, reps in kinds.items():
+                if any(a <= lo + 1e-6 or a >= hi - 1e-6 for a, _ in reps.values()):
                     blockers.append(f"{kind} exponent at its bound {[lo, hi]}")
-        tied, indep = kinds["tied"], kinds["independent"]
-        if len(tied) > 1 and len(tied) == len(indep):
-            gap = over_seeds([Estimate(float(a - b)) for a, b in
-                              zip(tied["a"], indep["a"])])
-        else:
-            gap = difference(Estimate(float(tied["a"].mean()), se=float(tied["a_se"].iloc[0])),
-                             Estimate(float(indep["a"].mean()), se=float(indep["a_se"].iloc[0])))
-        result[float(temperature)] = (gap, blockers)
+        gaps = [difference(Estimate(tied[r][0], se=tied[r][1]),
+                           Estimate(indep[r][0], se=indep[r][1])) for r in paired]
+        ratios = [Estimate(tied[r][0] / indep[r][0] if indep[r][0] > 0 else math.nan)
+                  for r in paired]
+        result[temperature] = (gaps, ratios, blockers)
     return result
 
 
@@ -353,14 +486,17 @@ class RunData:
 
     cod_pairs: (baseline group, its members, treatment group, its members) of Pre-LN vs LNS
     models of the same architecture and training; groups: {base name: members} for every stage
-    below."""
+    below (members: `<name>_s<seed>` when the config seeds the model, else [name])."""
 
     cod_pairs: list = field(default_factory=list)
+    trained: set = field(default_factory=set)           # models trained here (seeds matter)
+    task_trained: set = field(default_factory=set)      # trained here on the depth problems
     val_loss: dict = field(default_factory=dict)        # final validation loss
     unigram: dict = field(default_factory=dict)         # unigram entropy of the model's val split
     scale: dict = field(default_factory=dict)           # "12 layers x 128, 262k tokens"
     h_var: dict = field(default_factory=dict)           # Series by state l
     distance: dict = field(default_factory=dict)        # d(l, l+1) Series by layer l
+    distance_tokens: dict = field(default_factory=dict)  # "all tokens" | "last token"
     single_layer: dict = field(default_factory=dict)    # single_layer.csv frames
     pruning_groups: dict = field(default_factory=dict)  # {group: members} of pruned models
     sweeps: dict = field(default_factory=dict)          # pruning sweep.csv frames
@@ -369,7 +505,7 @@ class RunData:
     accuracy: dict = field(default_factory=dict)
     bootstrap: dict = field(default_factory=lambda: {"resamples": 1000, "seed": 0})
     map_groups: dict = field(default_factory=dict)      # {config pair: [expanded pairs]}
-    best_target: dict = field(default_factory=dict)     # best_target.csv frames by pair
+    map_errors: dict = field(default_factory=dict)      # relative_error.csv frames by pair
     map_ends: dict = field(default_factory=dict)        # pair -> (source, target, target layers)
     fits: dict = field(default_factory=dict)            # name -> (fit.json dict, bounds)
     toy_fit: dict | None = None
@@ -388,8 +524,7 @@ def _not_learned(data: RunData, members) -> list[str]:
 
 
 def _scale(data: RunData, members) -> str:
-    first = data.scale.get(members[0], members[0])
-    return first + (f", {len(members)} seeds" if len(members) > 1 else "")
+    return data.scale.get(members[0], members[0])
 
 
 def _seed_pairs(base: list, treat: list) -> list[tuple[str, str]]:
@@ -398,11 +533,21 @@ def _seed_pairs(base: list, treat: list) -> list[tuple[str, str]]:
 
 
 def _row(claim_id, paper, claim, paper_key, e: Estimate, scale, verdict,
-         paper_value: str | None = None) -> dict:
+         paper_value: str | None = None, size: tuple | None = None) -> dict:
+    """One table row. size: (band, band text, size Estimate or None) where the paper states a
+    size; the size verdict follows the main verdict's seeds and blockers."""
+    band, band_text, size_e = size or (None, "", None)
+    size_e = size_e if size_e is not None else Estimate(math.nan)
     return {"claim_id": claim_id, "paper": paper, "claim": claim,
             "paper_value": paper_value or PAPER_VALUES[paper_key].describe(),
             "measured": e.value, "low": e.low, "high": e.high, "interval": e.method,
-            "scale": scale, "verdict": verdict[0], "reason": verdict[1]}
+            "seeds": e.n, "scale": scale, "verdict": verdict[0], "reason": verdict[1],
+            "size_band": band_text, "size_measured": size_e.value, "size_low": size_e.low,
+            "size_high": size_e.high, "size_verdict": verdict_size(size_e, band, verdict[0])}
+
+
+def _decide(e: Estimate, rule: tuple[str, str], trained_here: bool, blockers) -> tuple[str, str]:
+    return with_seeds(e, rule, trained_here, blockers)
 
 
 def _cod_claims(data: RunData) -> list[dict]:
@@ -410,37 +555,51 @@ def _cod_claims(data: RunData) -> list[dict]:
     for base, base_members, treat, treat_members in data.cod_pairs:
         pairs = _seed_pairs(base_members, treat_members)
         members = [m for pair in pairs for m in pair]
+        trained = any(m in data.trained for m in members)
         blockers = _not_learned(data, members)
         scale = _scale(data, base_members)
         suffix = f":{base}-vs-{treat}" if len(data.cod_pairs) > 1 else ""
+
+        def positive(e, negligible, blockers=blockers, trained=trained):
+            return _decide(e, verdict_positive(e, blockers, negligible), trained, blockers)
+
         if all(m in data.h_var for m in members):
             growth = over_seeds([log_variance_slope(data.h_var[b]) for b, _ in pairs])
             rows.append(_row(f"cod_variance_growth{suffix}", COD,
-                             f"{base}: ln Var(h_l) rises with depth l (slope > 0)",
+                             f"{base}: ln Var(h_l) rises with depth l (slope > "
+                             f"{pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}); a precondition of the "
+                             f"paper's argument, which cod_lns_variance tests",
                              "cod_variance_growth", growth, scale,
-                             verdict_positive(growth, blockers)))
+                             positive(growth, pv.COD_VARIANCE_SLOPE_NEGLIGIBLE)))
             less = over_seeds([difference(log_variance_slope(data.h_var[b]),
                                           log_variance_slope(data.h_var[t])) for b, t in pairs])
             rows.append(_row(f"cod_lns_variance{suffix}", COD,
-                             f"{treat}'s variance grows less: slope({base}) - slope({treat}) > 0",
-                             "cod_variance_growth", less, scale, verdict_positive(less, blockers)))
+                             f"{treat}'s variance grows less: slope({base}) - slope({treat}) > "
+                             f"{pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}", "cod_variance_growth",
+                             less, scale, positive(less, pv.COD_VARIANCE_SLOPE_NEGLIGIBLE)))
         if all(m in data.val_loss for m in members):
             gain = over_seeds([Estimate(data.val_loss[b] - data.val_loss[t]) for b, t in pairs])
-            if len(pairs) == 1:
-                gain = Estimate(gain.value, method="one run per scheme: no interval")
+            band = pv.COD_LNS_GAIN_BAND
             rows.append(_row(f"cod_val_loss{suffix}", COD,
                              f"{treat} reaches a lower validation loss: loss({base}) - "
-                             f"loss({treat}) > 0", "cod_ppl_lns", gain, scale,
-                             verdict_positive(gain, blockers),
-                             f"perplexity Pre-LN {PAPER_VALUES['cod_ppl_pre_ln'].describe()}, "
-                             f"LNS {PAPER_VALUES['cod_ppl_lns'].describe()}"))
+                             f"loss({treat}) > {pv.COD_LNS_GAIN_NEGLIGIBLE:g} nats",
+                             "cod_lns_gain", gain, scale,
+                             positive(gain, pv.COD_LNS_GAIN_NEGLIGIBLE),
+                             f"gain {PAPER_VALUES['cod_lns_gain'].describe()} nats = ln of "
+                             f"perplexity Pre-LN {PAPER_VALUES['cod_ppl_pre_ln'].describe()} / "
+                             f"LNS {PAPER_VALUES['cod_ppl_lns'].describe()}",
+                             size=(band, _band_text(band, " nats"), gain)))
         if all(m in data.distance for m in members):
             gap = over_seeds([deep_layer_gap(data.distance[b], data.distance[t])
                               for b, t in pairs])
+            tokens = sorted({data.distance_tokens.get(m, "last token") for m in members})
             rows.append(_row(f"cod_angular_distance{suffix}", COD,
                              f"deep {base} layers are closer to identity: mean over the deeper "
-                             f"half of d(l, l+1)[{treat}] - d(l, l+1)[{base}] > 0",
-                             "cod_angular_distance", gap, scale, verdict_positive(gap, blockers)))
+                             f"half of d(l, l+1)[{treat}] - d(l, l+1)[{base}] > "
+                             f"{pv.COD_ANGULAR_NEGLIGIBLE:g} ({' / '.join(tokens)}"
+                             f"{'' if tokens == ['all tokens'] else '; the paper: all tokens'})",
+                             "cod_angular_distance", gap, scale,
+                             positive(gap, pv.COD_ANGULAR_NEGLIGIBLE)))
         if all(m in data.single_layer for m in members):
             drops = [(single_layer_drop(data.single_layer[b]),
                       single_layer_drop(data.single_layer[t])) for b, t in pairs]
@@ -448,79 +607,124 @@ def _cod_claims(data: RunData) -> list[dict]:
             gap = over_seeds([deep_layer_gap(db[0], dt[0]) for db, dt in drops])
             rows.append(_row(f"cod_delta_p{suffix}", COD,
                              f"removing one deep {base} layer hurts less: mean over the deeper "
-                             f"half of {what}[{treat}] - {what}[{base}] > 0",
-                             "cod_delta_p", gap, scale, verdict_positive(gap, blockers)))
+                             f"half of {what}[{treat}] - {what}[{base}] > "
+                             f"{pv.COD_DELTA_P_NEGLIGIBLE:g}",
+                             "cod_delta_p", gap, scale, positive(gap, pv.COD_DELTA_P_NEGLIGIBLE)))
     return rows
 
 
 def _gromov_claims(data: RunData) -> list[dict]:
     rows = []
+    negligible = pv.GROMOV_GAP_NEGLIGIBLE
     for group, members in data.pruning_groups.items():
         if not all(m in data.sweeps for m in members):
             continue
         blockers = _not_learned(data, members)
+        trained = any(m in data.trained for m in members)
         scale = _scale(data, members)
         before = over_seeds([block_choice_gap(data.sweeps[m]) for m in members])
         rows.append(_row(f"gromov_block_choice:{group}", GROMOV,
                          f"{group}: the angular block beats dropping the deepest layers before "
-                         f"healing: mean over n of val_loss(deepest) - val_loss(angular) > 0",
-                         "gromov_block_vs_baseline", before, scale,
-                         verdict_positive(before, blockers)))
+                         f"healing: mean over n of val_loss(deepest) - val_loss(angular) > "
+                         f"{negligible:g}", "gromov_block_vs_baseline", before, scale,
+                         _decide(before, verdict_positive(before, blockers, negligible),
+                                 trained, blockers)))
         changes = [healing_gap_change(data.sweeps[m]) for m in members]
         claim = (f"{group}: healing shrinks the gap: mean over healed n of |gap before| - "
-                 f"|gap after| > 0")
+                 f"|gap after| > {negligible:g}")
         if any(c is None for c in changes):
             rows.append(_row(f"gromov_healing_gap:{group}", GROMOV, claim,
-                             "gromov_block_vs_baseline", Estimate(math.nan), scale,
-                             (NOT_TESTABLE, "needs healed angular and deepest variants "
-                                            "(pruning.healing.strategies)")))
+                             "gromov_block_vs_baseline", Estimate(math.nan, n=len(members)),
+                             scale, (NOT_TESTABLE, ("needs healed angular and deepest variants "
+                                                    "(pruning.healing.strategies)"))))
         else:
             after = over_seeds(changes)
             rows.append(_row(f"gromov_healing_gap:{group}", GROMOV, claim,
                              "gromov_block_vs_baseline", after, scale,
-                             verdict_positive(after, blockers)))
+                             _decide(after, verdict_positive(after, blockers, negligible),
+                                     trained, blockers)))
     return rows
+
+
+def _depth_score_rows(data: RunData, group: str, members: list, family: str) -> dict:
+    """One depth-score row: the from-scratch statement (Csordás et al.'s MoEUT section: trained
+    on the task, more steps use more depth: slope > negligible) for models trained here on the
+    problems, the pretrained-LLM statement (no rise: every level within the margin of the
+    easiest) for every other model."""
+    blockers = _not_learned(data, members) + [
+        r for m in members if (r := hardest_level_solved(data.accuracy[m], family))]
+    trained = any(m in data.trained for m in members)
+    trends = [depth_score_trend(data.problem_effects[m], family, data.bootstrap["resamples"],
+                                data.bootstrap["seed"]) for m in members]
+    levels = trends[0]["levels"]
+    scores = np.mean([t["scores"] for t in trends], axis=0) if trends[0]["scores"] else []
+    shown = " / ".join(f"{s:.3g}" for s in scores)
+    scale = f"{_scale(data, members)}; normalised depth score by level {levels}: {shown}"
+    if all(m in data.task_trained for m in members):
+        negligible = pv.CSORDAS_DEPTH_SCORE_SLOPE_NEGLIGIBLE
+        slope = over_seeds([t["slope"] for t in trends])
+        return _row(f"csordas_depth_score:{group}:{family}", CSORDAS,
+                    f"tests the from-scratch statement (MoEUT section), not the pretrained-LLM "
+                    f"one: {group}, trained here on the problems, uses more depth on harder "
+                    f"{family} problems: slope of the normalised depth score over all levels "
+                    f"> {negligible:g} per level", "csordas_depth_score_scratch", slope, scale,
+                    _decide(slope, verdict_positive(slope, blockers, negligible), trained,
+                            blockers))
+    margin = pv.CSORDAS_DEPTH_SCORE_MARGIN
+    confidence = bonferroni(CONFIDENCE, max(len(levels) - 1, 1))
+    diffs = {level: over_seeds([t["diffs"][level] for t in trends], confidence)
+             for level in trends[0]["diffs"]}
+    if not diffs:
+        e, verdict = Estimate(math.nan, method="fewer than 2 difficulty levels",
+                              n=len(members)), (NOT_TESTABLE, "fewer than 2 difficulty levels")
+    else:
+        # shown: the level whose difference from the easiest is largest in size
+        e = max(diffs.values(), key=lambda d: abs(d.value) if math.isfinite(d.value) else -1)
+        rule = verdict_equivalent({f"level {k}": d for k, d in diffs.items()}, margin, blockers)
+        verdict = _decide(e, rule, trained, blockers)
+    return _row(f"csordas_depth_score:{group}:{family}", CSORDAS,
+                f"tests the pretrained-LLM statement: {group} on {family}: the depth score does "
+                f"not rise with difficulty: every level - the easiest (normalised) inside "
+                f"±{margin:g}; shown: the largest difference", "csordas_depth_score", e, scale,
+                verdict)
 
 
 def _csordas_claims(data: RunData) -> list[dict]:
     rows = []
+    negligible = pv.CSORDAS_MAP_ERROR_NEGLIGIBLE
     for key, pairs in data.map_groups.items():
-        if not all(p in data.best_target for p in pairs):
+        if not all(p in data.map_errors for p in pairs):
             continue
         ends = [data.map_ends[p] for p in pairs]
-        blockers = _not_learned(data, [m for s, t, _ in ends for m in (s, t)])
-        gain = over_seeds([linear_map_advantage(data.best_target[p], data.map_ends[p][2])
-                           for p in pairs])
+        models = [m for s, t, _ in ends for m in (s, t)]
+        blockers = _not_learned(data, models)
+        trained = any(m in data.trained for m in models)
+        gain = over_seeds([map_error_advantage(data.map_errors[p]) for p in pairs])
         source, target, _ = ends[0]
         scale = f"{data.scale.get(source, source)} -> {data.scale.get(target, target)}"
         rows.append(_row(f"csordas_linear_maps:{key}", CSORDAS,
-                         f"{key}: the best target layer is nearer equal relative depth than a "
-                         f"depth-blind choice: mean over source layers of E_t|t - s| - "
-                         f"|best - s| > 0", "csordas_linear_maps", gain,
-                         scale + (f", {len(pairs)} seeds" if len(pairs) > 1 else ""),
-                         verdict_positive(gain, blockers)))
+                         f"{key}: mapping each source layer to the target layer at its relative "
+                         f"depth beats the best depth-blind map (one target layer for all): "
+                         f"mean over source layers of err(s, c*) - err(s, equal depth) > "
+                         f"{negligible:g} (relative error)", "csordas_linear_maps", gain, scale,
+                         _decide(gain, verdict_positive(gain, blockers, negligible), trained,
+                                 blockers)))
     for group, members in data.depth_groups.items():
         if not all(m in data.problem_effects for m in members):
             continue
-        families = sorted(set(data.problem_effects[members[0]]["family"]))
-        for family in families:
-            blockers = _not_learned(data, members) + [
-                r for m in members if (r := hardest_level_solved(data.accuracy[m], family))]
-            rise = over_seeds([depth_score_rise(data.problem_effects[m], family,
-                                                data.bootstrap["resamples"],
-                                                data.bootstrap["seed"]) for m in members])
-            rows.append(_row(f"csordas_depth_score:{group}:{family}", CSORDAS,
-                             f"{group} on {family}: the depth score does not rise with difficulty "
-                             f"(hardest - easiest level is not > 0)", "csordas_depth_score",
-                             rise, _scale(data, members), verdict_no_rise(rise, blockers)))
+        for family in sorted(set(data.problem_effects[members[0]]["family"])):
+            rows.append(_depth_score_rows(data, group, members, family))
     return rows
+
+
+SIZE_BANDS = {"liu_a_l": pv.LIU_A_L_BAND, "liu_a_m": pv.LIU_A_M_BAND}
 
 
 def _liu_claims(data: RunData) -> list[dict]:
     rows = []
     for name, (fit, bounds) in data.fits.items():
         scale = f"{fit.get('n_points_used', '?')} points ({name})"
-        checks = ([("a_l", "liu_a_l"), ("a_m", "liu_a_m"), ("a_D", "liu_a_D")]
+        checks = ([("a_l", "liu_a_l"), ("a_m", "liu_a_m")]
                   if fit.get("law") == "decomposed" else [("alpha", "besiroglu_alpha")])
         for parameter, key in checks:
             if parameter not in fit.get("estimates", {}):
@@ -533,20 +737,30 @@ def _liu_claims(data: RunData) -> list[dict]:
             if others:
                 blockers.append(f"the fit is degenerate: {', '.join(others)} at a bound")
             paper = PAPER_VALUES[key]
+            band = SIZE_BANDS.get(key)
             rows.append(_row(f"{key}:{name}", paper.paper,
                              f"fitted {parameter} matches the paper's {paper.value:g}", key, e,
-                             scale, verdict_value(e, paper.value, blockers)))
+                             scale, verdict_value(e, paper.value, blockers),
+                             size=(band, _band_text(band), e)))
     if data.toy_fit is not None:
-        for temperature, (gap, blockers) in toy_exponent_gaps(data.toy_fit,
-                                                              data.toy_bounds).items():
-            depths = sorted({r["student_depth"] for r in data.toy_fit.get("losses", [])})
+        depths = sorted({r["student_depth"] for r in data.toy_fit.get("losses", [])})
+        negligible, band = pv.LIU_TOY_GAP_NEGLIGIBLE, pv.LIU_TOY_RATIO_BAND
+        for temperature, (gaps, ratios, blockers) in toy_exponent_gaps(
+                data.toy_fit, data.toy_bounds).items():
+            gap = over_seeds(gaps)
+            ratio = (over_seeds(ratios) if all(math.isfinite(r.value) for r in ratios)
+                     else None)
             rows.append(_row(f"liu_toy_tied_exceeds:T={temperature:g}", LIU,
                              f"toy students at T={temperature:g}: the tied-teacher depth exponent "
-                             f"exceeds the independent one (a_tied - a_indep > 0)",
-                             "liu_toy_tied", gap, f"student depths {depths}",
-                             verdict_positive(gap, blockers),
+                             f"exceeds the independent one (a_tied - a_indep > {negligible:g}); "
+                             f"size: a_tied / a_indep", "liu_toy_tied", gap,
+                             f"student depths {depths}",
+                             _decide(gap, verdict_positive(gap, blockers, negligible), True,
+                                     blockers),
                              f"a_l ≈ {PAPER_VALUES['liu_toy_tied'].value:g} tied vs ≈ "
-                             f"{PAPER_VALUES['liu_toy_independent'].describe()} independent"))
+                             f"{PAPER_VALUES['liu_toy_independent'].describe()} independent "
+                             f"(ratio ≈ 3)",
+                             size=(band, _band_text(band, " (ratio)"), ratio)))
     return rows
 
 
@@ -557,7 +771,8 @@ def build_claims(data: RunData) -> pd.DataFrame:
 
 
 def render_markdown(claims: pd.DataFrame, title: str) -> str:
-    """The claims table as Markdown: measured value with its interval, verdict with reason."""
+    """The claims table as Markdown: measured value with its interval, verdict with reason,
+    size verdict with the paper's band."""
     def measured(row):
         if not math.isfinite(row.measured):
             return "-"
@@ -566,15 +781,84 @@ def render_markdown(claims: pd.DataFrame, title: str) -> str:
             text += f" [{row.low:.4g}, {row.high:.4g}]"
         return text + (f" ({row.interval})" if row.interval else "")
 
+    def size(row):
+        if not row.size_band:
+            return row.size_verdict
+        value = ("-" if not math.isfinite(row.size_measured) else f"{row.size_measured:.4g}"
+                 + (f" [{row.size_low:.4g}, {row.size_high:.4g}]"
+                    if math.isfinite(row.size_low) and math.isfinite(row.size_high) else ""))
+        return f"**{row.size_verdict}**: {value} vs band {row.size_band}"
+
     table = pd.DataFrame({
         "claim": [f"`{r.claim_id}` {r.claim}" for r in claims.itertuples()],
         "paper": claims["paper"], "paper's value": claims["paper_value"],
         "measured [interval]": [measured(r) for r in claims.itertuples()],
-        "scale": claims["scale"],
-        "verdict": [f"**{r.verdict}**: {r.reason}" for r in claims.itertuples()]})
+        "seeds": claims["seeds"], "scale": claims["scale"],
+        "verdict": [f"**{r.verdict}**: {r.reason}" for r in claims.itertuples()],
+        "size": [size(r) for r in claims.itertuples()]})
     # a bare | would end the cell (claims such as |gap before| - |gap after|)
     table = table.map(lambda cell: cell.replace("|", "\\|") if isinstance(cell, str) else cell)
     return f"# {title}\n\n" + table.to_markdown(index=False) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing two runs' tables
+
+
+def _inside(value, low, high) -> bool:
+    return math.isfinite(low) and math.isfinite(high) and low <= value <= high
+
+
+def compare_claims(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """What differs between two claims tables (two machines, seeds or commits), one row per
+    finding: claim_id, kind ("verdict changed", "size verdict changed", "value moved", "only in
+    A", "only in B"), A and B (what each says). A value moved when either run's value lies
+    outside the other's interval (rows with an interval on that side)."""
+    a, b = a.set_index("claim_id"), b.set_index("claim_id")
+    found = []
+    for claim in [c for c in a.index if c not in b.index]:
+        found.append((claim, "only in A", a.loc[claim, "verdict"], ""))
+    for claim in [c for c in b.index if c not in a.index]:
+        found.append((claim, "only in B", "", b.loc[claim, "verdict"]))
+    for claim in [c for c in a.index if c in b.index]:
+        ra, rb = a.loc[claim], b.loc[claim]
+        if ra["verdict"] != rb["verdict"]:
+            found.append((claim, "verdict changed", ra["verdict"], rb["verdict"]))
+        sa, sb = ra.get("size_verdict", ""), rb.get("size_verdict", "")
+        if isinstance(sa, str) and isinstance(sb, str) and sa != sb:
+            found.append((claim, "size verdict changed", sa, sb))
+        va, vb = float(ra["measured"]), float(rb["measured"])
+        la, ha, lb, hb = (float(ra["low"]), float(ra["high"]), float(rb["low"]),
+                          float(rb["high"]))
+        outside = ((math.isfinite(la) and math.isfinite(vb) and not _inside(vb, la, ha))
+                   or (math.isfinite(lb) and math.isfinite(va) and not _inside(va, lb, hb)))
+        if outside:
+            found.append((claim, "value moved", f"{va:.4g} [{la:.4g}, {ha:.4g}]",
+                          f"{vb:.4g} [{lb:.4g}, {hb:.4g}]"))
+    return pd.DataFrame(found, columns=["claim_id", "kind", "A", "B"])
+
+
+def verdicts_changed(findings: pd.DataFrame) -> bool:
+    """Whether a comparison found a changed verdict (or size verdict)."""
+    return bool(findings["kind"].isin(["verdict changed", "size verdict changed"]).any())
+
+
+def render_comparison(findings: pd.DataFrame, a: str, b: str) -> str:
+    """The comparison as plain text, one finding a line, and a summary line."""
+    lines = [f"A: {a}", f"B: {b}"]
+    for row in findings.itertuples():
+        lines.append(f"{row.kind:<21} {row.claim_id}: {row.A or '-'} -> {row.B or '-'}")
+    changed = int(findings["kind"].isin(["verdict changed", "size verdict changed"]).sum())
+    moved = int((findings["kind"] == "value moved").sum())
+    lines.append(f"{changed} verdict(s) changed, {moved} value(s) moved outside the other's "
+                 f"interval, {len(findings) - changed - moved} claim(s) in one table only")
+    return "\n".join(lines) + "\n"
+
+
+def claims_table_path(path: str | Path) -> Path:
+    """A claims.csv file, or the result folder holding one."""
+    path = Path(path)
+    return path / "claims.csv" if path.is_dir() else path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,13 +871,16 @@ def input_files(spec: dict) -> list[str]:
     for name, model in spec["models"].items():
         files += [f"{model['dir']}/train_log.csv", f"{model['dir']}/config.json"]
     files += [f"{d}/{f}" for d in spec["data"] for f in ("meta.json", "val.bin")]
-    files += [f"{d}/measures.csv" for d in spec["analysis"].values()]
+    for d in spec["analysis"].values():
+        files.append(f"{d}/measures.csv")
+        if Path(f"{d}/angular_distance_all.csv").exists():
+            files.append(f"{d}/angular_distance_all.csv")
     for folder in spec["pruning"].values():
         files += [f"{folder}/sweep.csv", f"{folder}/single_layer.csv"]
     for folder in spec["depth_score"].values():
         files += [f"{folder}/problem_effects.csv", f"{folder}/accuracy.csv"]
     for folder in spec["linear_maps"].values():
-        files += [f"{folder}/best_target.csv", f"{folder}/summary.json"]
+        files += [f"{folder}/relative_error.csv", f"{folder}/summary.json"]
     files += [fit["fit"] for fit in spec["fits"].values()]
     if spec.get("toy"):
         files.append(spec["toy"]["fit"])
@@ -607,7 +894,9 @@ def _scale_text(run) -> str:
 
 
 def read_run_data(spec: dict) -> RunData:
-    """Read every table the claims need (the `make_claims` spec names the files)."""
+    """Read every table the claims need (the `make_claims` spec names the files). Every model in
+    spec["models"] was trained here; one whose data folder holds the depth problems
+    (problems.jsonl) was trained on the task."""
     from .data import load_tokens
     from .runs import read_run
 
@@ -617,15 +906,24 @@ def read_run_data(spec: dict) -> RunData:
     unigram = {folder: unigram_entropy(load_tokens(folder, "val")) for folder in spec["data"]}
     for name, model in spec["models"].items():
         run = read_run(model["dir"])
+        data.trained.add(name)
+        if Path(model["data"], "problems.jsonl").exists():
+            data.task_trained.add(name)
         data.val_loss[name] = final_val_loss(run.log)
         data.unigram[name] = unigram[model["data"]]
         data.scale[name] = _scale_text(run)
     for name, folder in spec["analysis"].items():
         measures = pd.read_csv(f"{folder}/measures.csv")
         data.h_var[name] = measures[measures["measure"] == "h_var"].set_index("layer")["value"]
-        distance = measures[(measures["measure"] == "angular_distance_last")
-                            & (measures["n"] == 1)]
-        data.distance[name] = distance.set_index("layer")["value"]
+        all_tokens = Path(folder, "angular_distance_all.csv")
+        if all_tokens.exists():  # the paper's Eq. 1: a mean over all tokens
+            data.distance[name] = next_layer_distance(pd.read_csv(all_tokens))
+            data.distance_tokens[name] = "all tokens"
+        else:
+            distance = measures[(measures["measure"] == "angular_distance_last")
+                                & (measures["n"] == 1)]
+            data.distance[name] = distance.set_index("layer")["value"]
+            data.distance_tokens[name] = "last token"
     for name, folder in spec["pruning"].items():
         data.sweeps[name] = pd.read_csv(f"{folder}/sweep.csv")
         data.single_layer[name] = pd.read_csv(f"{folder}/single_layer.csv")
@@ -633,7 +931,7 @@ def read_run_data(spec: dict) -> RunData:
         data.problem_effects[name] = pd.read_csv(f"{folder}/problem_effects.csv")
         data.accuracy[name] = pd.read_csv(f"{folder}/accuracy.csv")
     for pair, folder in spec["linear_maps"].items():
-        data.best_target[pair] = pd.read_csv(f"{folder}/best_target.csv")
+        data.map_errors[pair] = pd.read_csv(f"{folder}/relative_error.csv")
         summary = json.loads(Path(f"{folder}/summary.json").read_text())
         data.map_ends[pair] = (summary["source"], summary["target"], summary["target_layers"])
     for name, fit in spec["fits"].items():
