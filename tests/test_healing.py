@@ -7,9 +7,11 @@ import pytest
 import torch
 from test_lm_tasks import make_run
 
-from depthlab.healing import HealSettings, _schedule, heal, model_loss, validate_healing_settings
+from depthlab.errors import PruningError
+from depthlab.healing import HealSettings, _schedule, heal, validate_healing_settings
+from depthlab.layer_removal import model_loss, prune_copy
 from depthlab.lm_tasks import TaskEvaluator
-from depthlab.pruning import PruningError, prune_copy, rebuild_loss, validation_windows
+from depthlab.pruning import validation_windows
 
 torch.set_num_threads(1)
 REMOVED = (1, 2)
@@ -38,8 +40,8 @@ def test_healing_lowers_validation_loss(run, method):
     if method == "qlora":
         pytest.importorskip("bitsandbytes")
     model, windows = run["trained"], run["windows"]
-    full = rebuild_loss(model, (), windows)
-    unhealed = rebuild_loss(model, REMOVED, windows)
+    full = model_loss(prune_copy(model, ()), windows)
+    unhealed = model_loss(prune_copy(model, REMOVED), windows)
     assert unhealed > full + 0.05  # the removal hurts
     merged, record = heal(prune_copy(model, REMOVED), run["train"],
                           HealSettings.from_dict(settings(method=method)), seed=0)
@@ -52,7 +54,7 @@ def test_healing_lowers_validation_loss(run, method):
     assert all(p.dtype == torch.float32 for p in merged.parameters())
     assert merged.config.num_hidden_layers == run["num_layers"] - len(REMOVED)
     # the base model is untouched by healing its pruned copy
-    assert rebuild_loss(model, (), windows) == full
+    assert model_loss(prune_copy(model, ()), windows) == full
 
 
 def test_healed_model_is_evaluated_like_unhealed_variants(run):

@@ -21,12 +21,12 @@ import torch
 
 from depthlab.adapter import adapt
 from depthlab.data import hf_tokenizer, train_bpe
+from depthlab.layer_removal import export_pruned, prune_copy
 from depthlab.lm_tasks import (CHOICES, TaskEvaluator, TaskFileError, build_examples,
                                check_task_folder, validate_task_names, validate_task_settings,
                                write_task_folder)
 from depthlab.measures import analyse
 from depthlab.models import build_model, make_config, save_checkpoint
-from depthlab.pruning import export_pruned, prune_copy
 from depthlab.residual_stream import iter_token_batches
 from depthlab.training import language_model_loss, train_batch
 

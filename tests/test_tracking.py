@@ -272,10 +272,11 @@ def test_wandb_online_without_a_login_stops_the_job_with_one_line_naming_the_key
     assert len(errors) == 1 and errors[0].startswith("error: tracking.wandb.mode: 'online'")
 
 
-def test_healing_curves_land_in_the_pruning_output_and_in_wandb(tmp_path, wandb_env):
+def test_healing_curves_land_in_the_pruning_output_and_in_wandb(tmp_path, wandb_env,
+                                                                test_config):
     from test_lm_tasks import make_run
 
-    from depthlab.pruning import run_stage
+    from depthlab import pruning_stage
 
     run = make_run(tmp_path / "run", train_steps=0, layers=3, documents=150)
     out = tmp_path / "pruning" / "m"
@@ -283,15 +284,17 @@ def test_healing_curves_land_in_the_pruning_output_and_in_wandb(tmp_path, wandb_
                "rank": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["down_proj"],
                "steps": 3, "batch_size": 2, "seq_len": 16, "lr": 1e-3, "warmup_steps": 1,
                "min_lr_ratio": 0.1, "schedule": "cosine", "weight_decay": 0.0}
-    spec = {"model_name": "m", "model": str(run["model"]), "analysis": str(run["analysis"]),
-            "data": str(run["data"]), "tasks": str(run["tasks"]),
+    (resolved,) = resolve(test_config).jobs("prune_model").values()
+    spec = {**resolved, "model_name": "m", "model": str(run["model"]),
+            "analysis": str(run["analysis"]), "data": str(run["data"]), "tasks": str(run["tasks"]),
             "datasets_cache": str(tmp_path / "cache"), "out": str(out), "seed": 0,
             "strategies": ["deepest"], "n_grid": [1, 2],
             "val": {"windows": 2, "seq_len": 16, "batch_size": 2},
-            "lm_eval": {"enabled": False}, "healing": healing, "auto_depth": {"tolerances": {}},
-            "export": [], "speed": {"enabled": False},
+            "lm_eval": {**resolved["lm_eval"], "enabled": False}, "healing": healing,
+            "auto_depth": {"tolerances": {}},
+            "export": [], "speed": {**resolved["speed"], "enabled": False},
             "tracking": {"tensorboard": True, "progress_every": None, "wandb": wandb_env}}
-    run_stage(spec, log=lambda message: None)
+    pruning_stage.run(spec, log=lambda message: None)
     healed = pd.read_csv(out / "healing.csv")
     runs = wandb_runs(Path(wandb_env["dir"]))
     assert sorted(runs) == ["m-heal-deepest_n1", "m-heal-deepest_n2"]

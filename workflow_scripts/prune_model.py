@@ -2,7 +2,8 @@
 """Layer-removal ablations of one model (Gromov et al. 2024; Curse of Depth per-layer ablation):
 strategies angular / deepest / greedy over a grid of block sizes, single-layer removal, lm-eval on
 the run's offline tasks, LoRA/QLoRA healing, auto depth, measured speed, optional exports.
-See depthlab/pruning.py, lm_tasks.py, healing.py and speed.py.
+See depthlab/pruning_stage.py (the phases), pruning.py (strategies, loss sweep),
+layer_removal.py (view, copy, export), lm_tasks.py, healing.py and speed.py.
 
 Spec (`prune_model` job, one per model); paths:
   model_name      the model's name in the config (a label in every table)
@@ -41,7 +42,8 @@ Example: {"model_name": "pre_ln", "model": "results/default/models/pre_ln",
 "analysis": "results/default/analysis/val/pre_ln", "data": "results/default/data",
 "tasks": "results/default/pruning/tasks",
 "datasets_cache": "results/default/pruning/.datasets_cache/pre_ln",
-"out": "results/default/pruning/pre_ln", "seed": 0, "device": "auto", "dtype": "float32",
+"out": "results/default/pruning/pre_ln", "seed": 0, "revision": null, "device": "auto",
+"dtype": "float32",
 "strategies": ["angular", "deepest", "greedy"], "n_grid": null,
 "val": {"windows": 32, "seq_len": 64, "batch_size": 16},
 "lm_eval": {"enabled": true, "tasks": null, "n_grid": [3, 6, 9], "single_layer": true,
@@ -71,15 +73,10 @@ def main() -> None:
     # lm-eval loads the task files with `datasets`: its cache goes inside the run, before import
     os.environ["HF_DATASETS_CACHE"] = str(spec["datasets_cache"])
 
-    from depthlab.cli import UserError
-    from depthlab.lm_tasks import TaskFileError
-    from depthlab.pruning import PruningError, run_stage
+    from depthlab import pruning_stage
 
-    try:
-        summary = run_stage(spec, device=resolve_device(spec.get("device", "auto")),
-                            log=lambda message: print(message, flush=True))
-    except (PruningError, TaskFileError) as error:
-        raise UserError(str(error)) from None
+    summary = pruning_stage.run(spec, device=resolve_device(spec["device"]),
+                                log=lambda message: print(message, flush=True))
     print(f"[{spec['model_name']}] done in {summary['wall_s']:.1f} s: "
           f"{summary['phase_seconds']}")
 

@@ -25,7 +25,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from .adapter import _register_depthlab_models
 from .errors import PruningError
+from .layer_removal import export_pruned
 from .tracking import Progress, Tracker
 from .training import language_model_loss, lr_multiplier, train_batch
 
@@ -122,16 +124,12 @@ def _check_targets(model, settings: HealSettings) -> None:
 
 def _quantised_copy(pruned, device: str):
     """The pruned model reloaded with 4-bit NF4 linear weights (QLoRA's frozen base)."""
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-
-    from .adapter import _register_depthlab_models
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig  # QLoRA only
 
     _register_depthlab_models()
     config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
                                 bnb_4bit_compute_dtype=torch.float32,
                                 bnb_4bit_use_double_quant=True)
-    from .pruning import export_pruned
-
     with tempfile.TemporaryDirectory(prefix="depthlab-qlora-") as folder:
         # the export keeps each layer's LNS factor / DeepNorm alpha of its original depth
         export_pruned(pruned, (), folder)
@@ -144,12 +142,14 @@ def _quantised_copy(pruned, device: str):
 def heal(pruned, train_tokens: np.ndarray, settings: HealSettings, seed: int,
          device: str = "cpu", log=None, tensorboard_dir=None, wandb: dict | None = None,
          run_name: str = "healing", run_config: dict | None = None):
-    """Train adapters on `pruned` (a model of its own, e.g. depthlab.pruning.prune_copy; it is
-    modified: the adapters are merged into it) and return (merged model in eval mode, record).
+    """Train adapters on `pruned` (a model of its own, e.g. depthlab.layer_removal.prune_copy;
+    it is modified: the adapters are merged into it) and return (merged model in eval mode, record).
     `log` also gets a progress line about every quarter of the steps (a bar on a terminal);
     `tensorboard_dir`: where to write the loss and lr as TensorBoard scalars (None: nowhere);
     `wandb`: the resolved `tracking.wandb` settings (None: no W&B run), for a run `run_name`
     with config `run_config`."""
+    # peft is imported when a model is healed, not with this module (config-time validation
+    # and stages without healing import it)
     from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
     _check_targets(pruned, settings)
@@ -207,17 +207,3 @@ def heal(pruned, train_tokens: np.ndarray, settings: HealSettings, seed: int,
             f"{record['last_train_loss']:.3f}")
     return merged, record
 
-
-def model_loss(model, windows) -> float:
-    """Mean next-token cross-entropy of a model over validation windows (no reuse)."""
-    from .pruning import token_loss_sum
-
-    device = next(model.parameters()).device
-    total, count = 0.0, 0
-    with torch.inference_mode():
-        for window in windows:
-            window = window.to(device)
-            logits = model(input_ids=window[:, :-1], use_cache=False).logits
-            total += float(token_loss_sum(logits, window[:, 1:]))
-            count += window[:, 1:].numel()
-    return total / count

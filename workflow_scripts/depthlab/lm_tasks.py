@@ -19,8 +19,8 @@ lm-eval task config (`output_type: multiple_choice`, metrics acc and acc_norm, l
 dataset), plus `tasks.json` (names, sizes, settings). `TaskEvaluator` loads the tasks once with
 `lm_eval.tasks.TaskManager(include_path=folder, include_defaults=False)`, wraps one model in
 `lm_eval.models.huggingface.HFLM` and calls `lm_eval.simple_evaluate` for every variant; a
-pruned variant is the same model object seen through depthlab.pruning.pruned_view, so one loaded
-base model serves every variant. Accuracy and its standard error are lm-eval's own
+pruned variant is the same model object seen through depthlab.layer_removal.pruned_view, so one
+loaded base model serves every variant. Accuracy and its standard error are lm-eval's own
 (`acc,none` and `acc_stderr,none`).
 """
 
@@ -34,7 +34,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+
 from .errors import TaskFileError
+from .layer_removal import pruned_view
 
 TASK_KINDS = ("word_order", "continuation")
 TASK_PREFIX = "depthlab_"
@@ -421,9 +423,7 @@ class TaskEvaluator:
     def evaluate(self, removed: Sequence[int] = (), model=None) -> list[dict]:
         """Rows (task, samples, acc, acc_stderr, acc_norm, acc_norm_stderr) for the base model
         without `removed`, or for another `model` (e.g. a healed copy) when given."""
-        import lm_eval
-
-        from .pruning import pruned_view
+        import lm_eval  # heavy: imported when tasks are scored, not by task building
 
         if model is not None:
             lm, target = self._wrap(model), model

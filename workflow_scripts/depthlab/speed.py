@@ -1,7 +1,8 @@
 """Measured inference speed of pruned models against the full model (Gromov et al. report none).
 
-Every variant is the exported HF folder of the pruned model (depthlab.pruning.export_pruned),
-loaded with `from_pretrained` as a user would load it. Two throughputs per variant:
+Every variant is the exported HF folder of the pruned model
+(depthlab.layer_removal.export_pruned), loaded with `from_pretrained` as a user would load it.
+Two throughputs per variant:
 
   prefill     batch_size x prompt_length tokens through one forward pass that fills the KV
               cache: prompt tokens per second
@@ -23,6 +24,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from .adapter import load_model
+from .layer_removal import export_pruned
 
 
 def _prompt(vocab_size: int, batch_size: int, length: int, seed: int) -> torch.Tensor:
@@ -91,9 +95,6 @@ def measure_exports(model, full_dir: str | Path, removal_sets: dict[str, Sequenc
     """Speed of the full model (loaded from full_dir) and of each removal set exported to a
     temporary folder and loaded back; {name: result}, the full model under "full"."""
     from transformers import AutoModelForCausalLM
-
-    from .adapter import load_model
-    from .pruning import export_pruned
 
     folder = Path(tempfile.mkdtemp(prefix="depthlab-speed-", dir=work_dir))
     try:

@@ -1,0 +1,475 @@
+"""The prune_model stage of one model: strategies and losses, lm-eval, healing, speed, exports.
+
+`run(spec, device, log)` reads as the stage's phases, one function each:
+
+  plan      load the model, the analysis' angular-distance matrix and the validation windows; the
+            removal set of every (strategy, n) and the validation loss of every set (LossSweep)
+  evaluate  lm-eval of the full model, of the sets of lm_eval.n_grid and of single layers
+  heal      LoRA / QLoRA on a pruned copy of each set of healing.n_grid, its loss and lm-eval
+  speed     measured throughput of the exported sets of speed.n_grid against the full model
+  export    the (unhealed) auto-depth choices as HF folders
+  write     the tables, auto_depth.json, summary.json and provenance.json into the output
+
+This is the one module that imports the strategies (depthlab.pruning), healing, the lm-eval tasks
+and the speed measurement together; each of them imports depthlab.layer_removal, none imports
+this module or another of them. The spec keys and output files are listed in
+workflow_scripts/prune_model.py; the spec is the one depthlab.config resolves (every key the
+schema requires is indexed, none given a second default here).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from torch import nn
+
+from . import data as data_lib
+from .adapter import adapt, load_model, load_tokenizer
+from .errors import PruningError
+from .healing import HealSettings, heal, validate_healing_settings
+from .io import atomic_path, write_dataframe, write_json
+from .layer_removal import export_pruned, model_loss, prune_copy
+from .lm_tasks import TaskEvaluator, check_task_folder
+from .provenance import Provenance
+from .pruning import (STRATEGIES, LossSweep, angular_removal, auto_depth_choices,
+                      block_choice_table, check_prunable, deepest_removal, greedy_path, grid,
+                      read_distance_matrix, validation_windows)
+from .speed import measure_exports
+
+SWEEP_COLUMNS = ["model", "strategy", "n", "fraction", "removed", "healed", "val_loss",
+                 "val_ppl", "delta_loss", "task", "acc", "acc_stderr", "acc_norm",
+                 "acc_norm_stderr", "score", "score_stderr", "score_metric", "samples"]
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def _check_grid(values, num_layers: int, key: str) -> None:
+    if values is None:
+        return
+    if not isinstance(values, (list, tuple)) or not values:
+        raise PruningError(f"{key}: a non-empty list of block sizes, or null for 1..L-1")
+    for n in values:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise PruningError(f"{key}: block size {n!r} must be an integer >= 1")
+        if n >= num_layers:
+            raise PruningError(f"{key}: block size {n} >= the model's {num_layers} layers "
+                             f"(at most {num_layers - 1} can be removed)")
+
+
+def _positive_ints(section: dict, keys: Sequence[str], where: str) -> None:
+    for key in keys:
+        value = section.get(key)  # a missing optional key is reported like a bad value
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PruningError(f"{where}.{key}: must be an integer >= 1 (got {value!r})")
+
+
+def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pruning") -> None:
+    """Config-time check of a pruning section (the settings part of a prune_model spec, schema
+    defaults applied) against a model of `num_layers` layers; raises ValueError naming the key.
+    Checks the strategies, every block-size grid (1 <= n < L), validation windows, lm-eval,
+    healing, auto-depth, export and speed keys."""
+    if num_layers < 2:
+        raise PruningError(f"{where}: a model of {num_layers} layer(s) has no layer to remove")
+    strategies = settings["strategies"]
+    if not strategies:
+        raise PruningError(f"{where}.strategies: name at least one ({', '.join(STRATEGIES)})")
+    for strategy in strategies:
+        if strategy not in STRATEGIES:
+            raise PruningError(f"{where}.strategies: unknown strategy '{strategy}' "
+                             f"(known: {', '.join(STRATEGIES)})")
+    _check_grid(settings["n_grid"], num_layers, f"{where}.n_grid")
+    _positive_ints(settings["val"], ("windows", "seq_len", "batch_size"), f"{where}.val")
+    lm_eval = settings["lm_eval"]
+    if lm_eval["enabled"]:
+        _check_grid(lm_eval["n_grid"], num_layers, f"{where}.lm_eval.n_grid")
+        _positive_ints(lm_eval, ("batch_size",), f"{where}.lm_eval")
+        if lm_eval["metric"] not in ("acc", "acc_norm", "score"):
+            raise PruningError(f"{where}.lm_eval.metric: acc, acc_norm or score "
+                             f"(got {lm_eval['metric']!r})")
+    healing = settings["healing"]
+    if healing["enabled"]:
+        for strategy in healing.get("strategies") or []:
+            if strategy not in strategies:
+                raise PruningError(f"{where}.healing.strategies: '{strategy}' is not one of "
+                                 f"{where}.strategies ({', '.join(strategies)})")
+        _check_grid(healing.get("n_grid"), num_layers, f"{where}.healing.n_grid")
+        validate_healing_settings(healing, f"{where}.healing")
+    tolerances = settings["auto_depth"].get("tolerances", {})
+    for metric, tolerance in tolerances.items():
+        if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) \
+                or tolerance < 0:
+            raise PruningError(f"{where}.auto_depth.tolerances.{metric}: must be a number >= 0")
+    for index, item in enumerate(settings["export"]):
+        if item["strategy"] not in strategies:
+            raise PruningError(f"{where}.export[{index}].strategy: '{item['strategy']}' is "
+                             f"not one of {where}.strategies")
+        if item["metric"] not in tolerances:
+            raise PruningError(f"{where}.export[{index}].metric: '{item['metric']}' has no "
+                             f"tolerance in {where}.auto_depth.tolerances")
+    speed = settings["speed"]
+    if speed["enabled"]:
+        if speed.get("strategy") not in strategies:
+            raise PruningError(f"{where}.speed.strategy: '{speed.get('strategy')}' is not one of "
+                             f"{where}.strategies")
+        _check_grid(speed.get("n_grid"), num_layers, f"{where}.speed.n_grid")
+        _positive_ints(speed, ("batch_size", "prompt_length", "new_tokens", "repeats"),
+                       f"{where}.speed")
+
+
+# --------------------------------------------------------------------------- table rows
+
+
+def removed_label(removed: Sequence[int]) -> str:
+    """Removed layers as text for tables: "3-4-5" ("" for none)."""
+    return "-".join(str(l) for l in removed)
+
+
+def perplexity(loss: float) -> float:
+    return float(math.exp(loss)) if loss < 700 else float("inf")
+
+
+def _task_rows(base: dict, task_rows: list[dict] | None) -> list[dict]:
+    if not task_rows:
+        return [{**base, "task": "", "acc": np.nan, "acc_stderr": np.nan, "acc_norm": np.nan,
+                 "acc_norm_stderr": np.nan, "score": np.nan, "score_stderr": np.nan,
+                 "score_metric": "", "samples": 0}]
+    return [{**base, **row} for row in task_rows]
+
+
+def healing_events_folder(out: str | Path):
+    """Where healing writes its TensorBoard curves while the job runs: a temporary folder beside
+    the job's output (removed when the job fails), copied to `<out>/tensorboard/` with the rest
+    of the output (one subfolder per healed variant, `<strategy>_n<n>`)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(prefix=f".{out.name}.tensorboard-", dir=out.parent)
+
+
+class PhaseClock:
+    """Seconds per phase: each lap adds the time since the previous lap to its phase."""
+
+    def __init__(self):
+        self.started = time.perf_counter()
+        self.last = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self.last, 3)
+        self.last = now
+
+    def wall(self) -> float:
+        return round(time.perf_counter() - self.started, 3)
+
+
+# --------------------------------------------------------------------------- the phases
+
+
+@dataclass
+class Plan:
+    """The loaded model and the removal sets of every strategy with their validation losses."""
+    name: str
+    model: nn.Module
+    tokenizer: object
+    num_layers: int
+    distance: np.ndarray
+    n_values: list[int]
+    windows: list
+    sweep: LossSweep
+    removals: dict[tuple[str, int], tuple[int, ...]]  # (strategy, n) -> removed layers
+    greedy_records: list[dict]
+    singles: list[tuple[int]]
+    losses: dict[tuple[int, ...], float]              # removed layers -> validation loss
+    provenance: Provenance
+
+    @property
+    def base_loss(self) -> float:
+        return self.losses[()]
+
+    def variant_row(self, strategy: str, n: int, removed: tuple[int, ...], healed: bool,
+                    loss: float) -> dict:
+        """The sweep table's columns of one variant before its task columns."""
+        return {"model": self.name, "strategy": strategy, "n": n, "fraction": n / self.num_layers,
+                "removed": removed_label(removed), "healed": healed, "val_loss": loss,
+                "val_ppl": perplexity(loss), "delta_loss": loss - self.base_loss}
+
+
+@dataclass
+class Evaluation:
+    evaluator: TaskEvaluator | None
+    task_results: dict[tuple[int, ...], list[dict]]  # removed layers -> lm-eval rows
+    rows: list[dict]                                  # the unhealed variants' sweep rows
+
+
+@dataclass
+class Healing:
+    rows: list[dict]                     # the healed variants' sweep rows
+    records: list[dict]                  # healing.csv
+    events: tempfile.TemporaryDirectory | None
+
+
+def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
+    """Load the model and its inputs (phase `load`), then the removal set of every strategy and
+    n and the validation loss of each, single layers included (phase `loss_sweep`)."""
+    name = spec["model_name"]
+    distance_path = Path(spec["analysis"]) / "angular_distance_last.csv"
+    if not distance_path.is_file():
+        raise PruningError(f"analysis: {distance_path} does not exist (run the analysis stage "
+                           f"on this model first)")
+    lm_settings = spec["lm_eval"]
+    if lm_settings["enabled"] and spec["tasks"] is not None:
+        check_task_folder(spec["tasks"], lm_settings["tasks"], "pruning.tasks")
+    provenance = Provenance("pruning", config=spec, seed=spec["seed"],
+                            inputs=[p for p in (spec["model"], distance_path, spec["data"],
+                                                spec["tasks"]) if p is not None])
+    model = load_model(spec["model"], dtype=spec["dtype"], device=device,
+                       revision=spec["revision"])
+    tokenizer = load_tokenizer(spec["model"], revision=spec["revision"])
+    adapter = adapt(model)
+    check_prunable(adapter, name=name, where="pruning.models")
+    L = adapter.num_layers
+    validate_pruning_settings(spec, L)
+    distance = read_distance_matrix(distance_path)
+    if distance.shape[0] != L + 1:
+        raise PruningError(f"{distance_path}: a {distance.shape[0]}x{distance.shape[0]} matrix "
+                         f"for a model of {L} layers (expected {L + 1}x{L + 1})")
+    n_values = grid(spec["n_grid"], L)
+    val = spec["val"]
+    windows = validation_windows(data_lib.load_tokens(spec["data"], "val"), val["windows"],
+                                 val["seq_len"], val["batch_size"])
+    sweep = LossSweep(model, windows)
+    clock.lap("load")
+
+    # removal sets per strategy and n; greedy grows one layer at a time up to the largest n
+    removals: dict[tuple[str, int], tuple[int, ...]] = {}
+    for strategy in spec["strategies"]:
+        for n in n_values:
+            if strategy == "angular":
+                removals[("angular", n)] = angular_removal(distance, n)
+            elif strategy == "deepest":
+                removals[("deepest", n)] = deepest_removal(L, n)
+    greedy_records = []
+    if "greedy" in spec["strategies"]:
+        greedy_records = greedy_path(sweep.losses, L, max(n_values),
+                                     log=lambda m: log(f"[{name}] {m}"))
+        for record in greedy_records:
+            if record["n"] in n_values:
+                removals[("greedy", record["n"])] = record["removed"]
+    singles = [(l,) for l in range(L)]
+    sets = [()] + singles + list(removals.values())
+    losses = dict(zip(sets, sweep.losses(sets)))
+    clock.lap("loss_sweep")
+    log(f"[{name}] {L} layers, full-model val loss {losses[()]:.4f}; {len(sweep.memo)} removal "
+        f"sets, {sweep.layer_calls} layer calls over {len(windows)} batches")
+    return Plan(name=name, model=model, tokenizer=tokenizer, num_layers=L, distance=distance,
+                n_values=n_values, windows=windows, sweep=sweep, removals=removals,
+                greedy_records=greedy_records, singles=singles, losses=losses,
+                provenance=provenance)
+
+
+def evaluate(planned: Plan, spec: dict, log) -> Evaluation:
+    """lm-eval of the full model and of the planned sets of lm_eval.n_grid (and of every single
+    layer with lm_eval.single_layer), each through the pruned view of the one loaded model;
+    the unhealed variants' sweep rows."""
+    lm_settings = spec["lm_eval"]
+    evaluator = None
+    task_results: dict[tuple[int, ...], list[dict]] = {}
+    if lm_settings["enabled"]:
+        evaluator = TaskEvaluator(planned.model, planned.tokenizer, spec["tasks"],
+                                  lm_settings["tasks"], batch_size=lm_settings["batch_size"],
+                                  datasets_cache=spec["datasets_cache"],
+                                  bootstrap_iters=lm_settings["bootstrap_iters"],
+                                  seed=spec["seed"],
+                                  harness_tasks=lm_settings.get("harness_tasks"))
+        task_n = set(grid(lm_settings["n_grid"], planned.num_layers, "pruning.lm_eval.n_grid")) \
+            if lm_settings["n_grid"] is not None else set(planned.n_values)
+        wanted = [()] + [r for (s, n), r in planned.removals.items() if n in task_n]
+        if lm_settings["single_layer"]:
+            wanted += planned.singles
+        for removed in wanted:
+            if removed not in task_results:
+                task_results[removed] = evaluator.evaluate(removed)
+        log(f"[{planned.name}] lm-eval on {len(task_results)} variants: full model " + ", ".join(
+            f"{r['task']} acc {r['acc']:.3f} ± {r['acc_stderr']:.3f}" for r in task_results[()]))
+
+    rows = []
+    for strategy in spec["strategies"]:
+        for n, removed in [(0, ())] + [(n, planned.removals[(strategy, n)])
+                                        for n in planned.n_values
+                                        if (strategy, n) in planned.removals]:
+            rows += _task_rows(planned.variant_row(strategy, n, removed, False,
+                                                   planned.losses[removed]),
+                               task_results.get(removed))
+    return Evaluation(evaluator=evaluator, task_results=task_results, rows=rows)
+
+
+def heal_variants(planned: Plan, evaluated: Evaluation, spec: dict, device: str,
+                  log) -> Healing:
+    """Heal a pruned copy of each planned set of healing.strategies x healing.n_grid; the healed
+    model's validation loss and lm-eval rows."""
+    healing = spec["healing"]
+    rows, records, events = [], [], None
+    if not healing["enabled"]:
+        return Healing(rows=rows, records=records, events=events)
+    tracking = spec["tracking"]
+    name = planned.name
+    settings = HealSettings.from_dict(healing)
+    train_tokens = data_lib.load_tokens(spec["data"], "train")
+    heal_n = grid(healing.get("n_grid"), planned.num_layers, "pruning.healing.n_grid")
+    if tracking["tensorboard"]:
+        events = healing_events_folder(spec["out"])
+    for strategy in healing.get("strategies") or spec["strategies"]:
+        for n in heal_n:
+            removed = planned.removals.get((strategy, n))
+            if removed is None:
+                continue
+            variant = f"{strategy}_n{n}"
+            merged, record = heal(
+                prune_copy(planned.model, removed), train_tokens, settings, seed=spec["seed"],
+                device=device, log=lambda m: log(f"[{name}] {strategy} n={n}: {m}"),
+                tensorboard_dir=events and Path(events.name) / variant,
+                wandb=tracking["wandb"], run_name=f"{name}-heal-{variant}",
+                run_config={**spec, "variant": {"strategy": strategy, "n": n,
+                                                "removed": list(removed)}})
+            loss = model_loss(merged, planned.windows)
+            tasks = evaluated.evaluator.evaluate(model=merged) \
+                if evaluated.evaluator is not None else None
+            rows += _task_rows(planned.variant_row(strategy, n, removed, True, loss), tasks)
+            records.append({"strategy": strategy, "n": n, "removed": removed_label(removed),
+                            "val_loss_unhealed": planned.losses[removed],
+                            "val_loss_healed": loss, **record})
+            del merged
+    return Healing(rows=rows, records=records, events=events)
+
+
+def measure_speed(planned: Plan, spec: dict, device: str, work_dir: Path) -> pd.DataFrame | None:
+    """Throughput of the full model and of the exported sets of speed.strategy x speed.n_grid
+    (exported to a temporary folder in `work_dir`); None when speed is off."""
+    speed = spec["speed"]
+    if not speed["enabled"]:
+        return None
+    L = planned.num_layers
+    speed_n = grid(speed.get("n_grid"), L, "pruning.speed.n_grid")
+    sets = {f"n{n}": planned.removals[(speed["strategy"], n)] for n in speed_n
+            if (speed["strategy"], n) in planned.removals}
+    measured = measure_exports(planned.model, spec["model"], sets, speed["batch_size"],
+                               speed["prompt_length"], speed["new_tokens"], speed["repeats"],
+                               seed=spec["seed"], device=device, work_dir=work_dir)
+    full = measured["full"]
+    rows = []
+    for key, result in measured.items():
+        n = 0 if key == "full" else int(key[1:])
+        removed = () if key == "full" else sets[key]
+        rows.append({
+            "model": planned.name, "strategy": speed["strategy"], "n": n, "fraction": n / L,
+            "removed": removed_label(removed), **result,
+            "prefill_speedup": result["prefill_tokens_per_s"] / full["prefill_tokens_per_s"],
+            "generation_speedup": result["generation_tokens_per_s"]
+            / full["generation_tokens_per_s"]})
+    return pd.DataFrame(rows)
+
+
+def export_choices(planned: Plan, choices: list[dict], spec: dict, out: Path) -> list[dict]:
+    """Export the unhealed auto-depth choice of each `export` item under out/export/."""
+    exports = []
+    for item in spec["export"]:
+        choice = next((c for c in choices if c["strategy"] == item["strategy"]
+                       and c["metric"] == item["metric"] and not c["healed"]), None)
+        if choice is None or choice["n"] == 0:
+            exports.append({**item, "n": 0, "folder": None,
+                            "note": "no layer can be removed within the tolerance"})
+            continue
+        removed = planned.removals[(item["strategy"], choice["n"])]
+        folder = f"export/{item['strategy']}_{item['metric']}_n{choice['n']}"
+        export_pruned(planned.model, removed, out / folder, planned.tokenizer,
+                      metadata={"strategy": item["strategy"], "metric": item["metric"],
+                                "n": choice["n"], "source_model": spec["model"]})
+        exports.append({**item, "n": choice["n"], "removed": list(removed), "folder": folder})
+    return exports
+
+
+def _single_layer_table(planned: Plan, evaluated: Evaluation) -> pd.DataFrame:
+    rows = []
+    base_by_task = {r["task"]: r for r in evaluated.task_results.get((), [])}
+    for (layer,) in planned.singles:
+        base = {"model": planned.name, "layer": layer, "val_loss": planned.losses[(layer,)],
+                "delta_loss": planned.losses[(layer,)] - planned.base_loss}
+        for row in evaluated.task_results.get((layer,)) or [{}]:
+            entry = dict(base)
+            if row:
+                full = base_by_task[row["task"]]
+                entry.update({**row, **{f"delta_{m}": row[m] - full[m]
+                                        for m in ("acc", "acc_norm", "score")}})
+            rows.append(entry)
+    return pd.DataFrame(rows)
+
+
+def write(out: Path, planned: Plan, evaluated: Evaluation, healed: Healing, table: pd.DataFrame,
+          choices: list[dict], speed_table: pd.DataFrame | None, exports: list[dict],
+          spec: dict, clock: PhaseClock) -> dict:
+    """Every table and record of the stage into `out` (the output's temporary folder); returns
+    the summary."""
+    name, L, sweep = planned.name, planned.num_layers, planned.sweep
+    if speed_table is not None:
+        write_dataframe(out / "speed.csv", speed_table)
+    write_dataframe(out / "block_choice.csv",
+                    block_choice_table(planned.distance, planned.n_values))
+    write_dataframe(out / "single_layer.csv", _single_layer_table(planned, evaluated))
+    write_dataframe(out / "sweep.csv", table)
+    if planned.greedy_records:
+        write_dataframe(out / "greedy_path.csv", pd.DataFrame(
+            [{"n": r["n"], "layer": r["layer"], "removed": removed_label(r["removed"]),
+              "val_loss": r["loss"]} for r in planned.greedy_records]))
+    if healed.records:
+        write_dataframe(out / "healing.csv", pd.DataFrame(healed.records))
+    if healed.events is not None:
+        shutil.copytree(healed.events.name, out / "tensorboard")
+        healed.events.cleanup()
+    summary = {
+        "model": name, "num_layers": L, "val_loss": planned.base_loss,
+        "val_tokens": sweep.tokens, "removal_sets": len(sweep.memo),
+        "layer_calls": sweep.layer_calls,
+        "layer_calls_without_reuse": sum((L - len(k)) * len(planned.windows)
+                                         for k in sweep.memo),
+        "lm_eval_variants": len(evaluated.task_results),
+        "tasks_full_model": evaluated.task_results.get((), []),
+        "healed_variants": len(healed.records), "exports": exports,
+        "phase_seconds": clock.seconds, "wall_s": clock.wall(),
+    }
+    write_json(out / "auto_depth.json", {"model": name, "num_layers": L,
+                                         "tolerances": spec["auto_depth"].get("tolerances", {}),
+                                         "choices": choices, "exports": exports})
+    write_json(out / "summary.json", summary)
+    planned.provenance.extra["summary"] = summary
+    planned.provenance.write(out / "provenance.json")
+    return summary
+
+
+def run(spec: dict, device: str = "cpu", log=print) -> dict:
+    """The prune_model job: every table of the spec's model into spec["out"] (see
+    workflow_scripts/prune_model.py for the keys and outputs). Returns the summary."""
+    clock = PhaseClock()
+    planned = plan(spec, device, log, clock)
+    evaluated = evaluate(planned, spec, log)
+    clock.lap("lm_eval")
+    healed = heal_variants(planned, evaluated, spec, device, log)
+    clock.lap("healing")
+    table = pd.DataFrame(evaluated.rows + healed.rows)[SWEEP_COLUMNS]
+    choices = auto_depth_choices(table, spec["auto_depth"].get("tolerances", {}),
+                                 spec["lm_eval"]["metric"])
+    with atomic_path(Path(spec["out"]), is_dir=True) as tmp:
+        speed_table = measure_speed(planned, spec, device, tmp)
+        clock.lap("speed")
+        exports = export_choices(planned, choices, spec, tmp)
+        clock.lap("export")
+        return write(tmp, planned, evaluated, healed, table, choices, speed_table, exports,
+                     spec, clock)
