@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Benchmark of the pruning stage's loss sweep (depthlab.pruning.LossSweep) against rebuilding
-and rerunning every variant (depthlab.pruning.rebuild_loss: copy the pruned model, run it).
+and rerunning every variant (depthlab.layer_removal: model_loss of prune_copy, i.e. copy the
+pruned model and run it).
 
 The sweep is the default stage's: every single-layer removal, angular and deepest blocks for
 every n in 1..L-1 and the greedy path to n = L-1 (each greedy step asks for all its candidates
@@ -87,7 +88,8 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from depthlab.pruning import LossSweep, rebuild_loss, validation_windows
+    from depthlab.layer_removal import model_loss, prune_copy
+    from depthlab.pruning import LossSweep, validation_windows
 
     torch.set_num_threads(args.threads)
     model, tokens, distance = inputs(args)
@@ -103,7 +105,7 @@ def main() -> None:
         cached = dict(zip(sets, sweep.losses(sets)))
 
         start = time.perf_counter()
-        rebuilt = {s: rebuild_loss(model, s, windows) for s in sets}
+        rebuilt = {s: model_loss(prune_copy(model, s), windows) for s in sets}
         best["rebuild"] = min(best["rebuild"], time.perf_counter() - start)
 
     got = np.array([cached[s] for s in sets])
