@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "workflow_scripts"))
 
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from depthlab.config import resolve_config  # noqa: E402
+from depthlab.config import load_config, resolve  # noqa: E402
 from depthlab.data import load_tokens, prepare_corpus  # noqa: E402
 from depthlab.training import language_model_loss, pretrain, train_batch  # noqa: E402
 
@@ -57,8 +57,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
 
-    config = yaml.safe_load(Path(args.config).read_text())
-    model = copy.deepcopy(resolve_config(config)["resolved_models"][args.model])
+    config = load_config(args.config)
+    # the model exactly as the workflow would train it (the pretrain job's resolved spec)
+    model = copy.deepcopy(resolve(config).jobs("pretrain_model")[args.model]["model"])
     # Throughput of the training loop only: no evaluation or checkpoints inside the window.
     model["train"].update(steps=args.steps, eval_every=10 ** 9, log_spaced_evals=0,
                           checkpoint_every=10 ** 9, warmup_steps=0)

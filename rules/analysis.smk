@@ -6,13 +6,13 @@
 rule analyse_model:
     input:
         unpack(lambda wildcards: RESOLVED.inputs_for("analyse_model", wildcards)),
-        script=script("analyse_model.py"),
-        library=library("analyse_model.py"),
     output:
         analysis=report(directory(PATHS.analysis("{text_set}", "{model}")),
                         patterns=["{table}.csv"], category="Analysis tables",
                         subcategory="{text_set}/{model}", caption="captions/table_analysis.rst"),
     params:
+        script=script("analyse_model.py"),
+        code=code_version("analyse_model.py"),
         spec=job_spec("analyse_model"),
     wildcard_constraints:
         text_set=wildcard_alternatives(set(RESOLVED.wildcard_values("analyse_model", "text_set"))),
@@ -27,20 +27,20 @@ rule analyse_model:
     resources:
         **stage_resources("analysis"),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
 
 rule plot_analysis:
     input:
         analyses=lambda wildcards: RESOLVED.jobs("plot_analysis")[wildcards.job]["analyses"],
-        script=script("plot_analysis.py"),
-        library=library("plot_analysis.py"),
     output:
         figures=[report(PATHS.figure(f"analysis/{{job}}/{figure}", FIGURE_FORMAT),
                         category="Analysis", subcategory="{job}",
                         caption=f"captions/analysis_{figure}.rst")
                  for figure in ANALYSIS_FIGURES],
     params:
+        script=script("plot_analysis.py"),
+        code=code_version("plot_analysis.py"),
         spec=job_spec("plot_analysis"),
     wildcard_constraints:
         job=wildcard_alternatives(jobs("plot_analysis")),
@@ -55,4 +55,4 @@ rule plot_analysis:
     resources:
         **stage_resources("figures", gpu=False),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

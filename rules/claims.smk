@@ -6,12 +6,12 @@ rule make_claims:
     input:
         folders=lambda wildcards: RESOLVED.inputs_for("make_claims", wildcards)["folders"],
         files=lambda wildcards: RESOLVED.inputs_for("make_claims", wildcards)["files"],
-        script=script("make_claims.py"),
-        library=library("make_claims.py"),
     output:
         table=PATHS.claims("csv"),
         markdown=report(PATHS.claims("md"), category="Claims", caption="captions/claims.rst"),
     params:
+        script=script("make_claims.py"),
+        code=code_version("make_claims.py"),
         spec=job_spec("make_claims"),
     localrule: True
     log:
@@ -24,4 +24,4 @@ rule make_claims:
     resources:
         **stage_resources("fits", gpu=False),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

@@ -1,8 +1,8 @@
 # Helpers shared by the rules: job specs, scripts and the library code they import, logs,
 # resources. Stage-specific logic (which jobs, their inputs) lives in depthlab.config.
-import ast
 import re
 
+from depthlab.code_fingerprint import code_fingerprint, import_closure
 from depthlab.config import ANALYSIS_FIGURES, DEPTH_USE_FIGURES, PRUNING_FIGURES, spec_json
 
 PATHS = RESOLVED.paths
@@ -11,7 +11,7 @@ ENVIRONMENT = "../environment.yml"  # for --sdm conda; the default is the projec
 SCRIPTS = Path(workflow.basedir) / "workflow_scripts"
 # Shapes specs at DAG time: a change that matters changes the specs (params), so no rule lists
 # it as an input (otherwise every edit of it would rerun every job).
-UNTRACKED_MODULES = {"config"}  # the package with all its submodules (config.load, ...)
+UNTRACKED_MODULES = frozenset({"config"})  # the package with its submodules (config.load, ...)
 
 
 def jobs(family):
@@ -35,72 +35,21 @@ def _relative(path):
 
 
 def script(name):
-    """A stage script, as a rule input (a changed script marks its outputs for rerun)."""
+    """A stage script's path (a param: the rule's `code` param tracks what it runs)."""
     return _relative(SCRIPTS / name)
 
 
-def _module_file(dotted):
-    """The file of a depthlab module, dotted relative to the package ("adapter",
-    "config.load"): depthlab/<a>/<b>.py, or a package's depthlab/<a>/<b>/__init__.py."""
-    base = SCRIPTS.joinpath("depthlab", *dotted.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _imported_modules(path):
-    """depthlab modules a file imports (anywhere in it: scripts import inside main()), dotted
-    relative to the package. Relative imports (`from ..errors import X`, `from .load import y`)
-    count from the file's own package; `from pkg import name` counts pkg.name when that is a
-    module, else pkg."""
-    path = Path(path).resolve()
-    package_dir = (SCRIPTS / "depthlab").resolve()
-    if path.is_relative_to(package_dir):
-        here = list(path.relative_to(package_dir).parent.parts)  # the file's own package
-    else:
-        here = None  # a script: relative imports do not reach depthlab
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(a.name.split(".", 1)[1] for a in node.names
-                         if a.name.startswith("depthlab."))
-        elif isinstance(node, ast.ImportFrom):
-            source = node.module or ""
-            if node.level:
-                if here is None or node.level - 1 > len(here):
-                    continue
-                parts = here[:len(here) - (node.level - 1)]
-                base = ".".join([*parts, *([source] if source else [])])
-            elif source == "depthlab" or source.startswith("depthlab."):
-                base = source.partition(".")[2]
-            else:
-                continue
-            for alias in node.names:
-                sub = f"{base}.{alias.name}" if base else alias.name
-                found.add(sub if _module_file(sub) else base)
-    return {m for m in found if m and _module_file(m)}
-
-
-def _untracked(dotted):
-    return dotted.split(".")[0] in UNTRACKED_MODULES  # a package with all its submodules
-
-
 def library(name):
-    """The library modules a script imports, transitively: editing one reruns exactly the rules
-    whose scripts use it (Snakemake alone only sees the script file). Submodules of a package
-    count with the package's __init__.py (which Python runs first)."""
-    todo, seen = list(_imported_modules(SCRIPTS / name)), set()
-    while todo:
-        name_ = todo.pop()
-        if name_ in seen or _untracked(name_):
-            continue
-        seen.add(name_)
-        parts = name_.split(".")
-        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))  # enclosing packages
-        todo.extend(_imported_modules(_module_file(name_)))
-    files = [SCRIPTS / "depthlab" / "__init__.py"] + [_module_file(m) for m in sorted(seen)]
-    return [_relative(f) for f in files if f is not None and f.is_file()]
+    """The library files a script imports, transitively (config, which shapes specs, excluded)."""
+    closure = import_closure(SCRIPTS / name, SCRIPTS / "depthlab", UNTRACKED_MODULES)
+    return [_relative(path) for path in closure]
+
+
+def code_version(name):
+    """params: a fingerprint of the code a script runs (the script and its library closure,
+    parsed, without docstrings): any code edit reruns exactly the rules whose scripts import
+    it; an edit of a comment or docstring reruns nothing."""
+    return code_fingerprint([SCRIPTS / name, *library(name)], workflow.basedir)
 
 
 def log_file(family, job="{job}"):

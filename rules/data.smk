@@ -3,11 +3,11 @@
 
 rule prepare_data:
     input:
-        script=script("prepare_data.py"),
-        library=library("prepare_data.py"),
     output:
         data=directory(PATHS.data),
     params:
+        script=script("prepare_data.py"),
+        code=code_version("prepare_data.py"),
         spec=job_spec("prepare_data"),
     log:
         log_file("prepare_data", "data"),
@@ -19,4 +19,4 @@ rule prepare_data:
     resources:
         **stage_resources("data"),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

@@ -6,11 +6,11 @@
 rule make_problems:
     input:
         unpack(lambda wildcards: RESOLVED.inputs_for("make_problems", wildcards)),
-        script=script("make_problems.py"),
-        library=library("make_problems.py"),
     output:
         problems=directory(PATHS.problems),
     params:
+        script=script("make_problems.py"),
+        code=code_version("make_problems.py"),
         spec=job_spec("make_problems"),
     localrule: True
     log:
@@ -23,19 +23,19 @@ rule make_problems:
     resources:
         **stage_resources("fits", gpu=False),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
 
 rule skip_interventions:
     input:
         unpack(lambda wildcards: RESOLVED.inputs_for("skip_interventions", wildcards)),
-        script=script("skip_interventions.py"),
-        library=library("skip_interventions.py"),
     output:
         skip=report(directory(PATHS.skip("{job}")), patterns=["{table}.csv"],
                     category="Depth use tables", subcategory="skip {job}",
                     caption="captions/table_skip.rst"),
     params:
+        script=script("skip_interventions.py"),
+        code=code_version("skip_interventions.py"),
         spec=job_spec("skip_interventions"),
     wildcard_constraints:
         job=wildcard_alternatives(jobs("skip_interventions")),
@@ -49,19 +49,19 @@ rule skip_interventions:
     resources:
         **stage_resources("depth_use"),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
 
 rule linear_maps:
     input:
         unpack(lambda wildcards: RESOLVED.inputs_for("linear_maps", wildcards)),
-        script=script("linear_maps.py"),
-        library=library("linear_maps.py"),
     output:
         maps=report(directory(PATHS.linear_map("{job}")), patterns=["{table}.csv"],
                     category="Depth use tables", subcategory="linear maps {job}",
                     caption="captions/table_linear_maps.rst"),
     params:
+        script=script("linear_maps.py"),
+        code=code_version("linear_maps.py"),
         spec=job_spec("linear_maps"),
     wildcard_constraints:
         job=wildcard_alternatives(jobs("linear_maps")),
@@ -75,20 +75,20 @@ rule linear_maps:
     resources:
         **stage_resources("depth_use"),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
 
 rule plot_depth_use:
     input:
         skip=[PATHS.skip(name) for name in jobs("skip_interventions")],
         maps=[PATHS.linear_map(name) for name in jobs("linear_maps")],
-        script=script("plot_depth_use.py"),
-        library=library("plot_depth_use.py"),
     output:
         figures=[report(PATHS.figure(f"depth_use/{figure}", FIGURE_FORMAT), category="Depth use",
                         caption=f"captions/depth_use_{figure}.rst")
                  for figure in DEPTH_USE_FIGURES],
     params:
+        script=script("plot_depth_use.py"),
+        code=code_version("plot_depth_use.py"),
         spec=job_spec("plot_depth_use"),
     localrule: True
     log:
@@ -101,4 +101,4 @@ rule plot_depth_use:
     resources:
         **stage_resources("figures", gpu=False),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

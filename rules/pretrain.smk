@@ -5,8 +5,6 @@
 rule pretrain_model:
     input:
         unpack(lambda wildcards: RESOLVED.inputs_for("pretrain_model", wildcards)),
-        script=script("pretrain_model.py"),
-        library=library("pretrain_model.py"),
     output:
         # Resumable state lives in PATHS.train_state, outside the output, so Snakemake never
         # deletes it on failure.
@@ -14,6 +12,8 @@ rule pretrain_model:
                      category="Pretraining", subcategory="{job}",
                      caption="captions/table_pretrain.rst"),
     params:
+        script=script("pretrain_model.py"),
+        code=code_version("pretrain_model.py"),
         spec=job_spec("pretrain_model"),
         launcher=stage_launcher("pretrain"),
     wildcard_constraints:
@@ -28,19 +28,19 @@ rule pretrain_model:
     resources:
         **stage_resources("pretrain"),
     shell:
-        "{params.launcher:q} {input.script:q} --spec {params.spec:q} --threads {threads:q} "
+        "{params.launcher:q} {params.script:q} --spec {params.spec:q} --threads {threads:q} "
         "> {log:q} 2>&1"
 
 
 rule plot_loss_curves:
     input:
         models=[PATHS.model(name) for name in jobs("pretrain_model")],
-        script=script("plot_loss_curves.py"),
-        library=library("plot_loss_curves.py"),
     output:
         figure=report(PATHS.figure("loss_curves", FIGURE_FORMAT), category="Pretraining",
                       caption="captions/loss_curves.rst"),
     params:
+        script=script("plot_loss_curves.py"),
+        code=code_version("plot_loss_curves.py"),
         spec=job_spec("plot_loss_curves"),
     localrule: True
     log:
@@ -53,4 +53,4 @@ rule plot_loss_curves:
     resources:
         **stage_resources("figures", gpu=False),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

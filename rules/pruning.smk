@@ -6,11 +6,11 @@
 rule build_lm_tasks:
     input:
         data=PATHS.data,
-        script=script("build_lm_tasks.py"),
-        library=library("build_lm_tasks.py"),
     output:
         tasks=directory(PATHS.lm_tasks),
     params:
+        script=script("build_lm_tasks.py"),
+        code=code_version("build_lm_tasks.py"),
         spec=job_spec("build_lm_tasks"),
     localrule: True
     log:
@@ -23,19 +23,19 @@ rule build_lm_tasks:
     resources:
         **stage_resources("fits", gpu=False),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
 
 rule prune_model:
     input:
         unpack(lambda wildcards: RESOLVED.inputs_for("prune_model", wildcards)),
-        script=script("prune_model.py"),
-        library=library("prune_model.py"),
     output:
         pruning=report(directory(PATHS.pruning("{job}")), patterns=["{table}.csv"],
                        category="Pruning tables", subcategory="{job}",
                        caption="captions/table_pruning.rst"),
     params:
+        script=script("prune_model.py"),
+        code=code_version("prune_model.py"),
         spec=job_spec("prune_model"),
     wildcard_constraints:
         job=wildcard_alternatives(jobs("prune_model")),
@@ -49,19 +49,19 @@ rule prune_model:
     resources:
         **stage_resources("pruning"),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
 
 rule plot_pruning:
     input:
         prunings=[PATHS.pruning(name) for name in jobs("prune_model")],
-        script=script("plot_pruning.py"),
-        library=library("plot_pruning.py"),
     output:
         figures=[report(PATHS.figure(f"pruning/{figure}", FIGURE_FORMAT), category="Pruning",
                         caption=f"captions/pruning_{figure}.rst")
                  for figure in PRUNING_FIGURES],
     params:
+        script=script("plot_pruning.py"),
+        code=code_version("plot_pruning.py"),
         spec=job_spec("plot_pruning"),
     localrule: True
     log:
@@ -74,4 +74,4 @@ rule plot_pruning:
     resources:
         **stage_resources("figures", gpu=False),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

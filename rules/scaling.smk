@@ -6,11 +6,11 @@
 rule collect_sweep:
     input:
         models=lambda wildcards: RESOLVED.jobs("collect_sweep")["sweep_points"]["models"],
-        script=script("collect_sweep.py"),
-        library=library("collect_sweep.py"),
     output:
         points=PATHS.sweep_points,
     params:
+        script=script("collect_sweep.py"),
+        code=code_version("collect_sweep.py"),
         spec=job_spec("collect_sweep"),
     localrule: True
     log:
@@ -23,19 +23,19 @@ rule collect_sweep:
     resources:
         **stage_resources("fits", gpu=False),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
 
 rule fit_scaling:
     input:
         points=lambda wildcards: RESOLVED.jobs("fit_scaling")[wildcards.job]["points"],
-        script=script("fit_scaling.py"),
-        library=library("fit_scaling.py"),
     output:
         fit=report(PATHS.fit("{job}"), category="Scaling laws", subcategory="{job}",
                    caption="captions/table_fit.rst"),
         samples=PATHS.fit_samples("{job}"),
     params:
+        script=script("fit_scaling.py"),
+        code=code_version("fit_scaling.py"),
         spec=job_spec("fit_scaling"),
     wildcard_constraints:
         job=wildcard_alternatives(jobs("fit_scaling")),
@@ -50,7 +50,7 @@ rule fit_scaling:
     resources:
         **stage_resources("fits", gpu=False),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
 
 rule plot_scaling:
@@ -58,12 +58,12 @@ rule plot_scaling:
         fit=report(PATHS.fit("{job}"), category="Scaling laws", subcategory="{job}",
                    caption="captions/table_fit.rst"),
         samples=PATHS.fit_samples("{job}"),
-        script=script("plot_scaling.py"),
-        library=library("plot_scaling.py"),
     output:
         figure=report(PATHS.figure("scaling/{job}", FIGURE_FORMAT), category="Scaling laws",
                       subcategory="{job}", caption="captions/scaling.rst"),
     params:
+        script=script("plot_scaling.py"),
+        code=code_version("plot_scaling.py"),
         spec=job_spec("plot_scaling"),
     wildcard_constraints:
         job=wildcard_alternatives(jobs("plot_scaling")),
@@ -78,4 +78,4 @@ rule plot_scaling:
     resources:
         **stage_resources("figures", gpu=False),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

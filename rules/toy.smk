@@ -4,11 +4,11 @@
 
 rule train_toy:
     input:
-        script=script("train_toy.py"),
-        library=library("train_toy.py"),
     output:
         run=directory(PATHS.toy_run("{kind}", "{index}")),
     params:
+        script=script("train_toy.py"),
+        code=code_version("train_toy.py"),
         spec=job_spec("train_toy"),
     wildcard_constraints:
         kind="independent|tied",
@@ -23,19 +23,19 @@ rule train_toy:
     resources:
         **stage_resources("toy"),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
 
 rule fit_toy:
     input:
         runs=lambda wildcards: RESOLVED.jobs("fit_toy")["toy"]["runs"],
-        script=script("fit_toy.py"),
-        library=library("fit_toy.py"),
     output:
         fit=report(PATHS.toy_fit, category="Toy models", caption="captions/table_toy_fit.rst"),
         figure=report(PATHS.figure("toy_loss_vs_depth", FIGURE_FORMAT), category="Toy models",
                       caption="captions/toy.rst"),
     params:
+        script=script("fit_toy.py"),
+        code=code_version("fit_toy.py"),
         spec=job_spec("fit_toy"),
     localrule: True
     log:
@@ -48,4 +48,4 @@ rule fit_toy:
     resources:
         **stage_resources("fits", gpu=False),
     shell:
-        "python {input.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

@@ -117,28 +117,58 @@ def test_rerun_is_a_no_op_and_one_stage_reruns_alone(checkout):
     assert planned_rules(forced) == {"plot_loss_curves", "all"}
 
 
+LIBRARY = Path("workflow_scripts") / "depthlab"
+
+
+# A code edit (a new module-level name) of one library module plans exactly the rules whose
+# scripts import it, transitively; never pretraining unless training imports it.
 @pytest.mark.parametrize("module, expected", [
     # measures.py: the analysis pass and what reads it (its figures, the angular block choice of
-    # the pruning stage); never pretraining
+    # the pruning stage)
     ("measures.py", {"analyse_model", "plot_analysis", "prune_model", "plot_pruning",
                      "make_claims", "all"}),
     # the generic power-law fitter, imported through scaling.py and toy_fit.py: both fit
     # stages, the sweep collector (scaling.py) and the fit figures; never toy training
     ("power_law.py", {"collect_sweep", "fit_scaling", "plot_scaling", "fit_toy", "make_claims",
                       "all"}),
+    # the skip-intervention engine: the skip job and what reads it; not the problem set, not
+    # the model trained on it
+    ("interventions.py", {"skip_interventions", "plot_depth_use", "make_claims", "all"}),
+    # the residual-stream hooks: every model-reading job and what reads them; never training
+    ("residual_stream.py", {"analyse_model", "plot_analysis", "prune_model", "plot_pruning",
+                            "skip_interventions", "linear_maps", "plot_depth_use", "make_claims",
+                            "all"}),
 ])
-def test_editing_one_library_module_reruns_exactly_its_users(checkout, module, expected):
-    dry = plan_after_edit(checkout, Path("workflow_scripts") / "depthlab" / module)
+def test_editing_library_code_reruns_exactly_its_users(checkout, module, expected):
+    dry = plan_after_edit(checkout, LIBRARY / module)
     assert planned_rules(dry) == expected, dry.stdout[-3000:]
 
 
-def plan_after_edit(checkout: Path, relative: Path) -> subprocess.CompletedProcess:
-    """The dry run after a real edit of one file (Snakemake skips an input that is newer but
-    has its recorded checksum); the file is restored afterwards."""
+def _reword_docstring(text: str) -> str:
+    quote = text.index('"""') + 3
+    return text[:quote] + "Reworded: " + text[quote:]
+
+
+# The edits that used to replan pretraining (adapter.py, io.py) or the problem set
+# (interventions.py, residual_stream.py), and a stage script's own docstring
+@pytest.mark.parametrize("relative", [LIBRARY / "interventions.py", LIBRARY / "residual_stream.py",
+                                      LIBRARY / "adapter.py", LIBRARY / "io.py",
+                                      Path("workflow_scripts") / "pretrain_model.py"])
+@pytest.mark.parametrize("change", [lambda text: text + "\n# a comment\n", _reword_docstring],
+                         ids=["comment", "docstring"])
+def test_a_comment_or_docstring_edit_reruns_nothing(checkout, relative, change):
+    dry = plan_after_edit(checkout, relative, change)
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+
+
+def plan_after_edit(checkout: Path, relative: Path,
+                    change=lambda text: text + "\n_EDITED = True\n") -> subprocess.CompletedProcess:
+    """The dry run after a real edit of one file (by default a new module-level name: a code
+    change); the file is restored afterwards."""
     path = checkout / relative
     text, stat = path.read_text(), path.stat()
     try:
-        path.write_text(text + "\n# an edit\n")
+        path.write_text(change(text))
         os.utime(path, (stat.st_atime, time.time() + 3600))  # newer than every output
         dry = snakemake(checkout, "-n")
     finally:
