@@ -32,7 +32,7 @@ def build_model(model_dir):
     import torch
 
     if model_dir:
-        from depthlab.adapter import load_model
+        from depthlab.architectures import load_model
 
         return load_model(model_dir)
     from depthlab.models import build_model as build, make_config
@@ -61,7 +61,7 @@ def token_batches(tokens, seq_len, batch_size, vocab, seed=0):
 def time_variants(model, batches, repeats):
     import torch
 
-    from depthlab.adapter import adapt
+    from depthlab.architectures import adapt
     from depthlab.measures import analyse
 
     adapter = adapt(model)
@@ -99,7 +99,7 @@ def peak_memory_child(args) -> None:
     """Runs in a fresh process: one pass over args.tokens tokens, prints its RSS growth in MiB."""
     import torch
 
-    from depthlab.adapter import adapt
+    from depthlab.architectures import adapt
     from depthlab.measures import analyse
 
     torch.set_num_threads(args.threads)

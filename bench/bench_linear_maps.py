@@ -37,7 +37,7 @@ def cached_states(args):
     """{split: (source states (L_a+1, n, d), target states (L_b+1, n, d))}, float32."""
     import torch
 
-    from depthlab.adapter import adapt, load_model, load_tokenizer
+    from depthlab.architectures import adapt, load_model, load_tokenizer
     from depthlab.data import iter_jsonl_texts
     from depthlab.linear_maps import split_of, stream_states
     from depthlab.residual_stream import iter_token_batches

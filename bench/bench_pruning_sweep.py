@@ -35,7 +35,7 @@ def inputs(args):
     from depthlab.pruning import read_distance_matrix
 
     if args.model:
-        from depthlab.adapter import load_model
+        from depthlab.architectures import load_model
         from depthlab.data import load_tokens
 
         model = load_model(args.model)

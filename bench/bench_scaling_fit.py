@@ -23,7 +23,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow_scripts"))
 
-from depthlab.scaling import (FitSettings, bootstrap, drop_highest_losses, fit_law,  # noqa: E402
+from depthlab.scaling_fits import (FitSettings, bootstrap, drop_highest_losses, fit_law,  # noqa: E402
                               load_points)
 
 COLUMNS = {"width": "d_model", "depth": "n_layers", "tokens": "tokens", "loss": "loss",

@@ -57,7 +57,7 @@ CASES = {
 def load(args):
     import torch
 
-    from depthlab.adapter import adapt, load_model, load_tokenizer
+    from depthlab.architectures import adapt, load_model, load_tokenizer
 
     model_dir = args.model
     if model_dir and Path(model_dir).is_dir() and not args.random:

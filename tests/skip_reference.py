@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from depthlab.adapter import ModelAdapter
+from depthlab.architectures import ModelAdapter
 from depthlab.interventions import (_backbone_kwargs, _first, _relative_change, _replace_first,
                                     _softmax, parse_variant)
 

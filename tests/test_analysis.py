@@ -15,7 +15,7 @@ import torch
 from scipy.special import log_softmax
 from tiny_models import FAMILIES, VOCAB, build, random_batch
 
-from depthlab.adapter import adapt
+from depthlab.architectures import adapt
 from depthlab.measures import (LAYER_MEASURES, ResidualStreamStatistics, analyse,
                                last_token_index)
 
@@ -264,7 +264,7 @@ def test_analysed_tokens_are_the_training_encoding_without_the_eos_template(tmp_
                                                                             padding_side):
     """A model pretrained here reads a document as the data stage wrote it into the training
     stream, not with the tokenizer's appended </s>; its last real token is the text's last."""
-    from depthlab.adapter import load_tokenizer
+    from depthlab.architectures import load_tokenizer
     from depthlab.data import iter_texts, load_tokens, prepare_corpus, read_meta
     from depthlab.residual_stream import iter_token_batches
 

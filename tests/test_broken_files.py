@@ -25,12 +25,12 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
 from depthlab import training  # noqa: E402
-from depthlab.adapter import (CheckpointError, check_local_model, load_model,  # noqa: E402
+from depthlab.architectures import (CheckpointError, check_local_model, load_model,  # noqa: E402
                               load_tokenizer)
 from depthlab.cli import main_guard  # noqa: E402
 from depthlab.data import (DataError, DocumentFilter, iter_dataset_texts,  # noqa: E402
                            iter_jsonl_texts, load_tokens, prepare_corpus, read_meta)
-from depthlab.io import atomic_path  # noqa: E402
+from depthlab.atomic_files import atomic_path  # noqa: E402
 from depthlab.models import build_model, make_config, save_checkpoint  # noqa: E402
 from depthlab.training import pretrain  # noqa: E402
 

@@ -11,7 +11,7 @@ import torch
 from skip_reference import reference_skip_effects
 from tiny_models import build, random_batch
 
-from depthlab.adapter import adapt
+from depthlab.architectures import adapt
 from depthlab.depth_score import depth_score, depth_scores_by_group
 from depthlab.interventions import (VARIANTS, SkipSettings, future_positions, skip_effects,
                                     validate_intervention_settings)
@@ -207,7 +207,7 @@ def test_script_writes_effects_accuracy_and_depth_scores(tmp_path):
     import pandas as pd
 
     from depthlab.models import build_model, make_config, save_checkpoint
-    from depthlab.problems import write_problem_set
+    from depthlab.problem_sets import write_problem_set
 
     repo = Path(__file__).resolve().parents[1]
     problems = tmp_path / "problems"

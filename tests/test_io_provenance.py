@@ -12,7 +12,7 @@ import yaml
 
 from depthlab import provenance as provenance_module
 from depthlab.cli import start_job
-from depthlab.io import atomic_path, write_json
+from depthlab.atomic_files import atomic_path, write_json
 from depthlab.provenance import (
     CONFIG_SOURCE_ENV,
     Provenance,

@@ -7,7 +7,7 @@ import pytest
 import torch
 from tiny_models import VOCAB, random_batch
 
-from depthlab.adapter import adapt
+from depthlab.architectures import adapt
 from depthlab.linear_maps import (AffineRidgeMaps, check_same_tokenizer, fit_linear_maps,
                                   plan_target_blocks, split_of, validate_linear_map_settings)
 from depthlab.models import build_model, make_config
@@ -189,7 +189,7 @@ def test_script_fits_two_saved_models_and_rejects_foreign_tokenizers(tmp_path):
     from transformers import AutoTokenizer
 
     from depthlab.models import save_checkpoint
-    from depthlab.problems import build_tokenizer
+    from depthlab.problem_sets import build_tokenizer
 
     repo = Path(__file__).resolve().parents[1]
     tokenizer = build_tokenizer()

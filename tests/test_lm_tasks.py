@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import torch
 
-from depthlab.adapter import adapt
+from depthlab.architectures import adapt
 from depthlab.data import hf_tokenizer, train_bpe
 from depthlab.layer_removal import export_pruned, prune_copy
 from depthlab.lm_tasks import (CHOICES, TaskEvaluator, TaskFileError, build_examples,

@@ -16,7 +16,7 @@ import torch
 import transformers as tf
 from tiny_models import VOCAB, build, random_batch
 
-from depthlab.adapter import adapt
+from depthlab.architectures import adapt
 from depthlab.errors import PruningError
 from depthlab.layer_removal import (config_updates, export_pruned, model_loss, prune_copy,
                                     pruned_view)

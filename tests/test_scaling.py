@@ -13,9 +13,9 @@ import torch
 import yaml
 
 from depthlab.config import ConfigError, load_config, merge_fit_spec, resolve
-from depthlab.power_law import FitSettings, resample_indices
-from depthlab.runs import non_embedding_params
-from depthlab.scaling import (architecture_ids, bootstrap, collect_sweep_points,
+from depthlab.power_law_fitter import FitSettings, resample_indices
+from depthlab.pretrain_runs import non_embedding_params
+from depthlab.scaling_fits import (architecture_ids, bootstrap, collect_sweep_points,
                               drop_highest_losses, fit_chinchilla_law, fit_depth_law,
                               held_out_validation, load_points, run_fit)
 

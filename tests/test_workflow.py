@@ -127,9 +127,9 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
     # the pruning stage)
     ("measures.py", {"analyse_model", "plot_analysis", "prune_model", "plot_pruning",
                      "make_claims", "all"}),
-    # the generic power-law fitter, imported through scaling.py and toy_fit.py: both fit
-    # stages, the sweep collector (scaling.py) and the fit figures; never toy training
-    ("power_law.py", {"collect_sweep", "fit_scaling", "plot_scaling", "fit_toy", "make_claims",
+    # the generic power-law fitter, imported through scaling_fits.py and toy_fit.py: both fit
+    # stages, the sweep collector (scaling_fits.py) and the fit figures; never toy training
+    ("power_law_fitter.py", {"collect_sweep", "fit_scaling", "plot_scaling", "fit_toy", "make_claims",
                       "all"}),
     # the skip-intervention engine: the skip job and what reads it; not the problem set, not
     # the model trained on it
@@ -149,10 +149,10 @@ def _reword_docstring(text: str) -> str:
     return text[:quote] + "Reworded: " + text[quote:]
 
 
-# The edits that used to replan pretraining (adapter.py, io.py) or the problem set
+# The edits that used to replan pretraining (architectures.py, atomic_files.py) or the problem set
 # (interventions.py, residual_stream.py), and a stage script's own docstring
 @pytest.mark.parametrize("relative", [LIBRARY / "interventions.py", LIBRARY / "residual_stream.py",
-                                      LIBRARY / "adapter.py", LIBRARY / "io.py",
+                                      LIBRARY / "architectures.py", LIBRARY / "atomic_files.py",
                                       Path("workflow_scripts") / "pretrain_model.py"])
 @pytest.mark.parametrize("change", [lambda text: text + "\n# a comment\n", _reword_docstring],
                          ids=["comment", "docstring"])

@@ -1,6 +1,6 @@
 """Tiny randomly initialised models of every architecture family the analysis adapter supports,
-built from configs (no download). Shared by test_adapter.py and test_analysis.py; and Oracle,
-a causal LM stub that continues known sequences (test_problems.py, test_problem_datasets.py)."""
+built from configs (no download). Shared by test_architectures.py and test_analysis.py; and Oracle,
+a causal LM stub that continues known sequences (test_problem_sets.py, test_benchmark_problems.py)."""
 
 from __future__ import annotations
 

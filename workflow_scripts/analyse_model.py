@@ -5,7 +5,7 @@ Writes into the spec's `out` folder: measures.csv (tidy: model, text_set, measur
 value, count), angular_distance_last.csv (the (L+1) x (L+1) matrix of d(x^i, x^j) on the last
 real token), angular_distance_all.csv (with all_token_distance), summary.json (counts,
 architecture, notes) and provenance.json. See depthlab/analysis_stage.py for the stage,
-depthlab/measures.py for the measures and depthlab/adapter.py for the architectures and what
+depthlab/measures.py for the measures and depthlab/architectures.py for the architectures and what
 a_l, m_l mean in each.
 
 Spec (`analyse_model` job, named <text_set>/<model>): model_name, model_path (HF folder, hub id

@@ -32,7 +32,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from depthlab.data import iter_jsonl_texts
-    from depthlab.io import atomic_path
+    from depthlab.atomic_files import atomic_path
     from depthlab.lm_tasks import build_examples, validate_task_settings, write_task_folder
     from depthlab.provenance import Provenance
 

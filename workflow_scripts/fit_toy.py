@@ -20,7 +20,7 @@ def main() -> None:
 
     import pandas as pd
 
-    from depthlab.io import save_figure, write_json
+    from depthlab.atomic_files import save_figure, write_json
     from depthlab.provenance import Provenance, sidecar_path
     from depthlab.toy_fit import fit_toy_exponents
     from depthlab.toy_plots import plot_toy

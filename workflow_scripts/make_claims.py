@@ -15,7 +15,7 @@ def main() -> None:
     _, spec = start_job(__doc__, "make_claims", required=("out_csv", "out_md"))
 
     from depthlab.claims import build_claims, input_files, read_run_data, render_markdown
-    from depthlab.io import write_dataframe, write_text
+    from depthlab.atomic_files import write_dataframe, write_text
     from depthlab.provenance import Provenance, sidecar_path
 
     provenance = Provenance("claims", config=spec, inputs=input_files(spec),

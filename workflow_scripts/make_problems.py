@@ -8,7 +8,7 @@ problems.jsonl: the evaluation problems (family, level, prompt, answer) whose pe
 and depth score skip_interventions.py measures. A set of dataset families only (math, mquake:
 MATH levels and MQuAKE hop counts, for hub models) writes problems.jsonl, meta.json and
 provenance.json; reading a hub dataset needs the network (or the datasets cache). See
-depthlab/problems.py and depthlab/problem_datasets.py for the families.
+depthlab/problem_sets.py and depthlab/benchmark_problems.py for the families.
 
 Spec keys (all required unless marked):
   out              output folder (results/<run>/depth_use/problems)
@@ -46,7 +46,7 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "make_problems")
 
-    from depthlab.problems import run
+    from depthlab.problem_sets import run
 
     meta = run(spec)
     print(json.dumps({"out": spec["out"], "splits": meta.get("splits", {}),

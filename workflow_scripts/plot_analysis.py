@@ -18,7 +18,7 @@ def main() -> None:
     _, spec = start_job(__doc__, "plot_analysis")
 
     from depthlab.analysis_plots import plot_all, read_analyses
-    from depthlab.io import save_figure
+    from depthlab.atomic_files import save_figure
     from depthlab.provenance import Provenance, sidecar_path
 
     analyses = spec["analyses"]

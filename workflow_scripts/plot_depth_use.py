@@ -31,7 +31,7 @@ def main() -> None:
     if spec["format"] not in ("png", "pdf", "svg"):
         raise UserError(f"spec.format: png, pdf or svg (got {spec['format']!r})")
     from depthlab.depth_use_plots import FIGURES, plot_all
-    from depthlab.io import save_figure
+    from depthlab.atomic_files import save_figure
     from depthlab.provenance import Provenance, sidecar_path
 
     # every file plot_all reads (accuracy and depth scores when present: provenance records the

@@ -13,10 +13,10 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "plot_loss_curves")
 
-    from depthlab.io import save_figure
+    from depthlab.atomic_files import save_figure
     from depthlab.pretrain_plots import plot_loss_curves
     from depthlab.provenance import Provenance, sidecar_path
-    from depthlab.runs import read_training_runs
+    from depthlab.pretrain_runs import read_training_runs
 
     provenance = Provenance("figures.loss_curves", config=spec,
                             inputs=[f"{m}/{f}" for m in spec["models"]

@@ -30,7 +30,7 @@ def main() -> None:
 
     matplotlib.use("Agg")
 
-    from depthlab.io import save_figure
+    from depthlab.atomic_files import save_figure
     from depthlab.provenance import Provenance, sidecar_path
     from depthlab.pruning_plots import plot_all
 

@@ -16,7 +16,7 @@ def main() -> None:
 
     import pandas as pd
 
-    from depthlab.io import save_figure
+    from depthlab.atomic_files import save_figure
     from depthlab.provenance import Provenance, sidecar_path
     from depthlab.scaling_plots import plot_scaling_fit, published_exponents
 

@@ -18,7 +18,7 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "train_toy")
 
-    from depthlab.io import atomic_path, write_json
+    from depthlab.atomic_files import atomic_path, write_json
     from depthlab.provenance import Provenance
     from depthlab.toy import run_teacher_kind
 

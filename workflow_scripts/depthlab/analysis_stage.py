@@ -17,7 +17,7 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     log: notes (the max_length cut, fewer documents than max_samples)."""
     import pandas as pd
 
-    from .io import atomic_path, write_dataframe, write_json
+    from .atomic_files import atomic_path, write_dataframe, write_json
     from .measures import analyse
     from .provenance import Provenance
 

@@ -898,7 +898,7 @@ def read_run_data(spec: dict) -> RunData:
     spec["models"] was trained here; one whose data folder holds the depth problems
     (problems.jsonl) was trained on the task."""
     from .data import load_tokens
-    from .runs import read_run
+    from .pretrain_runs import read_run
 
     data = RunData(cod_pairs=[tuple(p) for p in spec["cod_pairs"]],
                    pruning_groups=spec["pruning_groups"], depth_groups=spec["depth_groups"],

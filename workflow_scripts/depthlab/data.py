@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .io import atomic_path
+from .atomic_files import atomic_path
 from .provenance import Provenance
 from .errors import DataError
 

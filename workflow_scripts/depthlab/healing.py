@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from .adapter import _register_depthlab_models
+from .architectures import _register_depthlab_models
 from .errors import PruningError
 from .layer_removal import export_pruned
 from .tracking import Progress, Tracker

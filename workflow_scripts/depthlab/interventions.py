@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .adapter import ModelAdapter
+from .architectures import ModelAdapter
 from .residual_stream import position_ids_from_mask
 
 KINDS = ("layer", "attention", "mlp")

@@ -4,7 +4,7 @@ Removing a set D of layers from a model of L layers keeps the layers l not in D 
 the kept layer that was number l computes exactly what it computed in the full model (its
 weights, its LNS scale, its attention type), only its input changes: the pruned model equals the
 full model run with the layers of D replaced by the identity. For every family the adapter
-supports (depthlab.adapter) removal
+supports (depthlab.architectures) removal
 
   - swaps the decoder ModuleList for one holding the kept layers (no weight is copied),
   - renumbers `layer_idx` of every submodule that has one (KV caches index layers by it),
@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .adapter import ModelAdapter, adapt
+from .architectures import ModelAdapter, adapt
 from .errors import PruningError, UnsupportedModelError
 
 # Config lists with one entry per layer (sliced on removal) and config ints that count the

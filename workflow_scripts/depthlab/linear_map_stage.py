@@ -17,7 +17,7 @@ def _check_hub_tokenizers(spec: dict) -> None:
     """The resolver compares the tokenizers of models trained here (their data folders) and of
     local checkpoints (config: _check_same_tokens); a hub model's tokenizer is known only once
     it is downloaded, so such a pair is compared here."""
-    from .adapter import resolve_model_path
+    from .architectures import resolve_model_path
     from .linear_maps import check_same_tokenizer
 
     if all(os.path.isdir(resolve_model_path(spec[k])) for k in ("source_path", "target_path")):
@@ -33,7 +33,7 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     log: notes and the best target layer per source layer."""
     import time
 
-    from .io import atomic_path, write_dataframe, write_json
+    from .atomic_files import atomic_path, write_dataframe, write_json
     from .linear_maps import fit_linear_maps, split_of
     from .provenance import Provenance
 

@@ -399,7 +399,7 @@ def fit_linear_maps(source_adapter, target_adapter, batches_by_split, alphas, ma
 def check_same_tokenizer(path_a: str, path_b: str, where: str = "depth_use.linear_maps") -> None:
     """Raise ValueError (naming `where`) unless the two checkpoints' tokenizers map every token
     to the same id (same vocabulary and special tokens); reads only tokenizer files."""
-    from .adapter import load_tokenizer
+    from .architectures import load_tokenizer
 
     try:
         a, b = load_tokenizer(path_a), load_tokenizer(path_b)

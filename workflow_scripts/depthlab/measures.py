@@ -1,7 +1,7 @@
 """Hidden-state measures of the four papers, accumulated while the residual stream streams past.
 
 One pass computes, for h_l = input of layer l (h_L = last layer output before the final norm),
-a_l / m_l = attention / MLP update (see depthlab.adapter for their meaning per block type):
+a_l / m_l = attention / MLP update (see depthlab.architectures for their meaning per block type):
 
   Gromov et al. / Curse of Depth
     angular_distance_last   d(x^l, x^{l+n}) = arccos(cos(x^l, x^{l+n})) / pi on the last non-pad
@@ -246,7 +246,7 @@ class ResidualStreamStatistics:
                                f"{layer_a}, {layer_m}); check the adapter's module paths")
         sums = self._sums
         norm_a, norm_m = _norm(a), _norm(m)
-        residual = h + a  # what the MLP update joins (see depthlab.adapter for Post-LN/parallel)
+        residual = h + a  # what the MLP update joins (see depthlab.architectures for Post-LN/parallel)
         norm_r = _norm(residual)
         update = h_next - h
         norm_u = _norm(update)

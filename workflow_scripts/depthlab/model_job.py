@@ -22,10 +22,10 @@ def log_stderr(message: str) -> None:
 
 def load(path: str, revision: str | None, dtype: str, device: str, tokenizer: bool = True):
     """(adapter, tokenizer) of one checkpoint: the model loaded in `dtype` on `device` and
-    adapted (depthlab.adapter), its tokenizer (None with tokenizer=False)."""
+    adapted (depthlab.architectures), its tokenizer (None with tokenizer=False)."""
     from transformers.utils import logging as hf_logging
 
-    from .adapter import adapt, load_model, load_tokenizer
+    from .architectures import adapt, load_model, load_tokenizer
 
     hf_logging.disable_progress_bar()
     model = load_model(path, dtype=dtype, device=device, revision=revision)
@@ -69,7 +69,7 @@ def text_batches(spec: dict, tokenizer, max_length: int, max_samples: int | None
 def provenance_inputs(texts: dict, model_paths=(), files=()) -> list[str]:
     """The inputs a provenance record hashes: the text file of a jsonl text set, then `files`,
     then the folder of every local model (a hub model is named by its id in the config)."""
-    from .adapter import resolve_model_path
+    from .architectures import resolve_model_path
 
     inputs = [texts["path"]] if texts["source"] == "jsonl" else []
     inputs += list(files)

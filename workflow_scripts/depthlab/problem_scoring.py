@@ -1,4 +1,4 @@
-"""Scoring a model on problems of graded difficulty (the problem sets of depthlab.problems):
+"""Scoring a model on problems of graded difficulty (the problem sets of depthlab.problem_sets):
 greedy accuracy per (family, level) and the depth score tables of the skip interventions.
 
 At evaluation a prompt is preceded by bos (= eos, the document boundary the model saw in
@@ -6,7 +6,7 @@ training); `evaluate_problems` decodes the answer greedily (one token per answer
 `problem_batches` builds teacher-forced batches whose measure_mask marks the answer positions:
 the positions whose next-token prediction is an answer token (the last prompt token, then every
 answer token but the last). A problem may carry `grade: boxed` (MATH): it is graded on the
-model's own greedy solution instead (see depthlab.problem_datasets). `depth_score_tables` runs
+model's own greedy solution instead (see depthlab.benchmark_problems). `depth_score_tables` runs
 the per-problem output effect of skipping each layer (depthlab.interventions) and its depth
 score per level (depthlab.depth_score).
 """
@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from .errors import ProblemError
-from .problem_datasets import MATH_STOP, boxed_answer, normalise_answer
-from .problems import ALL_FAMILIES, chance_accuracy
+from .benchmark_problems import MATH_STOP, boxed_answer, normalise_answer
+from .problem_sets import ALL_FAMILIES, chance_accuracy
 
 def _prompt_ids(tokenizer, problem: dict, prepend_bos: bool) -> tuple[list[int], list[int]]:
     prompt = tokenizer(problem["prompt"], add_special_tokens=False)["input_ids"]

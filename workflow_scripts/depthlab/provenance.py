@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .io import write_json
+from .atomic_files import write_json
 
 TRACKED_PACKAGES = (
     "torch", "transformers", "tokenizers", "safetensors", "datasets", "numpy", "scipy",

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .adapter import ModelAdapter, adapt
+from .architectures import ModelAdapter, adapt
 from .errors import PruningError, UnsupportedModelError
 from .layer_removal import normalise_removal, token_loss_sum
 

@@ -32,10 +32,10 @@ import pandas as pd
 from torch import nn
 
 from . import data as data_lib
-from .adapter import adapt, load_model, load_tokenizer
+from .architectures import adapt, load_model, load_tokenizer
 from .errors import PruningError
 from .healing import HealSettings, heal, validate_healing_settings
-from .io import atomic_path, write_dataframe, write_json
+from .atomic_files import atomic_path, write_dataframe, write_json
 from .layer_removal import export_pruned, model_loss, prune_copy
 from .lm_tasks import TaskEvaluator, check_task_folder
 from .provenance import Provenance

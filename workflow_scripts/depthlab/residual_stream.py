@@ -21,7 +21,7 @@ from typing import Protocol
 
 import torch
 
-from .adapter import ModelAdapter
+from .architectures import ModelAdapter
 from .data import encode_documents
 
 

@@ -10,7 +10,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .figure_style import format_interval  # noqa: E402
-from .scaling import LAWS  # noqa: E402
+from .scaling_fits import LAWS  # noqa: E402
 
 # The term each law's first panel isolates: x axis, its coefficient/exponent, the other terms.
 FOCUS = {"decomposed": ("depth", "c_l", "a_l", "depth l"),

@@ -19,9 +19,9 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     """Run one `skip_interventions` job on `device`; returns its summary (also in summary.json).
     log: notes, and the accuracy and depth-score tables of a problem set."""
     from .interventions import SkipSettings, skip_effects
-    from .io import atomic_path, write_dataframe, write_json
+    from .atomic_files import atomic_path, write_dataframe, write_json
     from .problem_scoring import depth_score_tables
-    from .problems import read_problems
+    from .problem_sets import read_problems
     from .provenance import Provenance
 
     settings = SkipSettings.from_spec(spec, where="spec")

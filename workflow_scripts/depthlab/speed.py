@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .adapter import load_model
+from .architectures import load_model
 from .layer_removal import export_pruned
 
 

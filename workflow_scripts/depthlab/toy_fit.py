@@ -1,6 +1,6 @@
 """Depth exponents of the toy models (Liu et al. 2026): loss against student depth, per teacher
 kind and temperature, fitted as L = c/l^a (closed-form log-log least squares) or L = c/l^a + L0
-(the generic power-law fitter of `power_law.py`), on all replicates' losses together and per
+(the generic power-law fitter of `power_law_fitter.py`), on all replicates' losses together and per
 replicate (teacher seed), with a t interval over the replicates' exponents.
 
 Kept apart from `toy.py` (models and training) so that changing a fit never touches training.
@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from . import power_law
+from . import power_law_fitter
 
 FIT_FORMS = ("power", "power_offset")
 # The power_offset form as a law for the generic power-law fitter.
-POWER_OFFSET_LAW = power_law.Law("power_offset", "L = c/l^a + L0", ("depth",), ("c",), ("a",),
+POWER_OFFSET_LAW = power_law_fitter.Law("power_offset", "L = c/l^a + L0", ("depth",), ("c",), ("a",),
                                  "L0")
 
 
@@ -37,7 +37,7 @@ def fit_depth_exponent(depths, losses, form: str = "power", exponent_bounds=(0.0
     form="power": L = c / l^a, ordinary least squares of log L on log l in closed form (a may
         come out negative when deeper students are further from converged, so it is not bounded
         like the generic fitter's exponents); standard error from OLS.
-    form="power_offset": L = c / l^a + L0 with the generic power-law fitter (power_law.fit_law,
+    form="power_offset": L = c / l^a + L0 with the generic power-law fitter (power_law_fitter.fit_law,
         least squares on log L); needs at least 3 points; standard error from the Jacobian.
     """
     depths = np.asarray(depths, float)
@@ -59,9 +59,9 @@ def fit_depth_exponent(depths, losses, form: str = "power", exponent_bounds=(0.0
                                "rmse_log": float(np.sqrt(np.mean(resid ** 2))), "n": len(y)},
                               confidence, 2)
     if form == "power_offset":
-        result = power_law.fit_law(
+        result = power_law_fitter.fit_law(
             pd.DataFrame({"depth": depths, "loss": losses}), POWER_OFFSET_LAW,
-            power_law.FitSettings(exponent_bounds=tuple(exponent_bounds),
+            power_law_fitter.FitSettings(exponent_bounds=tuple(exponent_bounds),
                                   start_exponents=(0.5, 1.0, 2.0, 3.0)), source="toy losses")
         est = result.estimates
         se = result.jacobian_standard_errors().get("a")

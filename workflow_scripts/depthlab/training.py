@@ -48,7 +48,7 @@ from transformers import AutoTokenizer
 
 from . import data as data_lib
 from .errors import CheckpointError
-from .io import atomic_path, write_dataframe
+from .atomic_files import atomic_path, write_dataframe
 from .models import build_model, make_config, save_checkpoint
 from .provenance import Provenance
 from .tracking import Progress, Tracker

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..adapter import config_layer_count, is_causal_lm, resolve_model_path
+from ..architectures import config_layer_count, is_causal_lm, resolve_model_path
 from ..errors import CheckpointError, ConfigError
 from .load import REPO_ROOT
 from .paths import check_name, seed_model_name, sweep_model_name
@@ -164,7 +164,7 @@ def check_hf_model(name: str, model: dict, base_dir: Path) -> None:
         return  # a hub id: checked when downloaded
     if not Path(candidate).is_dir():
         raise ConfigError(f"{key}: '{path}' is not a folder")
-    from ..adapter import check_local_model  # torch-free checks of the folder
+    from ..architectures import check_local_model  # torch-free checks of the folder
 
     try:
         check_local_model(candidate)
@@ -201,7 +201,7 @@ def data_folder(resolved: Resolved, name: str) -> str | None:
         problems = (resolved.config.get("depth_use") or {}).get("problems")
         if not problems:
             raise ConfigError(f"models.{name}.data: 'problems' needs depth_use.problems")
-        from ..problems import FAMILIES, has_synthetic_family
+        from ..problem_sets import FAMILIES, has_synthetic_family
 
         if not has_synthetic_family(problems):
             raise ConfigError(f"models.{name}.data: 'problems' needs a synthetic family "
@@ -292,7 +292,7 @@ def check_positions(resolved: Resolved, name: str, length: int, key: str) -> Non
 
 def has_lm_head(resolved: Resolved, name: str) -> bool:
     """Whether a declared model has an LM head: ours do; a local checkpoint's config.json says
-    (depthlab.adapter.is_causal_lm); a hub model is taken to be a causal LM (checked when
+    (depthlab.architectures.is_causal_lm); a hub model is taken to be a causal LM (checked when
     downloaded)."""
     if resolved.models[name]["kind"] == "pretrain":
         return True

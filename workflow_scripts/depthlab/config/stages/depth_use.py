@@ -23,7 +23,7 @@ def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
         return
     from ...interventions import validate_intervention_settings
     from ...linear_maps import validate_linear_map_settings
-    from ...problems import validate_problem_settings
+    from ...problem_sets import validate_problem_settings
 
     paths, config = resolved.paths, resolved.config
     require_resources(config, "depth_use")

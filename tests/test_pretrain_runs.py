@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from depthlab.runs import read_run, read_training_runs
+from depthlab.pretrain_runs import read_run, read_training_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow_scripts"

@@ -1,6 +1,6 @@
 """Problems of graded difficulty for the depth score: synthetic families generated offline (the
 laptop stand-in) and the datasets Csordás et al. 2025 measure it on, MATH levels 1-5 and MQuAKE
-2/3/4-hop questions (families math and mquake: depthlab.problem_datasets, read from the hub or a
+2/3/4-hop questions (families math and mquake: depthlab.benchmark_problems, read from the hub or a
 local file; evaluation problems only, for hub models).
 
 Families (every token is one whitespace-separated word of a fixed vocabulary):
@@ -41,8 +41,8 @@ import string
 import numpy as np
 
 from .data import EOS_TOKEN, PAD_TOKEN, token_dtype
-from .io import atomic_path
-from .problem_datasets import DATASET_FAMILIES, dataset_problems, validate_dataset_family
+from .atomic_files import atomic_path
+from .benchmark_problems import DATASET_FAMILIES, dataset_problems, validate_dataset_family
 from .provenance import Provenance
 from .errors import DatasetProblemError, ProblemError
 

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from depthlab import power_law
-from depthlab.power_law import FitSettings, Law
+from depthlab import power_law_fitter
+from depthlab.power_law_fitter import FitSettings, Law
 
 # A two-term law in made-up variables: L = p/u^a + q/v^b + F.
 TWO_TERMS = Law("two_terms", "L = p/u^a + q/v^b + F", ("u", "v"), ("p", "q"), ("a", "b"), "F")
@@ -30,7 +30,7 @@ def grid_points(noise=0.0, seed=0):
 
 def test_fit_recovers_a_two_term_law_and_predicts_with_the_formula():
     frame = grid_points()
-    result = power_law.fit_law(frame, TWO_TERMS, FAST)
+    result = power_law_fitter.fit_law(frame, TWO_TERMS, FAST)
     for name, value in TRUE.items():
         assert result.estimates[name] == pytest.approx(value, rel=1e-6), name
     new = pd.DataFrame({"u": [1.5, 300.0], "v": [7.0, 1.1]})
@@ -46,7 +46,7 @@ def test_floorless_one_term_fit_is_log_log_least_squares():
     x = np.array([2.0, 4.0, 8.0, 16.0, 32.0])
     loss = 2.5 / x ** 0.8 * np.exp(0.05 * rng.standard_normal(5))
     law = Law("power", "L = c/x^a", ("x",), ("c",), ("a",), None)
-    result = power_law.fit_law(pd.DataFrame({"x": x, "loss": loss}), law, FAST)
+    result = power_law_fitter.fit_law(pd.DataFrame({"x": x, "loss": loss}), law, FAST)
     slope, intercept = np.polyfit(np.log(x), np.log(loss), 1)
     assert result.estimates["a"] == pytest.approx(-slope, abs=1e-8)
     assert result.estimates["c"] == pytest.approx(np.exp(intercept), rel=1e-8)
@@ -55,35 +55,35 @@ def test_floorless_one_term_fit_is_log_log_least_squares():
 def test_feature_offset_enters_as_f_minus_k():
     frame = grid_points()
     frame["loss"] = two_terms(TRUE, frame["u"], frame["v"] - 1.5)
-    shifted = power_law.fit_law(frame, TWO_TERMS, FAST, offsets={"v": 1.5})
+    shifted = power_law_fitter.fit_law(frame, TWO_TERMS, FAST, offsets={"v": 1.5})
     assert shifted.estimates["b"] == pytest.approx(TRUE["b"], rel=1e-6)
     assert shifted.predict(frame.iloc[:3]) == pytest.approx(frame["loss"].iloc[:3], rel=1e-6)
     with pytest.raises(ValueError, match="offset of v: 3 is not below every v"):
-        power_law.fit_law(frame, TWO_TERMS, FAST, offsets={"v": 3.0})
+        power_law_fitter.fit_law(frame, TWO_TERMS, FAST, offsets={"v": 3.0})
     with pytest.raises(ValueError, match="offsets: 'w'"):
-        power_law.design_matrix(frame, TWO_TERMS, {"w": 1.0})
+        power_law_fitter.design_matrix(frame, TWO_TERMS, {"w": 1.0})
 
 
 def test_bootstrap_on_exact_points_gives_zero_width_intervals_at_the_truth():
     frame = grid_points()
-    result = power_law.fit_law(frame, TWO_TERMS, FAST)
+    result = power_law_fitter.fit_law(frame, TWO_TERMS, FAST)
     for groups in (None, frame["group"].to_numpy()):
-        boot = power_law.bootstrap(result, resamples=20, confidence=0.9, seed=1, groups=groups)
+        boot = power_law_fitter.bootstrap(result, resamples=20, confidence=0.9, seed=1, groups=groups)
         assert boot["failures"] == 0 and len(boot["samples"]) == 20
         for name, value in TRUE.items():
             assert boot["intervals"][name]["low"] == pytest.approx(value, rel=1e-5)
             assert boot["intervals"][name]["high"] == pytest.approx(value, rel=1e-5)
-    noisy = power_law.fit_law(grid_points(noise=0.01, seed=2), TWO_TERMS, FAST)
-    boot = power_law.bootstrap(noisy, resamples=40, seed=0, groups=frame["group"].to_numpy())
+    noisy = power_law_fitter.fit_law(grid_points(noise=0.01, seed=2), TWO_TERMS, FAST)
+    boot = power_law_fitter.bootstrap(noisy, resamples=40, seed=0, groups=frame["group"].to_numpy())
     assert boot["intervals"]["a"]["low"] < TRUE["a"] < boot["intervals"]["a"]["high"]
     with pytest.raises(ValueError, match="confidence"):
-        power_law.bootstrap(noisy, resamples=2, confidence=1.0)
+        power_law_fitter.bootstrap(noisy, resamples=2, confidence=1.0)
 
 
 def test_held_out_validation_with_caller_given_units():
     frame = grid_points(noise=0.002, seed=4)
     sizes = frame["u"].to_numpy()
-    report = power_law.held_out_validation(
+    report = power_law_fitter.held_out_validation(
         frame, TWO_TERMS, FAST, random_groups=frame["group"].to_numpy(),
         extrapolation_groups=frame["group"].to_numpy(), sizes=sizes, random_splits=2,
         test_fraction=0.25, extrapolation_train_fraction=0.75, seed=0)
@@ -109,9 +109,9 @@ def test_settings_from_config_ignore_keys_that_are_not_fit_settings():
 
 def test_full_bootstrap_refits_start_from_the_grid_and_cover_the_truth():
     frame = grid_points(noise=0.01, seed=2)
-    result = power_law.fit_law(frame, TWO_TERMS, FAST)
-    full = power_law.bootstrap(result, resamples=30, seed=3, refit="full")
-    warm = power_law.bootstrap(result, resamples=30, seed=3, refit="warm")
+    result = power_law_fitter.fit_law(frame, TWO_TERMS, FAST)
+    full = power_law_fitter.bootstrap(result, resamples=30, seed=3, refit="full")
+    warm = power_law_fitter.bootstrap(result, resamples=30, seed=3, refit="warm")
     # full: the n_refine best grid points of every resample are optimised; warm: one start each
     assert full["local_fits"] == 30 * FAST.n_refine and warm["local_fits"] == 30
     assert full["refit"] == "full" and full["failures"] == 0
@@ -124,8 +124,8 @@ def test_full_bootstrap_refits_start_from_the_grid_and_cover_the_truth():
     rng = np.random.default_rng(3)
     for row in range(3):
         idx = rng.integers(0, len(frame), size=len(frame))
-        scratch = power_law.fit_law(frame.iloc[idx], TWO_TERMS, FAST).estimates
+        scratch = power_law_fitter.fit_law(frame.iloc[idx], TWO_TERMS, FAST).estimates
         for name in TRUE:
             assert full["samples"][name].iloc[row] == pytest.approx(scratch[name], rel=1e-4)
     with pytest.raises(ValueError, match="bootstrap.refit: 'cold'"):
-        power_law.bootstrap(result, resamples=2, refit="cold")
+        power_law_fitter.bootstrap(result, resamples=2, refit="cold")

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from depthlab.config import ConfigError, load_config, resolve
-from depthlab.problem_datasets import boxed_answer, math_level, normalise_answer
+from depthlab.benchmark_problems import boxed_answer, math_level, normalise_answer
 from depthlab.problem_scoring import (accuracy_table, depth_score_tables, evaluate_problems,
                                       problem_batches)
-from depthlab.problems import read_problems, validate_problem_settings, write_problem_set
+from depthlab.problem_sets import read_problems, validate_problem_settings, write_problem_set
 from tiny_models import Oracle
 
 torch.set_num_threads(1)
@@ -295,7 +295,7 @@ def tiny_llama(vocab: int, layers: int = 3):
 
 
 def test_answer_positions_and_depth_score_with_a_hub_tokenizer(tmp_path, hub_tokenizer):
-    from depthlab.adapter import adapt
+    from depthlab.architectures import adapt
     from depthlab.interventions import SkipSettings
 
     tokenizer = hub_tokenizer

@@ -9,7 +9,7 @@ and Hoffmann et al. (2022) / Besiroglu et al. (2024) fit the reference form
 
     L = E + A/N^alpha + B/D^beta.
 
-Both are sums of power-law terms plus a floor, fitted by the generic fitter of `power_law.py`
+Both are sums of power-law terms plus a floor, fitted by the generic fitter of `power_law_fitter.py`
 (LSE form on log loss, multi-start, bootstrap refits from the start grid or warm-started). This
 module holds what is specific to the scaling stage: the two laws, reading and cutting the points,
 the resampling units (points or width-depth architectures), collecting the sweep's points, and
@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import power_law
-from .io import json_safe
-from .power_law import FitResult, FitSettings, Law
-from .runs import read_run
+from . import power_law_fitter
+from .atomic_files import json_safe
+from .power_law_fitter import FitResult, FitSettings, Law
+from .pretrain_runs import read_run
 
 # ---------------------------------------------------------------------------------------------
 # Laws
@@ -184,7 +184,7 @@ def fit_law(frame: pd.DataFrame, law: Law | str, settings: FitSettings | None = 
         if (depths - depth_offset <= 0).any():
             raise ValueError(f"depth_offset: {depth_offset} is not below every depth "
                              f"(smallest depth {depths.min():g})")
-    return power_law.fit_law(frame, law, settings, source, _offsets(law, depth_offset))
+    return power_law_fitter.fit_law(frame, law, settings, source, _offsets(law, depth_offset))
 
 
 def fit_depth_law(frame: pd.DataFrame, settings: FitSettings | None = None,
@@ -217,7 +217,7 @@ def bootstrap(result: FitResult, resamples: int = 1000, unit: str = "points",
     if not 0 < confidence < 1:
         raise ValueError(f"bootstrap.confidence: {confidence} must be in (0, 1)")
     groups = architecture_ids(result.points) if unit == "architectures" else None
-    boot = power_law.bootstrap(result, resamples, confidence, seed, groups, refit)
+    boot = power_law_fitter.bootstrap(result, resamples, confidence, seed, groups, refit)
     return {**boot, "unit": unit}
 
 
@@ -236,7 +236,7 @@ def held_out_validation(frame: pd.DataFrame, law: Law | str, settings: FitSettin
     law = _law(law)
     frame = frame.reset_index(drop=True)
     arch = architecture_ids(frame)
-    out = power_law.held_out_validation(
+    out = power_law_fitter.held_out_validation(
         frame, law, settings, random_groups=arch if unit == "architectures"
         else np.arange(len(frame)), extrapolation_groups=arch, sizes=model_size(frame),
         random_splits=random_splits, test_fraction=test_fraction,

@@ -8,7 +8,7 @@ import torch
 import transformers as tf
 from tiny_models import DEPTHLAB_SCHEMES, EXPECTED_LAYOUT, FAMILIES, build, random_batch
 
-from depthlab.adapter import (UnsupportedModelError, adapt, load_model, load_tokenizer,
+from depthlab.architectures import (UnsupportedModelError, adapt, load_model, load_tokenizer,
                               resolve_model_path)
 from depthlab.residual_stream import ResidualStreamHooks, position_ids_from_mask
 

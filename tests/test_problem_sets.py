@@ -14,7 +14,7 @@ import torch
 
 from depthlab import data as data_lib
 from depthlab.problem_scoring import accuracy_table, evaluate_problems, problem_batches
-from depthlab.problems import (LETTERS, RELATIONS, build_tokenizer, evaluation_problems,
+from depthlab.problem_sets import (LETTERS, RELATIONS, build_tokenizer, evaluation_problems,
                                read_problems, relation_tables, sample_problems,
                                validate_problem_settings, write_problem_set)
 from tiny_models import Oracle
