@@ -35,10 +35,15 @@ def build_model(model_dir):
         from depthlab.architectures import load_model
 
         return load_model(model_dir)
-    from depthlab.models import build_model as build, make_config
+    from depthlab.models import build_model as build
+    from depthlab.models import make_config
 
-    config = make_config({"hidden_size": 128, "num_layers": 12, "num_heads": 4,
-                          "intermediate_size": 352}, "pre_ln", vocab_size=4096, max_positions=64)
+    config = make_config(
+        {"hidden_size": 128, "num_layers": 12, "num_heads": 4, "intermediate_size": 352},
+        "pre_ln",
+        vocab_size=4096,
+        max_positions=64,
+    )
     return build(config, seed=0).to(torch.float32).eval()
 
 
@@ -60,7 +65,6 @@ def token_batches(tokens, seq_len, batch_size, vocab, seed=0):
 
 def time_variants(model, batches, repeats):
     import torch
-
     from depthlab.architectures import adapt
     from depthlab.measures import analyse
 
@@ -81,10 +85,12 @@ def time_variants(model, batches, repeats):
         "plain_forward_backbone": backbone_forward,
         "pass_logit_lens_off": lambda: analyse(adapter, batches, logit_lens=False),
         "pass_logit_lens_on": lambda: analyse(adapter, batches, logit_lens=True),
-        "pass_logit_lens_stride8": lambda: analyse(adapter, batches, logit_lens=True,
-                                                   logit_lens_stride=8),
-        "pass_all_token_distance": lambda: analyse(adapter, batches, logit_lens=False,
-                                                   all_token_distance=True),
+        "pass_logit_lens_stride8": lambda: analyse(
+            adapter, batches, logit_lens=True, logit_lens_stride=8
+        ),
+        "pass_all_token_distance": lambda: analyse(
+            adapter, batches, logit_lens=False, all_token_distance=True
+        ),
     }
     best = {name: float("inf") for name in variants}
     for _ in range(repeats):
@@ -98,7 +104,6 @@ def time_variants(model, batches, repeats):
 def peak_memory_child(args) -> None:
     """Runs in a fresh process: one pass over args.tokens tokens, prints its RSS growth in MiB."""
     import torch
-
     from depthlab.architectures import adapt
     from depthlab.measures import analyse
 
@@ -142,19 +147,39 @@ def peak_memory_child(args) -> None:
     else:
         # the all-token variant runs without the lens, to isolate its own per-batch buffers
         all_tokens = args.variant == "streamed_all_token_distance"
-        tokens = analyse(adapt(model), lazy_batches(), logit_lens=not all_tokens,
-                         all_token_distance=all_tokens).tokens
+        tokens = analyse(
+            adapt(model), lazy_batches(), logit_lens=not all_tokens, all_token_distance=all_tokens
+        ).tokens
     running.clear()
     sampler.join()
     peak[0] = max(peak[0], process.memory_info().rss)
-    print(json.dumps({"tokens": tokens, "rss_before_pass_mib": round(before / 2**20, 1),
-                      "pass_growth_mib": round((peak[0] - before) / 2**20, 1)}))
+    print(
+        json.dumps(
+            {
+                "tokens": tokens,
+                "rss_before_pass_mib": round(before / 2**20, 1),
+                "pass_growth_mib": round((peak[0] - before) / 2**20, 1),
+            }
+        )
+    )
 
 
 def peak_memory(args, tokens, variant):
-    command = [sys.executable, __file__, "--child", "--tokens", str(tokens), "--threads",
-               str(args.threads), "--seq-len", str(args.seq_len), "--batch-size",
-               str(args.batch_size), "--variant", variant]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--tokens",
+        str(tokens),
+        "--threads",
+        str(args.threads),
+        "--seq-len",
+        str(args.seq_len),
+        "--batch-size",
+        str(args.batch_size),
+        "--variant",
+        variant,
+    ]
     if args.model:
         command += ["--model", args.model]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
@@ -162,8 +187,9 @@ def peak_memory(args, tokens, variant):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default=None, help="checkpoint folder (default: toy 12x128)")
     parser.add_argument("--tokens", type=int, default=20000, help="real tokens for the timing")
     parser.add_argument("--seq-len", type=int, default=64)
@@ -173,9 +199,12 @@ def main() -> None:
     parser.add_argument("--memory-tokens", type=int, nargs=2, default=[10_000, 100_000])
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--variant", default="streamed", help=argparse.SUPPRESS,
-                        choices=["streamed", "streamed_all_token_distance",
-                                 "stored_hidden_states"])
+    parser.add_argument(
+        "--variant",
+        default="streamed",
+        help=argparse.SUPPRESS,
+        choices=["streamed", "streamed_all_token_distance", "stored_hidden_states"],
+    )
     args = parser.parse_args()
     if args.child:
         peak_memory_child(args)
@@ -189,26 +218,34 @@ def main() -> None:
     real = sum(int(b["attention_mask"].sum()) for b in batches)
     times = time_variants(model, batches, args.repeats)
     reference = times["plain_forward_causal_lm"]
-    print(f"model: {type(model).__name__} {model.config.num_hidden_layers} layers x "
-          f"{model.config.hidden_size}, vocab {model.config.vocab_size}; {real} real tokens in "
-          f"{len(batches)} batches of {args.batch_size} x {args.seq_len}; {args.threads} "
-          f"thread(s); best of {args.repeats}")
+    print(
+        f"model: {type(model).__name__} {model.config.num_hidden_layers} layers x "
+        f"{model.config.hidden_size}, vocab {model.config.vocab_size}; {real} real tokens in "
+        f"{len(batches)} batches of {args.batch_size} x {args.seq_len}; {args.threads} "
+        f"thread(s); best of {args.repeats}"
+    )
     print(f"{'variant':28s} {'seconds':>8s} {'vs causal-LM fwd':>17s} {'vs backbone fwd':>16s}")
     for name, seconds in times.items():
-        print(f"{name:28s} {seconds:8.3f} {seconds / reference:16.2f}x "
-              f"{seconds / times['plain_forward_backbone']:15.2f}x")
+        print(
+            f"{name:28s} {seconds:8.3f} {seconds / reference:16.2f}x "
+            f"{seconds / times['plain_forward_backbone']:15.2f}x"
+        )
     if args.skip_memory:
         return
     print("\nmemory growth during one pass (sampled RSS peak minus RSS before it, fresh process):")
-    labels = {"streamed": "streamed, every measure, logit lens on",
-              "streamed_all_token_distance": "streamed, all-token distance, lens off",
-              "stored_hidden_states": "control: stored hidden states (not streamed)"}
+    labels = {
+        "streamed": "streamed, every measure, logit lens on",
+        "streamed_all_token_distance": "streamed, all-token distance, lens off",
+        "stored_hidden_states": "control: stored hidden states (not streamed)",
+    }
     for variant, label in labels.items():
         rows = [peak_memory(args, tokens, variant) for tokens in args.memory_tokens]
-        print(f"  {label:46s} " + "; ".join(
-            f"{r['tokens']} tokens: +{r['pass_growth_mib']} MiB" for r in rows)
+        print(
+            f"  {label:46s} "
+            + "; ".join(f"{r['tokens']} tokens: +{r['pass_growth_mib']} MiB" for r in rows)
             + f"; growth x{rows[1]['pass_growth_mib'] / max(rows[0]['pass_growth_mib'], 0.1):.2f}"
-            + f" for x{rows[1]['tokens'] / rows[0]['tokens']:.1f} tokens")
+            + f" for x{rows[1]['tokens'] / rows[0]['tokens']:.1f} tokens"
+        )
 
 
 if __name__ == "__main__":

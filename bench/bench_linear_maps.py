@@ -36,7 +36,6 @@ DEFAULT_RUN = ROOT / "results" / "default"
 def cached_states(args):
     """{split: (source states (L_a+1, n, d), target states (L_b+1, n, d))}, float32."""
     import torch
-
     from depthlab.architectures import adapt, load_model, load_tokenizer
     from depthlab.data import iter_jsonl_texts
     from depthlab.linear_maps import split_of, stream_states
@@ -59,18 +58,26 @@ def cached_states(args):
 
         models = []
         for layers, seed in ((4, 0), (16, 1)):
-            config = make_config({"hidden_size": 96, "num_layers": layers, "num_heads": 3,
-                                  "intermediate_size": 256}, "pre_ln", vocab_size=4096,
-                                 max_positions=64)
+            config = make_config(
+                {"hidden_size": 96, "num_layers": layers, "num_heads": 3, "intermediate_size": 256},
+                "pre_ln",
+                vocab_size=4096,
+                max_positions=64,
+            )
             models.append(adapt(build_model(config, seed).eval()))
         names = ("random 4x96", "random 16x96")
         generator = torch.Generator().manual_seed(0)
-        rows = {s: torch.randint(2, 4096, (n, 64), generator=generator)
-                for s, n in (("fit", 150), ("val", 40), ("test", 70))}
+        rows = {
+            s: torch.randint(2, 4096, (n, 64), generator=generator)
+            for s, n in (("fit", 150), ("val", 40), ("test", 70))
+        }
 
         def batches(split):
-            return [{"input_ids": chunk, "attention_mask": torch.ones_like(chunk)}
-                    for chunk in rows[split].split(32)]
+            return [
+                {"input_ids": chunk, "attention_mask": torch.ones_like(chunk)}
+                for chunk in rows[split].split(32)
+            ]
+
     out = {}
     for split in ("fit", "val", "test"):
         xs, ys = [], []
@@ -83,19 +90,24 @@ def cached_states(args):
 
 def closed_form(states, alphas, chunk=2048):
     import numpy as np
-
     from depthlab.linear_maps import AffineRidgeMaps
 
     (fx, fy), (vx, vy), (tx, ty) = states["fit"], states["val"], states["test"]
     fitter = AffineRidgeMaps(list(range(fx.shape[0])), list(range(fy.shape[0])), alphas)
     for split, (x, y) in (("fit", (fx, fy)), ("val", (vx, vy))):
         for start in range(0, x.shape[1], chunk):
-            fitter.add(split, {i: x[i, start:start + chunk] for i in range(x.shape[0])},
-                       {j: y[j, start:start + chunk] for j in range(y.shape[0])})
+            fitter.add(
+                split,
+                {i: x[i, start : start + chunk] for i in range(x.shape[0])},
+                {j: y[j, start : start + chunk] for j in range(y.shape[0])},
+            )
     fitter.solve()
     for start in range(0, tx.shape[1], chunk):
-        fitter.add("test", {i: tx[i, start:start + chunk] for i in range(tx.shape[0])},
-                   {j: ty[j, start:start + chunk] for j in range(ty.shape[0])})
+        fitter.add(
+            "test",
+            {i: tx[i, start : start + chunk] for i in range(tx.shape[0])},
+            {j: ty[j, start : start + chunk] for j in range(ty.shape[0])},
+        )
     errors = fitter.errors()
     matrix = np.zeros((fx.shape[0], fy.shape[0]))
     for (i, j), value in errors.items():
@@ -130,8 +142,9 @@ def adamw_pair(x, y, vx, vy, tx, ty, steps, lr, batch, seed):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--source")
     parser.add_argument("--target")
     parser.add_argument("--texts")
@@ -158,25 +171,54 @@ def main():
     start = time.perf_counter()
     for i in range(fx.shape[0]):
         for j in range(fy.shape[0]):
-            runs = [adamw_pair(fx[i], fy[j], vx[i], vy[j], tx[i], ty[j], args.adamw_steps, lr,
-                               args.adamw_batch, seed=i * 1000 + j) for lr in args.adamw_lrs]
-            adamw[i, j] = min(runs)[1]          # the lr of least validation SSE
+            runs = [
+                adamw_pair(
+                    fx[i],
+                    fy[j],
+                    vx[i],
+                    vy[j],
+                    tx[i],
+                    ty[j],
+                    args.adamw_steps,
+                    lr,
+                    args.adamw_batch,
+                    seed=i * 1000 + j,
+                )
+                for lr in args.adamw_lrs
+            ]
+            adamw[i, j] = min(runs)[1]  # the lr of least validation SSE
     adamw_s = time.perf_counter() - start
     not_worse = float(np.mean(closed <= adamw * (1 + 1e-3)))
-    print(f"pair: {names[0]} -> {names[1]}; {closed.shape[0]} x {closed.shape[1]} layer pairs; "
-          f"tokens fit {tokens['fit']}, val {tokens['val']}, test {tokens['test']}; "
-          f"{args.threads} thread(s)")
-    print(f"closed form (alphas {args.alphas}): {closed_s:.2f} s, mean held-out relative error "
-          f"{closed.mean():.4f}")
-    print(f"AdamW per pair ({args.adamw_steps} steps x {args.adamw_batch}, lrs {args.adamw_lrs}): "
-          f"{adamw_s:.2f} s, mean held-out relative error {adamw.mean():.4f}")
-    print(f"closed form at least as good on {100 * not_worse:.1f}% of pairs; largest excess "
-          f"{float(np.max(closed - adamw)):.2e}; time ratio x{adamw_s / closed_s:.1f} "
-          f"(goal >= 10)")
-    print(json.dumps({"closed_form_s": round(closed_s, 3), "adamw_s": round(adamw_s, 3),
-                      "ratio": round(adamw_s / closed_s, 2),
-                      "closed_form_error": float(closed.mean()),
-                      "adamw_error": float(adamw.mean()), "pairs_not_worse": not_worse}))
+    print(
+        f"pair: {names[0]} -> {names[1]}; {closed.shape[0]} x {closed.shape[1]} layer pairs; "
+        f"tokens fit {tokens['fit']}, val {tokens['val']}, test {tokens['test']}; "
+        f"{args.threads} thread(s)"
+    )
+    print(
+        f"closed form (alphas {args.alphas}): {closed_s:.2f} s, mean held-out relative error "
+        f"{closed.mean():.4f}"
+    )
+    print(
+        f"AdamW per pair ({args.adamw_steps} steps x {args.adamw_batch}, lrs {args.adamw_lrs}): "
+        f"{adamw_s:.2f} s, mean held-out relative error {adamw.mean():.4f}"
+    )
+    print(
+        f"closed form at least as good on {100 * not_worse:.1f}% of pairs; largest excess "
+        f"{float(np.max(closed - adamw)):.2e}; time ratio x{adamw_s / closed_s:.1f} "
+        f"(goal >= 10)"
+    )
+    print(
+        json.dumps(
+            {
+                "closed_form_s": round(closed_s, 3),
+                "adamw_s": round(adamw_s, 3),
+                "ratio": round(adamw_s / closed_s, 2),
+                "closed_form_error": float(closed.mean()),
+                "adamw_error": float(adamw.mean()),
+                "pairs_not_worse": not_worse,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

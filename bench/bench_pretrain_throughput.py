@@ -20,11 +20,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow_scripts"))
 
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
-
 from depthlab.config import load_config, resolve  # noqa: E402
 from depthlab.data import load_tokens, prepare_corpus  # noqa: E402
 from depthlab.training import language_model_loss, pretrain, train_batch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 
 def plain_llama_tokens_per_s(model_decl, data_dir, steps, threads) -> float:
@@ -32,11 +31,17 @@ def plain_llama_tokens_per_s(model_decl, data_dir, steps, threads) -> float:
     arch, train = model_decl["architecture"], model_decl["train"]
     tokens = load_tokens(data_dir, "train")
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=int(tokens.max()) + 1, hidden_size=arch["hidden_size"],
-        intermediate_size=arch["intermediate_size"], num_hidden_layers=arch["num_layers"],
-        num_attention_heads=arch["num_heads"], max_position_embeddings=train["seq_len"],
-        use_cache=False))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=int(tokens.max()) + 1,
+            hidden_size=arch["hidden_size"],
+            intermediate_size=arch["intermediate_size"],
+            num_hidden_layers=arch["num_layers"],
+            num_attention_heads=arch["num_heads"],
+            max_position_embeddings=train["seq_len"],
+            use_cache=False,
+        )
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"])
     start = time.perf_counter()
     for step in range(steps):
@@ -61,8 +66,13 @@ def main() -> None:
     # the model exactly as the workflow would train it (the pretrain job's resolved spec)
     model = copy.deepcopy(resolve(config).jobs("pretrain_model")[args.model]["model"])
     # Throughput of the training loop only: no evaluation or checkpoints inside the window.
-    model["train"].update(steps=args.steps, eval_every=10 ** 9, log_spaced_evals=0,
-                          checkpoint_every=10 ** 9, warmup_steps=0)
+    model["train"].update(
+        steps=args.steps,
+        eval_every=10**9,
+        log_spaced_evals=0,
+        checkpoint_every=10**9,
+        warmup_steps=0,
+    )
     test_data = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())["data"]
     test_data["tokenizer"]["vocab_size"] = config["data"]["tokenizer"]["vocab_size"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,18 +80,31 @@ def main() -> None:
         prepare_corpus(test_data, tmp / "data", seed=0)
         ours, plain = [], []
         for repeat in range(args.repeats):
-            summary = pretrain(args.model, model, tmp / "data", tmp / f"out{repeat}",
-                               tmp / f"state{repeat}", seed=0, threads=args.threads,
-                               progress=False)
+            summary = pretrain(
+                args.model,
+                model,
+                tmp / "data",
+                tmp / f"out{repeat}",
+                tmp / f"state{repeat}",
+                seed=0,
+                threads=args.threads,
+                progress=False,
+            )
             ours.append(summary["tokens_per_s"])
             plain.append(plain_llama_tokens_per_s(model, tmp / "data", args.steps, args.threads))
-            print(f"repeat {repeat}: depthlab {ours[-1]:.0f} tok/s, plain Llama {plain[-1]:.0f} tok/s")
+            print(
+                f"repeat {repeat}: depthlab {ours[-1]:.0f} tok/s, plain Llama {plain[-1]:.0f} tok/s"
+            )
     arch = model["architecture"]
-    print(f"model {args.model} ({model['norm_scheme']}, {arch['num_layers']}x{arch['hidden_size']}), "
-          f"batch {model['train']['batch_size']}x{model['train']['seq_len']}, {args.threads} thread(s)")
-    print(f"median tokens/s: depthlab {statistics.median(ours):.0f}, plain LlamaForCausalLM "
-          f"{statistics.median(plain):.0f}, ratio depthlab/plain "
-          f"{statistics.median(ours) / statistics.median(plain):.3f}")
+    print(
+        f"model {args.model} ({model['norm_scheme']}, {arch['num_layers']}x{arch['hidden_size']}), "
+        f"batch {model['train']['batch_size']}x{model['train']['seq_len']}, {args.threads} thread(s)"
+    )
+    print(
+        f"median tokens/s: depthlab {statistics.median(ours):.0f}, plain LlamaForCausalLM "
+        f"{statistics.median(plain):.0f}, ratio depthlab/plain "
+        f"{statistics.median(ours) / statistics.median(plain):.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow_scripts")
 def inputs(args):
     import numpy as np
     import torch
-
     from depthlab.pruning import read_distance_matrix
 
     if args.model:
@@ -44,8 +43,12 @@ def inputs(args):
         return model, tokens, distance
     from depthlab.models import build_model, make_config
 
-    config = make_config({"hidden_size": 128, "num_layers": 12, "num_heads": 4,
-                          "intermediate_size": 352}, "pre_ln", vocab_size=4096, max_positions=64)
+    config = make_config(
+        {"hidden_size": 128, "num_layers": 12, "num_heads": 4, "intermediate_size": 352},
+        "pre_ln",
+        vocab_size=4096,
+        max_positions=64,
+    )
     model = build_model(config, seed=0).to(torch.float32).eval()
     rng = np.random.default_rng(0)
     tokens = rng.integers(2, 4096, 20000).astype(np.uint16)
@@ -73,8 +76,9 @@ def sweep_requests(num_layers, distance, losses_of):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", help="HF model folder (default: random 12 x 128 toy)")
     parser.add_argument("--analysis", help="analysis folder with angular_distance_last.csv")
     parser.add_argument("--data", help="data folder with val.bin")
@@ -87,7 +91,6 @@ def main() -> None:
 
     import numpy as np
     import torch
-
     from depthlab.layer_removal import model_loss, prune_copy
     from depthlab.pruning import LossSweep, validation_windows
 
@@ -114,14 +117,22 @@ def main() -> None:
     naive_calls = sum(num_layers - len(s) for s in sets) * len(windows)
     load = os.getloadavg()[0]
     print(f"threads: {args.threads}; load {load:.2f} (the machine is shared: timings are noisy)")
-    print(f"model: {args.model or 'random 12 x 128 pre-LN toy'}; {num_layers} layers; "
-          f"{len(windows)} batches of {args.batch_size} x {args.seq_len} tokens")
-    print(f"distinct removal sets: {len(sets)}; losses identical to rebuilding "
-          f"(max |diff| {np.max(np.abs(got - expected)):.2e})")
-    print(f"layer calls: sweep {sweep.layer_calls} vs rebuild {naive_calls} "
-          f"({naive_calls / sweep.layer_calls:.2f}x fewer)")
-    print(f"wall: sweep {best['sweep']:.2f} s vs rebuild {best['rebuild']:.2f} s -> "
-          f"ratio {best['rebuild'] / best['sweep']:.2f}x (goal >= 2x)")
+    print(
+        f"model: {args.model or 'random 12 x 128 pre-LN toy'}; {num_layers} layers; "
+        f"{len(windows)} batches of {args.batch_size} x {args.seq_len} tokens"
+    )
+    print(
+        f"distinct removal sets: {len(sets)}; losses identical to rebuilding "
+        f"(max |diff| {np.max(np.abs(got - expected)):.2e})"
+    )
+    print(
+        f"layer calls: sweep {sweep.layer_calls} vs rebuild {naive_calls} "
+        f"({naive_calls / sweep.layer_calls:.2f}x fewer)"
+    )
+    print(
+        f"wall: sweep {best['sweep']:.2f} s vs rebuild {best['rebuild']:.2f} s -> "
+        f"ratio {best['rebuild'] / best['sweep']:.2f}x (goal >= 2x)"
+    )
 
 
 if __name__ == "__main__":

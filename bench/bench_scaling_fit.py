@@ -23,11 +23,15 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow_scripts"))
 
-from depthlab.scaling_fits import (FitSettings, bootstrap, drop_highest_losses, fit_law,  # noqa: E402
-                              load_points)
+from depthlab.scaling_fits import FitSettings, bootstrap, drop_highest_losses, fit_law, load_points  # noqa: E402
 
-COLUMNS = {"width": "d_model", "depth": "n_layers", "tokens": "tokens", "loss": "loss",
-           "params": "params"}
+COLUMNS = {
+    "width": "d_model",
+    "depth": "n_layers",
+    "tokens": "tokens",
+    "loss": "loss",
+    "params": "params",
+}
 PROTOCOLS = {
     "liu (decomposed, LSQ, drop 40 incl. ties)": ("decomposed", "least_squares", 40, "inclusive"),
     "besiroglu (reference, Huber, drop 5)": ("reference", "huber", 5, "exact"),
@@ -47,61 +51,90 @@ def timed_fit_and_bootstrap(frame, law, objective, optimizer, resamples, refit="
 
 def compare_refits(frame, law, objective, resamples):
     """Warm-started and full (start-grid) refits on the same resamples, side by side."""
-    result, warm, _, warm_s = timed_fit_and_bootstrap(frame, law, objective, "least_squares",
-                                                      resamples, "warm")
-    _, full, _, full_s = timed_fit_and_bootstrap(frame, law, objective, "least_squares",
-                                                 resamples, "full")
-    print(f"  bootstrap refits, {resamples} resamples: warm {warm_s:.2f} s ({warm['local_fits']} "
-          f"local fits), full {full_s:.2f} s ({full['local_fits']} local fits); "
-          f"full / warm = {full_s / warm_s:.1f}x")
-    print(f"  {'parameter':<10} {'estimate':>10}  {'warm 95% interval':>22}  "
-          f"{'full 95% interval':>22}  {'width full/warm':>15}")
+    result, warm, _, warm_s = timed_fit_and_bootstrap(
+        frame, law, objective, "least_squares", resamples, "warm"
+    )
+    _, full, _, full_s = timed_fit_and_bootstrap(
+        frame, law, objective, "least_squares", resamples, "full"
+    )
+    print(
+        f"  bootstrap refits, {resamples} resamples: warm {warm_s:.2f} s ({warm['local_fits']} "
+        f"local fits), full {full_s:.2f} s ({full['local_fits']} local fits); "
+        f"full / warm = {full_s / warm_s:.1f}x"
+    )
+    print(
+        f"  {'parameter':<10} {'estimate':>10}  {'warm 95% interval':>22}  "
+        f"{'full 95% interval':>22}  {'width full/warm':>15}"
+    )
     for name in result.law.parameter_names:
         w, f = warm["intervals"][name], full["intervals"][name]
-        ratio = (f["high"] - f["low"]) / (w["high"] - w["low"]) if w["high"] > w["low"] else \
-            float("nan")
-        print(f"  {name:<10} {result.estimates[name]:>10.4g}  [{w['low']:>9.4g}, {w['high']:>9.4g}]"
-              f"  [{f['low']:>9.4g}, {f['high']:>9.4g}]  {ratio:>15.2f}")
+        ratio = (
+            (f["high"] - f["low"]) / (w["high"] - w["low"])
+            if w["high"] > w["low"]
+            else float("nan")
+        )
+        print(
+            f"  {name:<10} {result.estimates[name]:>10.4g}  [{w['low']:>9.4g}, {w['high']:>9.4g}]"
+            f"  [{f['low']:>9.4g}, {f['high']:>9.4g}]  {ratio:>15.2f}"
+        )
     differing = (warm["samples"] - full["samples"]).abs().max(axis=1) > 1e-6 * (
-        1 + full["samples"].abs().max(axis=1))
-    print(f"  resamples whose refits differ (any parameter, relative 1e-6): "
-          f"{int(differing.sum())} of {len(differing)}")
+        1 + full["samples"].abs().max(axis=1)
+    )
+    print(
+        f"  resamples whose refits differ (any parameter, relative 1e-6): "
+        f"{int(differing.sum())} of {len(differing)}"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--lbfgsb-resamples", type=int, default=100)
-    parser.add_argument("--refit-resamples", type=int, default=1000,
-                        help="resamples of the full vs warm refit comparison (0: skip it)")
+    parser.add_argument(
+        "--refit-resamples",
+        type=int,
+        default=1000,
+        help="resamples of the full vs warm refit comparison (0: skip it)",
+    )
     parser.add_argument("--protocol", choices=["all", "liu", "besiroglu"], default="all")
     args = parser.parse_args()
 
     points = load_points(ROOT / "data/chinchilla/chinchilla_points.csv", COLUMNS)
-    print(f"threads: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; load "
-          f"{os.getloadavg()[0]:.2f} (the machine is shared: timings are noisy)")
+    print(
+        f"threads: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; load "
+        f"{os.getloadavg()[0]:.2f} (the machine is shared: timings are noisy)"
+    )
     for name, (law, objective, drop, ties) in PROTOCOLS.items():
         if args.protocol != "all" and not name.startswith(args.protocol):
             continue
         frame = drop_highest_losses(points, drop, ties)
         result, boot, fit_s, boot_s = timed_fit_and_bootstrap(
-            frame, law, objective, "least_squares", args.resamples)
+            frame, law, objective, "least_squares", args.resamples
+        )
         total = fit_s + boot_s
         exponent = result.law.exponents[1] if law == "decomposed" else result.law.exponents[0]
         interval = boot["intervals"][exponent]
         print(f"\n{name}: {len(frame)} points")
-        print(f"  least_squares: fit {fit_s:.2f} s + {args.resamples} resamples {boot_s:.2f} s "
-              f"= {total:.2f} s ({total / TARGET_S:.2f} x the {TARGET_S:.0f} s target; "
-              f"{boot['failures']} failed resamples)")
-        print(f"  {exponent} = {result.estimates[exponent]:.4f} "
-              f"[{interval['low']:.4f}, {interval['high']:.4f}]")
+        print(
+            f"  least_squares: fit {fit_s:.2f} s + {args.resamples} resamples {boot_s:.2f} s "
+            f"= {total:.2f} s ({total / TARGET_S:.2f} x the {TARGET_S:.0f} s target; "
+            f"{boot['failures']} failed resamples)"
+        )
+        print(
+            f"  {exponent} = {result.estimates[exponent]:.4f} "
+            f"[{interval['low']:.4f}, {interval['high']:.4f}]"
+        )
         _, _, fit_l, boot_l = timed_fit_and_bootstrap(
-            frame, law, objective, "lbfgsb", args.lbfgsb_resamples)
+            frame, law, objective, "lbfgsb", args.lbfgsb_resamples
+        )
         per_ls = boot_s / max(args.resamples, 1)
         per_lb = boot_l / max(args.lbfgsb_resamples, 1)
-        print(f"  lbfgsb: fit {fit_l:.2f} s; per resample {per_lb * 1e3:.1f} ms vs least_squares "
-              f"{per_ls * 1e3:.1f} ms (lbfgsb / least_squares = {per_lb / per_ls:.2f})")
+        print(
+            f"  lbfgsb: fit {fit_l:.2f} s; per resample {per_lb * 1e3:.1f} ms vs least_squares "
+            f"{per_ls * 1e3:.1f} ms (lbfgsb / least_squares = {per_lb / per_ls:.2f})"
+        )
         if args.refit_resamples:
             compare_refits(frame, law, objective, args.refit_resamples)
 

@@ -43,20 +43,33 @@ DEFAULT_RUN = ROOT / "results" / "default"
 
 
 CASES = {
-    "problems": dict(model=DEFAULT_RUN / "models" / "depth_problems", random="4x64",
-                     texts=DEFAULT_RUN / "depth_use" / "problems" / "val.jsonl", prompts=64,
-                     length=16, batch_size=64, max_rows=512, future_min_position=3,
-                     variants=["layer_all", "layer_future", "attention_all", "mlp_all"]),
-    "sweep": dict(model=DEFAULT_RUN / "models" / "depth_width_l16_m96", random="16x96",
-                  texts=DEFAULT_RUN / "data" / "val.jsonl", prompts=16, length=64,
-                  batch_size=16, max_rows=256, future_min_position=8,
-                  variants=["layer_all", "layer_future"]),
+    "problems": dict(
+        model=DEFAULT_RUN / "models" / "depth_problems",
+        random="4x64",
+        texts=DEFAULT_RUN / "depth_use" / "problems" / "val.jsonl",
+        prompts=64,
+        length=16,
+        batch_size=64,
+        max_rows=512,
+        future_min_position=3,
+        variants=["layer_all", "layer_future", "attention_all", "mlp_all"],
+    ),
+    "sweep": dict(
+        model=DEFAULT_RUN / "models" / "depth_width_l16_m96",
+        random="16x96",
+        texts=DEFAULT_RUN / "data" / "val.jsonl",
+        prompts=16,
+        length=64,
+        batch_size=16,
+        max_rows=256,
+        future_min_position=8,
+        variants=["layer_all", "layer_future"],
+    ),
 }
 
 
 def load(args):
     import torch
-
     from depthlab.architectures import adapt, load_model, load_tokenizer
 
     model_dir = args.model
@@ -67,10 +80,17 @@ def load(args):
         from depthlab.models import build_model, make_config
 
         layers, width = (int(v) for v in (args.random or "16x96").split("x"))
-        config = make_config({"hidden_size": width, "num_layers": layers,
-                              "num_heads": max(1, width // 32),
-                              "intermediate_size": 8 * width // 3}, "pre_ln", vocab_size=4096,
-                             max_positions=args.length)
+        config = make_config(
+            {
+                "hidden_size": width,
+                "num_layers": layers,
+                "num_heads": max(1, width // 32),
+                "intermediate_size": 8 * width // 3,
+            },
+            "pre_ln",
+            vocab_size=4096,
+            max_positions=args.length,
+        )
         model, tokenizer = build_model(config, 0).eval(), None
         name = f"random {layers}x{width} pre_ln"
     texts = args.texts
@@ -80,31 +100,34 @@ def load(args):
         rows = []
         for text in iter_jsonl_texts(texts):
             ids = tokenizer(text, truncation=True, max_length=args.length)["input_ids"]
-            if len(ids) > args.future_min_position + 1:   # room for a future position t
+            if len(ids) > args.future_min_position + 1:  # room for a future position t
                 rows.append(ids)
             if len(rows) == args.prompts:
                 break
     else:
         generator = torch.Generator().manual_seed(0)
-        rows = [torch.randint(2, model.config.vocab_size, (args.length - (i % 5),),
-                              generator=generator).tolist() for i in range(args.prompts)]
+        rows = [
+            torch.randint(
+                2, model.config.vocab_size, (args.length - (i % 5),), generator=generator
+            ).tolist()
+            for i in range(args.prompts)
+        ]
     return adapt(model.to(args.device)), rows, name
 
 
 def batched(adapter, rows, settings, batch_size):
     import torch
-
     from depthlab.interventions import skip_effects
 
     def batches():
         for start in range(0, len(rows), batch_size):
-            chunk = rows[start:start + batch_size]
+            chunk = rows[start : start + batch_size]
             width = max(len(r) for r in chunk)
             ids = torch.zeros(len(chunk), width, dtype=torch.long)
             mask = torch.zeros(len(chunk), width, dtype=torch.long)
             for i, r in enumerate(chunk):
-                ids[i, :len(r)] = torch.tensor(r)
-                mask[i, :len(r)] = 1
+                ids[i, : len(r)] = torch.tensor(r)
+                mask[i, : len(r)] = 1
             yield {"input_ids": ids, "attention_mask": mask}
 
     return skip_effects(adapter, batches(), settings)
@@ -113,10 +136,8 @@ def batched(adapter, rows, settings, batch_size):
 def one_prompt_per_pass(adapter, rows, settings, device):
     import numpy as np
     import torch
-
-    from skip_reference import reference_clean_states, reference_skip_effects
-
     from depthlab.interventions import future_positions
+    from skip_reference import reference_clean_states, reference_skip_effects
 
     L = adapter.num_layers
     out = {}
@@ -125,13 +146,17 @@ def one_prompt_per_pass(adapter, rows, settings, device):
         usum, osum, count = np.zeros((L, L)), np.zeros(L), np.zeros(L)
         for prompt_id, r in enumerate(rows):
             ids = torch.tensor(r, device=device)
-            clean = reference_clean_states(adapter, ids)      # once per prompt, as the reference
-            ts = [None] if variant.endswith("_all") else future_positions(len(r), prompt_id,
-                                                                          settings)
+            clean = reference_clean_states(adapter, ids)  # once per prompt, as the reference
+            ts = (
+                [None]
+                if variant.endswith("_all")
+                else future_positions(len(r), prompt_id, settings)
+            )
             for s in range(L):
                 for t in ts:
-                    change, output = reference_skip_effects(adapter, ids, variant, s, t,
-                                                            settings.no_skip_front, clean=clean)
+                    change, output = reference_skip_effects(
+                        adapter, ids, variant, s, t, settings.no_skip_front, clean=clean
+                    )
                     umax[s] = np.maximum(umax[s], change.max(axis=1))
                     usum[s] += change.sum(axis=1)
                     omax[s] = max(omax[s], output.max())
@@ -146,50 +171,69 @@ def one_prompt_per_pass(adapter, rows, settings, device):
 def run_case(args, label):
     """Time both loops on one case (alternating, best of `repeats`); one result line."""
     import numpy as np
-
     from depthlab.interventions import SkipSettings
 
     adapter, rows, name = load(args)
-    settings = SkipSettings(variants=tuple(args.variants), no_skip_front=1,
-                            future_positions=args.future_positions,
-                            future_min_position=args.future_min_position,
-                            max_rows=args.max_rows, seed=0)
+    settings = SkipSettings(
+        variants=tuple(args.variants),
+        no_skip_front=1,
+        future_positions=args.future_positions,
+        future_min_position=args.future_min_position,
+        max_rows=args.max_rows,
+        seed=0,
+    )
     best = {"batched": float("inf"), "one_prompt_per_pass": float("inf")}
-    for _ in range(args.repeats):   # alternate, keep the best (shared machine)
+    for _ in range(args.repeats):  # alternate, keep the best (shared machine)
         start = time.perf_counter()
         fast = batched(adapter, rows, settings, args.batch_size)
         best["batched"] = min(best["batched"], time.perf_counter() - start)
         start = time.perf_counter()
         slow = one_prompt_per_pass(adapter, rows, settings, args.device)
-        best["one_prompt_per_pass"] = min(best["one_prompt_per_pass"],
-                                          time.perf_counter() - start)
+        best["one_prompt_per_pass"] = min(best["one_prompt_per_pass"], time.perf_counter() - start)
     diff = 0.0
     for variant in settings.variants:
         umax, umean, omax, omean = slow[variant]
-        for a, b in ((fast.update_max[variant], umax), (fast.update_mean[variant], umean),
-                     (fast.output_max[variant], omax), (fast.output_mean[variant], omean)):
+        for a, b in (
+            (fast.update_max[variant], umax),
+            (fast.update_mean[variant], umean),
+            (fast.output_max[variant], omax),
+            (fast.output_mean[variant], omean),
+        ):
             diff = max(diff, float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-3))))
     tokens = sum(len(r) for r in rows)
     speedup = best["one_prompt_per_pass"] / best["batched"]
-    print(f"[{label}] model: {name}, {adapter.num_layers} layers; {len(rows)} prompts, {tokens} "
-          f"tokens; variants {', '.join(settings.variants)}; device {args.device}, "
-          f"{args.threads} thread(s); best of {args.repeats}")
-    print(f"[{label}] batched (batch {args.batch_size}, max_rows {args.max_rows}): "
-          f"{best['batched']:.2f} s;  one prompt per pass: {best['one_prompt_per_pass']:.2f} s;  "
-          f"speed-up x{speedup:.1f} (goal >= 5)")
+    print(
+        f"[{label}] model: {name}, {adapter.num_layers} layers; {len(rows)} prompts, {tokens} "
+        f"tokens; variants {', '.join(settings.variants)}; device {args.device}, "
+        f"{args.threads} thread(s); best of {args.repeats}"
+    )
+    print(
+        f"[{label}] batched (batch {args.batch_size}, max_rows {args.max_rows}): "
+        f"{best['batched']:.2f} s;  one prompt per pass: {best['one_prompt_per_pass']:.2f} s;  "
+        f"speed-up x{speedup:.1f} (goal >= 5)"
+    )
     print(f"[{label}] largest relative difference of the effects (float32): {diff:.2e}")
-    return {"case": label, "model": name, "batched_s": round(best["batched"], 3),
-            "one_prompt_per_pass_s": round(best["one_prompt_per_pass"], 3),
-            "speedup": round(speedup, 2), "max_relative_difference": diff}
+    return {
+        "case": label,
+        "model": name,
+        "batched_s": round(best["batched"], 3),
+        "one_prompt_per_pass_s": round(best["one_prompt_per_pass"], 3),
+        "speedup": round(speedup, 2),
+        "max_relative_difference": diff,
+    }
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--case", nargs="+", choices=sorted(CASES), default=list(CASES))
     parser.add_argument("--model")
-    parser.add_argument("--random", metavar="LAYERSxWIDTH",
-                        help="benchmark a random-weight pre-LN model of this size")
+    parser.add_argument(
+        "--random",
+        metavar="LAYERSxWIDTH",
+        help="benchmark a random-weight pre-LN model of this size",
+    )
     parser.add_argument("--texts")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--length", type=int, default=64)
@@ -212,7 +256,7 @@ def main():
         results = []
         for label in args.case:
             case = argparse.Namespace(**{**vars(args), **CASES[label]})
-            if Path(case.model).is_dir():   # the default run's model; else a random one
+            if Path(case.model).is_dir():  # the default run's model; else a random one
                 case.random = None
             else:
                 case.model = None

@@ -38,14 +38,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-CSV_PATTERNS = ("analysis/*/*/measures.csv", "analysis/*/*/angular_distance_*.csv",
-                "models/*/train_log.csv", "scaling/sweep_points.csv", "toy/*/T*/losses.csv")
+CSV_PATTERNS = (
+    "analysis/*/*/measures.csv",
+    "analysis/*/*/angular_distance_*.csv",
+    "models/*/train_log.csv",
+    "scaling/sweep_points.csv",
+    "toy/*/T*/losses.csv",
+)
 FIT_PATTERNS = ("scaling/*/fit.json",)
 TOY_FIT = "toy/fit.json"
 WEIGHT_PATTERNS = ("models/*/model.safetensors",)
 EVERY_CSV, EVERY_WEIGHT = ("**/*.csv",), ("**/*.safetensors",)
 NOT_RESULTS = ("logs/", "benchmarks/")  # timings and job logs, never reproducible
-TIMING_COLUMNS = {"wall_s"}          # wall-clock seconds in train_log.csv: never reproducible
+TIMING_COLUMNS = {"wall_s"}  # wall-clock seconds in train_log.csv: never reproducible
 # Parse floats exactly (shortest repr round trip): pandas >= 3 does by default and deprecates
 # the option; older pandas needs it.
 READ_CSV = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
@@ -79,8 +84,7 @@ def compare_csv(before: Path, after: Path) -> float:
         if not numeric:
             if not x.astype(str).equals(y.astype(str)):
                 row = int(np.flatnonzero(x.astype(str).to_numpy() != y.astype(str).to_numpy())[0])
-                raise Difference(f"column {column!r} row {row}: {x.iloc[row]!r} vs "
-                                 f"{y.iloc[row]!r}")
+                raise Difference(f"column {column!r} row {row}: {x.iloc[row]!r} vs {y.iloc[row]!r}")
             continue
         x, y = x.to_numpy(float), y.to_numpy(float)
         nan_x, nan_y = np.isnan(x), np.isnan(y)
@@ -88,7 +92,7 @@ def compare_csv(before: Path, after: Path) -> float:
             row = int(np.flatnonzero(nan_x != nan_y)[0])
             raise Difference(f"column {column!r} row {row}: {x[row]} vs {y[row]} (NaN)")
         both = np.isfinite(x) & np.isfinite(y)
-        other = ~both & ~nan_x          # an infinity on either side: must match exactly
+        other = ~both & ~nan_x  # an infinity on either side: must match exactly
         if (x[other] != y[other]).any():
             row = int(np.flatnonzero(other & (x != y))[0])
             raise Difference(f"column {column!r} row {row}: {x[row]} vs {y[row]}")
@@ -124,8 +128,12 @@ def compare_leaves(a: dict, b: dict) -> float:
     worst = 0.0
     for key in sorted(a):
         x, y = a[key], b[key]
-        is_num = (isinstance(x, (int, float)) and not isinstance(x, bool)
-                  and isinstance(y, (int, float)) and not isinstance(y, bool))
+        is_num = (
+            isinstance(x, (int, float))
+            and not isinstance(x, bool)
+            and isinstance(y, (int, float))
+            and not isinstance(y, bool)
+        )
         if not is_num:
             if x != y:
                 raise Difference(f"{key}: {x!r} vs {y!r}")
@@ -143,8 +151,9 @@ def compare_leaves(a: dict, b: dict) -> float:
 
 
 def numbers_only(flat: dict) -> dict:
-    return {k: v for k, v in flat.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        k: v for k, v in flat.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 def compare_scaling_fit(before: Path, after: Path, everything: bool) -> float:
@@ -171,35 +180,49 @@ def compare_weights(before: Path, after: Path) -> float:
 
 
 def matches(root: Path, patterns) -> set[str]:
-    return {str(p.relative_to(root)) for pattern in patterns for p in root.glob(pattern)
-            if p.is_file()}
+    return {
+        str(p.relative_to(root)) for pattern in patterns for p in root.glob(pattern) if p.is_file()
+    }
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("before", type=Path, help="results/<run>/ folder of the reference run")
     parser.add_argument("after", type=Path, help="results/<run>/ folder to check against it")
-    parser.add_argument("--all-json-numbers", action="store_true",
-                        help="compare every number of fit.json files, not only the estimates")
-    parser.add_argument("--include", nargs="+", metavar="GLOB",
-                        help="only the files whose relative path matches one of these globs "
-                             "(e.g. 'scaling/*' 'toy/*'), for a partial rerun")
-    parser.add_argument("--every-file", action="store_true",
-                        help="every CSV and safetensors file of the run (a refactor's check)")
+    parser.add_argument(
+        "--all-json-numbers",
+        action="store_true",
+        help="compare every number of fit.json files, not only the estimates",
+    )
+    parser.add_argument(
+        "--include",
+        nargs="+",
+        metavar="GLOB",
+        help="only the files whose relative path matches one of these globs "
+        "(e.g. 'scaling/*' 'toy/*'), for a partial rerun",
+    )
+    parser.add_argument(
+        "--every-file",
+        action="store_true",
+        help="every CSV and safetensors file of the run (a refactor's check)",
+    )
     args = parser.parse_args(argv)
     for folder in (args.before, args.after):
         if not folder.is_dir():
             parser.error(f"{folder}: not a folder")
 
-    checks = []   # (relative path, kind, compare function)
-    csvs, weights = (EVERY_CSV, EVERY_WEIGHT) if args.every_file else (CSV_PATTERNS,
-                                                                       WEIGHT_PATTERNS)
-    kinds = [("csv", csvs, compare_csv),
-             ("fit.json", FIT_PATTERNS,
-              lambda a, b: compare_scaling_fit(a, b, args.all_json_numbers)),
-             ("toy fit", (TOY_FIT,), lambda a, b: compare_toy_fit(a, b, args.all_json_numbers)),
-             ("sha256", weights, compare_weights)]
+    checks = []  # (relative path, kind, compare function)
+    csvs, weights = (
+        (EVERY_CSV, EVERY_WEIGHT) if args.every_file else (CSV_PATTERNS, WEIGHT_PATTERNS)
+    )
+    kinds = [
+        ("csv", csvs, compare_csv),
+        ("fit.json", FIT_PATTERNS, lambda a, b: compare_scaling_fit(a, b, args.all_json_numbers)),
+        ("toy fit", (TOY_FIT,), lambda a, b: compare_toy_fit(a, b, args.all_json_numbers)),
+        ("sha256", weights, compare_weights),
+    ]
     for kind, patterns, compare in kinds:
         for rel in sorted(matches(args.before, patterns) | matches(args.after, patterns)):
             if args.include and not any(fnmatch.fnmatch(rel, g) for g in args.include):
@@ -229,8 +252,10 @@ def main(argv=None) -> int:
     print(f"{'file':<{width}}  {'kind':<8}  {'status':<9}  max |diff| / detail")
     for rel, kind, status, detail in rows:
         print(f"{rel:<{width}}  {kind:<8}  {status:<9}  {detail}")
-    print(f"\n{len(rows)} files compared, {len(rows) - failed} equal, {failed} differing, "
-          f"missing or unreadable ({args.before} vs {args.after})")
+    print(
+        f"\n{len(rows)} files compared, {len(rows) - failed} equal, {failed} differing, "
+        f"missing or unreadable ({args.before} vs {args.after})"
+    )
     if not rows:
         print("no result files found in either folder", file=sys.stderr)
         return 1

@@ -44,8 +44,10 @@ def pytest_collection_finish(session):
     executor's polling, so it overlaps with the other tests instead of adding a minute."""
     if session.config.option.collectonly:
         return
-    if any(item.path.name == "test_slurm.py" and "slurm_run" in getattr(item, "fixturenames", ())
-           for item in session.items):
+    if any(
+        item.path.name == "test_slurm.py" and "slurm_run" in getattr(item, "fixturenames", ())
+        for item in session.items
+    ):
         import test_slurm
 
         test_slurm.start_in_background(Path(tempfile.mkdtemp(prefix="depthlab-slurm-")))

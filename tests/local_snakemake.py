@@ -21,8 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def fresh_checkout(target: Path) -> Path:
     """What a clone of this checkout holds (tracked files and new ones git does not ignore,
     symlinks kept as links; no results, no .snakemake), plus .git for provenance, in `target`."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            cwd=ROOT, capture_output=True, check=True).stdout.decode()
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
     for name in filter(None, listed.split("\0")):
         source, copy = ROOT / name, target / name
         if not source.is_symlink() and not source.exists():

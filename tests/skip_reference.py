@@ -8,11 +8,15 @@ library's softmax, relative change and backbone arguments, so a difference is on
 from __future__ import annotations
 
 import torch
-
 from depthlab.architectures import ModelAdapter
-from depthlab.interventions import (_backbone_kwargs, _first, _relative_change, _replace_first,
-                                    _softmax, parse_variant)
-
+from depthlab.interventions import (
+    _backbone_kwargs,
+    _first,
+    _relative_change,
+    _replace_first,
+    _softmax,
+    parse_variant,
+)
 
 
 def _reference_forward(adapter: ModelAdapter, ids: torch.Tensor, hooks=()):
@@ -23,12 +27,19 @@ def _reference_forward(adapter: ModelAdapter, ids: torch.Tensor, hooks=()):
     states = {}
     handles = []
     for index, layer in enumerate(adapter.layers):
-        handles.append(layer.register_forward_pre_hook(
-            lambda m, args, kwargs, index=index: states.__setitem__(
-                index, (args[0] if args else kwargs["hidden_states"]).detach().clone()),
-            with_kwargs=True))
-    handles.append(adapter.layers[-1].register_forward_hook(
-        lambda m, args, out: states.__setitem__(adapter.num_layers, _first(out).clone())))
+        handles.append(
+            layer.register_forward_pre_hook(
+                lambda m, args, kwargs, index=index: states.__setitem__(
+                    index, (args[0] if args else kwargs["hidden_states"]).detach().clone()
+                ),
+                with_kwargs=True,
+            )
+        )
+    handles.append(
+        adapter.layers[-1].register_forward_hook(
+            lambda m, args, out: states.__setitem__(adapter.num_layers, _first(out).clone())
+        )
+    )
     handles += list(hooks)
     kwargs = _backbone_kwargs(adapter, ids, torch.ones_like(ids))
     try:
@@ -50,9 +61,16 @@ def reference_clean_states(adapter: ModelAdapter, input_ids: torch.Tensor):
         return _reference_forward(adapter, input_ids.unsqueeze(0))
 
 
-def reference_skip_effects(adapter: ModelAdapter, input_ids: torch.Tensor, variant: str,
-                           skipped: int, t: int | None = None, no_skip_front: int = 1,
-                           measure: torch.Tensor | None = None, clean=None):
+def reference_skip_effects(
+    adapter: ModelAdapter,
+    input_ids: torch.Tensor,
+    variant: str,
+    skipped: int,
+    t: int | None = None,
+    no_skip_front: int = 1,
+    measure: torch.Tensor | None = None,
+    clean=None,
+):
     """One prompt (1-D ids, no padding), one variant, one skipped layer, one t: a full forward
     pass with the intervention (plus the clean pass unless `clean` states are given), as the
     reference code runs it. Returns (change, output): the relative update change per layer at
@@ -79,10 +97,12 @@ def reference_skip_effects(adapter: ModelAdapter, input_ids: torch.Tensor, varia
     clean, clean_probs = clean
     with torch.inference_mode():
         if kind == "layer":
+
             def hook(module, args, kwargs, output):
                 hidden = args[0] if args else kwargs["hidden_states"]
                 tensor = _first(output)
                 return _replace_first(output, torch.where(intervene[None, :, None], hidden, tensor))
+
             hooks = [adapter.layers[skipped].register_forward_hook(hook, with_kwargs=True)]
         else:
             module = (adapter.attention if kind == "attention" else adapter.mlp)[skipped]
@@ -91,13 +111,18 @@ def reference_skip_effects(adapter: ModelAdapter, input_ids: torch.Tensor, varia
                 tensor = _first(output)
                 factor = (~intervene).to(tensor.dtype).reshape(*tensor.shape[:-1], 1)
                 return _replace_first(output, tensor * factor)
+
             hooks = [module.register_forward_hook(hook)]
         new, new_probs = _reference_forward(adapter, ids, hooks)
-        change = torch.stack([
-            _relative_change(clean[l + 1] - clean[l], new[l + 1] - new[l])[measured]
-            for l in range(adapter.num_layers)])
+        change = torch.stack(
+            [
+                _relative_change(clean[l + 1] - clean[l], new[l + 1] - new[l])[measured]
+                for l in range(adapter.num_layers)
+            ]
+        )
         output = None
         if adapter.has_lm_head:
             output = torch.linalg.vector_norm(clean_probs[measured] - new_probs[measured], dim=-1)
-    return change.to(torch.float64).cpu().numpy(), (None if output is None else
-                                                     output.to(torch.float64).cpu().numpy())
+    return change.to(torch.float64).cpu().numpy(), (
+        None if output is None else output.to(torch.float64).cpu().numpy()
+    )

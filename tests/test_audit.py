@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from depthlab import provenance
 from depthlab.audit import main as audit
 from depthlab.provenance import Provenance, git_state, set_job, sidecar_path
@@ -48,8 +47,7 @@ def write_chain(base: Path, dirty_rule: str | None = None) -> dict:
     record("analyse_model", analysis / "provenance.json", [model], {"max_samples": 8})
     (base / figure).write_bytes(b"\x89PNG figure")
     record("plot_analysis", sidecar_path(figure), [analysis / "measures.csv"], {"out": "x"})
-    return {"figure": figure, "data": data, "model": model, "analysis": analysis,
-            "config": config}
+    return {"figure": figure, "data": data, "model": model, "analysis": analysis, "config": config}
 
 
 @pytest.fixture
@@ -69,25 +67,36 @@ def test_a_clean_chain_passes_and_is_shown_down_to_the_data(in_tmp, capsys):
     assert out.count(f"config   run.yaml  sha256 {config_sha[:12]}  ok") == 4
     assert "train.steps = 16" in out and "max_samples = 8" in out
     assert out.count("ok       ") == 3 and "inputs   none (the chain starts here)" in out
-    assert out.rstrip().endswith("audit OK: 4 record(s), 3 input(s): every recorded checksum "
-                                 "matches the file on disk and every commit was clean")
+    assert out.rstrip().endswith(
+        "audit OK: 4 record(s), 3 input(s): every recorded checksum "
+        "matches the file on disk and every commit was clean"
+    )
 
 
-@pytest.mark.parametrize("tampered, recorded_in", [
-    ("data/train.bin", "models/m/provenance.json"),
-    ("models/m/model.safetensors", "analysis/m/provenance.json"),
-    ("analysis/m/measures.csv", "figures/angles.provenance.json"),
-])
-def test_a_changed_upstream_file_is_named_and_fails_the_audit(in_tmp, capsys, tampered,
-                                                              recorded_in):
+@pytest.mark.parametrize(
+    "tampered, recorded_in",
+    [
+        ("data/train.bin", "models/m/provenance.json"),
+        ("models/m/model.safetensors", "analysis/m/provenance.json"),
+        ("analysis/m/measures.csv", "figures/angles.provenance.json"),
+    ],
+)
+def test_a_changed_upstream_file_is_named_and_fails_the_audit(
+    in_tmp, capsys, tampered, recorded_in
+):
     chain = write_chain(in_tmp)
     path = in_tmp / RUN / tampered
     path.write_bytes(path.read_bytes()[:-1] + b"!")
     assert audit([str(chain["figure"])]) == 1
-    problems = [line for line in capsys.readouterr().out.splitlines()
-                if line.startswith(("CHANGED:", "MISSING:", "DIRTY:", "CONFIG:"))]
-    assert problems == [f"CHANGED: {RUN / tampered} (sha256 differs from the recorded one; "
-                        f"recorded in {RUN / recorded_in})"]
+    problems = [
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith(("CHANGED:", "MISSING:", "DIRTY:", "CONFIG:"))
+    ]
+    assert problems == [
+        f"CHANGED: {RUN / tampered} (sha256 differs from the recorded one; "
+        f"recorded in {RUN / recorded_in})"
+    ]
 
 
 def test_missing_inputs_and_changed_config_files_fail_the_audit(in_tmp, capsys):
@@ -96,8 +105,10 @@ def test_missing_inputs_and_changed_config_files_fail_the_audit(in_tmp, capsys):
     (in_tmp / RUN / "data" / "extra.bin").write_bytes(b"")
     assert audit(["--brief", str(chain["analysis"])]) == 1
     out = capsys.readouterr().out
-    assert f"CHANGED: {RUN}/models/m/config.json (deleted; recorded in " \
+    assert (
+        f"CHANGED: {RUN}/models/m/config.json (deleted; recorded in "
         f"{RUN}/analysis/m/provenance.json)" in out
+    )
     assert f"CHANGED: {RUN}/data/extra.bin (added; recorded in {RUN}/models/m/" in out
     shutil.rmtree(in_tmp / RUN / "data")
     chain["config"].write_text("seed: 0  # edited\n")
@@ -117,23 +128,35 @@ def test_a_dirty_commit_in_the_chain_is_reported(in_tmp, capsys):
     assert out.rstrip().endswith("audit FAILED: 1 problem(s) (1 dirty) in 4 record(s)")
 
 
-def test_the_script_audits_moved_results_and_rejects_paths_without_records(in_tmp,
-                                                                           tmp_path_factory):
+def test_the_script_audits_moved_results_and_rejects_paths_without_records(
+    in_tmp, tmp_path_factory
+):
     write_chain(in_tmp)
     moved = tmp_path_factory.mktemp("moved")
     shutil.copytree(in_tmp / "results", moved / "results")
     shutil.copy2(in_tmp / "run.yaml", moved / "run.yaml")
     script = ROOT / "workflow_scripts" / "audit.py"
-    run = subprocess.run([sys.executable, script, "results/r/figures/angles.png"], cwd=moved,
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, script, "results/r/figures/angles.png"],
+        cwd=moved,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "audit OK: 4 record(s)" in run.stdout
     (moved / "results" / "r" / "data" / "train.bin").write_bytes(b"")  # the moved copy is audited
-    run = subprocess.run([sys.executable, script, "results/r/figures/angles.png"], cwd=moved,
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, script, "results/r/figures/angles.png"],
+        cwd=moved,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 1 and "CHANGED: results/r/data/train.bin" in run.stdout
     bare = moved / "notes.txt"
     bare.write_text("")
-    run = subprocess.run([sys.executable, script, str(bare)], capture_output=True, text=True,
-                         timeout=60)
+    run = subprocess.run(
+        [sys.executable, script, str(bare)], capture_output=True, text=True, timeout=60
+    )
     assert run.returncode == 2 and "no provenance record" in run.stderr

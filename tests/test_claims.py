@@ -10,14 +10,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
-
-from depthlab import claims
-from depthlab.claims import (INDICATIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Estimate,
-                             RunData, build_claims)
+from depthlab import claims, verdicts
+from depthlab.claims import RunData, build_claims
 from depthlab.config import load_config, resolve
 from depthlab.paper_values import PAPER_VALUES
+from depthlab.verdicts import INDICATIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Estimate
 from local_snakemake import SNAKEMAKE, local_env
+from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = 8
@@ -30,11 +29,11 @@ LAYERS = 8
 def test_over_seeds_uses_a_t_interval_from_three_seeds_and_no_interval_for_two():
     values = [1.0, 1.5, 3.0]
     low, high = stats.t.interval(0.95, 2, loc=np.mean(values), scale=stats.sem(values))
-    e = claims.over_seeds([Estimate(v) for v in values])
+    e = verdicts.over_seeds([Estimate(v) for v in values])
     assert (e.value, e.low, e.high, e.n) == pytest.approx((np.mean(values), low, high, 3))
-    two = claims.over_seeds([Estimate(2.0), Estimate(-1.0)])
+    two = verdicts.over_seeds([Estimate(2.0), Estimate(-1.0)])
     assert (two.value, two.n, two.has_interval) == (0.5, 2, False)
-    own = claims.over_seeds([Estimate(1.0, 0.5, 1.5, "bootstrap")])
+    own = verdicts.over_seeds([Estimate(1.0, 0.5, 1.5, "bootstrap")])
     assert (own.low, own.high, own.n) == (0.5, 1.5, 1) and "within one model" in own.method
 
 
@@ -46,17 +45,24 @@ def test_log_variance_slope_matches_a_planted_exponential_and_skips_the_embeddin
     e = claims.log_variance_slope(h_var)
     fit = stats.linregress(layers, log_var)
     half = stats.t.ppf(0.975, layers.size - 2) * fit.stderr
-    assert (e.value, e.low, e.high) == pytest.approx((fit.slope, fit.slope - half,
-                                                      fit.slope + half))
+    assert (e.value, e.low, e.high) == pytest.approx(
+        (fit.slope, fit.slope - half, fit.slope + half)
+    )
     assert e.low < 0.3 < e.high
 
 
 def test_unigram_entropy_and_final_val_loss():
     tokens = [0, 0, 1, 2]
-    assert claims.unigram_entropy(tokens) == pytest.approx(-(0.5 * math.log(0.5)
-                                                             + 2 * 0.25 * math.log(0.25)))
-    log = pd.DataFrame({"tokens": [10, 20, 30, 20], "split": ["val", "val", "train", "train"],
-                        "loss": [5.0, 4.0, 3.0, 3.5]})
+    assert claims.unigram_entropy(tokens) == pytest.approx(
+        -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25))
+    )
+    log = pd.DataFrame(
+        {
+            "tokens": [10, 20, 30, 20],
+            "split": ["val", "val", "train", "train"],
+            "loss": [5.0, 4.0, 3.0, 3.5],
+        }
+    )
     assert claims.final_val_loss(log) == 4.0
 
 
@@ -95,66 +101,78 @@ def test_fit_parameter_flags_an_interval_touching_a_bound():
 # Verdict rules
 
 
-@pytest.mark.parametrize("estimate, blockers, expected", [
-    (Estimate(1.0, 0.5, 1.5), [], REPRODUCED),
-    (Estimate(-1.0, -1.5, -0.5), [], NOT_REPRODUCED),
-    (Estimate(1.0, -0.5, 2.5), [], NOT_TESTABLE),
-    (Estimate(1.0), [], NOT_TESTABLE),
-    (Estimate(1.0, 0.5, 1.5), ["did not learn"], NOT_TESTABLE),
-    (Estimate(0.0, -0.001, 0.001), [], NOT_REPRODUCED),    # a precise null
-    (Estimate(0.02, 0.005, 0.03), [], NOT_TESTABLE),       # above 0, not above the band
-])
+@pytest.mark.parametrize(
+    "estimate, blockers, expected",
+    [
+        (Estimate(1.0, 0.5, 1.5), [], REPRODUCED),
+        (Estimate(-1.0, -1.5, -0.5), [], NOT_REPRODUCED),
+        (Estimate(1.0, -0.5, 2.5), [], NOT_TESTABLE),
+        (Estimate(1.0), [], NOT_TESTABLE),
+        (Estimate(1.0, 0.5, 1.5), ["did not learn"], NOT_TESTABLE),
+        (Estimate(0.0, -0.001, 0.001), [], NOT_REPRODUCED),  # a precise null
+        (Estimate(0.02, 0.005, 0.03), [], NOT_TESTABLE),  # above 0, not above the band
+    ],
+)
 def test_verdict_positive(estimate, blockers, expected):
-    assert claims.verdict_positive(estimate, blockers, negligible=0.01)[0] == expected
+    assert verdicts.verdict_positive(estimate, blockers, negligible=0.01)[0] == expected
 
 
 def test_verdict_positive_without_a_band_cannot_reject_a_precise_null():
-    assert claims.verdict_positive(Estimate(0.0, -0.001, 0.001))[0] == NOT_TESTABLE
+    assert verdicts.verdict_positive(Estimate(0.0, -0.001, 0.001))[0] == NOT_TESTABLE
 
 
-@pytest.mark.parametrize("diffs, expected", [
-    ({2: (0.01, -0.02, 0.03), 3: (0.0, -0.03, 0.04)}, REPRODUCED),
-    ({2: (0.01, -0.02, 0.03), 3: (0.118, 0.054, 0.185)}, NOT_REPRODUCED),  # a level-3 rise
-    ({2: (0.0, -5.0, 5.0)}, NOT_TESTABLE),                               # [-5, 5] is no test
-    ({2: (-0.2, -0.3, -0.1)}, NOT_REPRODUCED),                           # a clear fall
-    ({2: (0.01, -0.02, 0.03)}, REPRODUCED),
-])
+@pytest.mark.parametrize(
+    "diffs, expected",
+    [
+        ({2: (0.01, -0.02, 0.03), 3: (0.0, -0.03, 0.04)}, REPRODUCED),
+        ({2: (0.01, -0.02, 0.03), 3: (0.118, 0.054, 0.185)}, NOT_REPRODUCED),  # a level-3 rise
+        ({2: (0.0, -5.0, 5.0)}, NOT_TESTABLE),  # [-5, 5] is no test
+        ({2: (-0.2, -0.3, -0.1)}, NOT_REPRODUCED),  # a clear fall
+        ({2: (0.01, -0.02, 0.03)}, REPRODUCED),
+    ],
+)
 def test_verdict_equivalent(diffs, expected):
     estimates = {k: Estimate(*v) for k, v in diffs.items()}
-    assert claims.verdict_equivalent(estimates, 0.05)[0] == expected
-    assert claims.verdict_equivalent(estimates, 0.05, ["at chance"])[0] == NOT_TESTABLE
+    assert verdicts.verdict_equivalent(estimates, 0.05)[0] == expected
+    assert verdicts.verdict_equivalent(estimates, 0.05, ["at chance"])[0] == NOT_TESTABLE
 
 
-@pytest.mark.parametrize("estimate, blockers, expected", [
-    (Estimate(1.3, 1.0, 1.8), [], REPRODUCED),
-    (Estimate(2.3, 2.0, 2.8), [], NOT_REPRODUCED),
-    (Estimate(1.3, 1.0, 1.8), ["at bound"], NOT_TESTABLE),
-])
+@pytest.mark.parametrize(
+    "estimate, blockers, expected",
+    [
+        (Estimate(1.3, 1.0, 1.8), [], REPRODUCED),
+        (Estimate(2.3, 2.0, 2.8), [], NOT_REPRODUCED),
+        (Estimate(1.3, 1.0, 1.8), ["at bound"], NOT_TESTABLE),
+    ],
+)
 def test_verdict_value(estimate, blockers, expected):
-    assert claims.verdict_value(estimate, 1.2, blockers)[0] == expected
+    assert verdicts.verdict_value(estimate, 1.2, blockers)[0] == expected
 
 
-@pytest.mark.parametrize("interval, verdict, expected", [
-    ((1.0, 1.4), REPRODUCED, claims.SIZE_REPRODUCED),
-    ((1.6, 2.0), REPRODUCED, claims.SIZE_NOT_REPRODUCED),
-    ((1.2, 2.0), REPRODUCED, NOT_TESTABLE),
-    ((1.0, 1.4), INDICATIVE, INDICATIVE),
-    ((1.0, 1.4), NOT_TESTABLE, NOT_TESTABLE),
-])
+@pytest.mark.parametrize(
+    "interval, verdict, expected",
+    [
+        ((1.0, 1.4), REPRODUCED, verdicts.SIZE_REPRODUCED),
+        ((1.6, 2.0), REPRODUCED, verdicts.SIZE_NOT_REPRODUCED),
+        ((1.2, 2.0), REPRODUCED, NOT_TESTABLE),
+        ((1.0, 1.4), INDICATIVE, INDICATIVE),
+        ((1.0, 1.4), NOT_TESTABLE, NOT_TESTABLE),
+    ],
+)
 def test_verdict_size(interval, verdict, expected):
     e = Estimate(sum(interval) / 2, *interval)
-    assert claims.verdict_size(e, (0.9, 1.5), verdict) == expected
-    assert claims.verdict_size(e, None, verdict) == claims.NO_SIZE
+    assert verdicts.verdict_size(e, (0.9, 1.5), verdict) == expected
+    assert verdicts.verdict_size(e, None, verdict) == verdicts.NO_SIZE
 
 
 def test_one_or_two_seeds_are_indicative_three_decide():
-    rule = claims.verdict_positive(Estimate(1.0, 0.5, 1.5))
-    one = claims.with_seeds(Estimate(1.0, 0.5, 1.5, n=1), rule)
+    rule = verdicts.verdict_positive(Estimate(1.0, 0.5, 1.5))
+    one = verdicts.with_seeds(Estimate(1.0, 0.5, 1.5, n=1), rule)
     assert one[0] == INDICATIVE and REPRODUCED in one[1]
-    assert claims.with_seeds(Estimate(1.0, 0.5, 1.5, n=2), rule)[0] == INDICATIVE
-    assert claims.with_seeds(Estimate(1.0, 0.5, 1.5, n=3), rule) == rule
+    assert verdicts.with_seeds(Estimate(1.0, 0.5, 1.5, n=2), rule)[0] == INDICATIVE
+    assert verdicts.with_seeds(Estimate(1.0, 0.5, 1.5, n=3), rule) == rule
     # a published checkpoint has no seeds to vary: its own interval decides
-    assert claims.with_seeds(Estimate(1.0, 0.5, 1.5, n=1), rule, trained_here=False) == rule
+    assert verdicts.with_seeds(Estimate(1.0, 0.5, 1.5, n=1), rule, trained_here=False) == rule
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,11 +206,17 @@ def _cod_data(effect: str, seeds: int = 3, gain: float = 0.05) -> RunData:
         data.distance[b] = pd.Series(0.1 + rng.normal(0, 1e-4, LAYERS), index=layers)
         data.distance[t] = data.distance[b] + gap
         drop_b = 0.1 + rng.normal(0, 1e-4, LAYERS)
-        data.single_layer[b] = pd.DataFrame({"layer": layers, "task": "x",
-                                             "delta_score": -drop_b, "delta_loss": drop_b})
-        data.single_layer[t] = pd.DataFrame({"layer": layers, "task": "x",
-                                             "delta_score": -(drop_b + gap),
-                                             "delta_loss": drop_b + gap})
+        data.single_layer[b] = pd.DataFrame(
+            {"layer": layers, "task": "x", "delta_score": -drop_b, "delta_loss": drop_b}
+        )
+        data.single_layer[t] = pd.DataFrame(
+            {
+                "layer": layers,
+                "task": "x",
+                "delta_score": -(drop_b + gap),
+                "delta_loss": drop_b + gap,
+            }
+        )
     return data
 
 
@@ -201,8 +225,16 @@ def _verdicts(data: RunData, column: str = "verdict") -> dict:
     return dict(zip(table["claim_id"], table[column]))
 
 
-@pytest.mark.parametrize("claim", ["cod_variance_growth", "cod_lns_variance",
-                                   "cod_angular_distance", "cod_delta_p", "cod_val_loss"])
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "cod_variance_growth",
+        "cod_lns_variance",
+        "cod_angular_distance",
+        "cod_delta_p",
+        "cod_val_loss",
+    ],
+)
 def test_cod_claims_give_each_verdict(claim):
     assert _verdicts(_cod_data("paper"))[claim] == REPRODUCED
     assert _verdicts(_cod_data("unlearned"))[claim] == NOT_TESTABLE
@@ -224,16 +256,19 @@ def test_cod_val_loss_size_against_table_1():
     table = build_claims(_cod_data("paper", gain=0.05)).set_index("claim_id")
     assert table.loc["cod_val_loss", "measured"] == pytest.approx(0.05, abs=1e-9)
     assert table.loc["cod_val_loss", "seeds"] == 3
-    assert table.loc["cod_val_loss", "size_verdict"] == claims.SIZE_REPRODUCED
+    assert table.loc["cod_val_loss", "size_verdict"] == verdicts.SIZE_REPRODUCED
     # the right sign, 0.5 nats: ten times Table 1's gains
     big = build_claims(_cod_data("paper", gain=0.5)).set_index("claim_id")
     assert big.loc["cod_val_loss", "verdict"] == REPRODUCED
-    assert big.loc["cod_val_loss", "size_verdict"] == claims.SIZE_NOT_REPRODUCED
+    assert big.loc["cod_val_loss", "size_verdict"] == verdicts.SIZE_NOT_REPRODUCED
     assert _verdicts(_cod_data("paper", seeds=1), "size_verdict")["cod_val_loss"] == INDICATIVE
-    assert table.loc["cod_variance_growth", "size_verdict"] == claims.NO_SIZE
+    assert table.loc["cod_variance_growth", "size_verdict"] == verdicts.NO_SIZE
     assert PAPER_VALUES["cod_lns_gain"].value == pytest.approx(
-        tuple(math.log(p / q) for p, q in zip((26.73, 21.92, 19.58, 17.02),
-                                              (25.76, 20.35, 18.20, 15.71))))
+        tuple(
+            math.log(p / q)
+            for p, q in zip((26.73, 21.92, 19.58, 17.02), (25.76, 20.35, 18.20, 15.71))
+        )
+    )
 
 
 def test_cod_angular_distance_reads_the_all_token_matrix(tmp_path):
@@ -242,12 +277,15 @@ def test_cod_angular_distance_reads_the_all_token_matrix(tmp_path):
     assert list(claims.next_layer_distance(matrix)) == [1.0, 5.0]
     data = _cod_data("paper")
     data.distance_tokens = {m: "all tokens" for m in data.distance}
-    assert "(all tokens)" in build_claims(data).set_index("claim_id").loc[
-        "cod_angular_distance", "claim"]
+    assert (
+        "(all tokens)"
+        in build_claims(data).set_index("claim_id").loc["cod_angular_distance", "claim"]
+    )
 
 
-def _sweep(gap_before: float, gap_after: float | None, noisy: bool = False,
-           shift: float = 0.0) -> pd.DataFrame:
+def _sweep(
+    gap_before: float, gap_after: float | None, noisy: bool = False, shift: float = 0.0
+) -> pd.DataFrame:
     rows = []
     for n in range(1, LAYERS):
         gap = gap_before * ((-1) ** n if noisy else 1) + shift
@@ -257,16 +295,21 @@ def _sweep(gap_before: float, gap_after: float | None, noisy: bool = False,
     return pd.DataFrame(rows, columns=["strategy", "n", "healed", "val_loss"])
 
 
-@pytest.mark.parametrize("before, after, noisy, expected", [
-    (0.2, 0.05, False, (REPRODUCED, REPRODUCED)),
-    (-0.2, -0.4, False, (NOT_REPRODUCED, NOT_REPRODUCED)),
-    (0.2, None, True, (NOT_TESTABLE, NOT_TESTABLE)),
-])
+@pytest.mark.parametrize(
+    "before, after, noisy, expected",
+    [
+        (0.2, 0.05, False, (REPRODUCED, REPRODUCED)),
+        (-0.2, -0.4, False, (NOT_REPRODUCED, NOT_REPRODUCED)),
+        (0.2, None, True, (NOT_TESTABLE, NOT_TESTABLE)),
+    ],
+)
 def test_gromov_claims_give_each_verdict(before, after, noisy, expected):
     members = _seeded("m", 3)
-    data = RunData(pruning_groups={"m": members}, trained=set(members),
-                   sweeps={m: _sweep(before, after, noisy, shift=0.01 * i)
-                           for i, m in enumerate(members)})
+    data = RunData(
+        pruning_groups={"m": members},
+        trained=set(members),
+        sweeps={m: _sweep(before, after, noisy, shift=0.01 * i) for i, m in enumerate(members)},
+    )
     verdicts = _verdicts(data)
     assert (verdicts["gromov_block_choice:m"], verdicts["gromov_healing_gap:m"]) == expected
     one = RunData(pruning_groups={"m": ["m"]}, trained={"m"}, sweeps={"m": _sweep(before, after)})
@@ -284,25 +327,46 @@ def _map_errors(kind: str, noise: float = 0.0, seed: int = 0) -> pd.DataFrame:
         for j, t in enumerate(depths):
             error = {"equal": abs(t - s), "middle": abs(t - 0.5), "flat": 0.0}[kind]
             rows.append(("p", i, j, s, t, 0.1 + error + noise * rng.random(), 0.1))
-    return pd.DataFrame(rows, columns=["pair", "source_layer", "target_layer", "source_depth",
-                                       "target_depth", "relative_error", "alpha"])
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "pair",
+            "source_layer",
+            "target_layer",
+            "source_depth",
+            "target_depth",
+            "relative_error",
+            "alpha",
+        ],
+    )
 
 
-@pytest.mark.parametrize("kind, learned, seeds, expected", [
-    ("equal", True, 3, REPRODUCED), ("middle", True, 3, NOT_REPRODUCED),
-    ("flat", True, 3, NOT_REPRODUCED), ("equal", False, 3, NOT_TESTABLE),
-    ("equal", True, 1, INDICATIVE)])
+@pytest.mark.parametrize(
+    "kind, learned, seeds, expected",
+    [
+        ("equal", True, 3, REPRODUCED),
+        ("middle", True, 3, NOT_REPRODUCED),
+        ("flat", True, 3, NOT_REPRODUCED),
+        ("equal", False, 3, NOT_TESTABLE),
+        ("equal", True, 1, INDICATIVE),
+    ],
+)
 def test_linear_map_claim_gives_each_verdict(kind, learned, seeds, expected):
     pairs = _seeded("p", seeds)
-    data = RunData(map_groups={"p": pairs}, trained={"a", "b"},
-                   map_errors={p: _map_errors(kind, 0.002, i) for i, p in enumerate(pairs)},
-                   map_ends={p: ("a", "b", 4) for p in pairs}, val_loss={"a": 5.0, "b": 5.0},
-                   unigram={"a": 6.0, "b": 6.0 if learned else 4.0})
+    data = RunData(
+        map_groups={"p": pairs},
+        trained={"a", "b"},
+        map_errors={p: _map_errors(kind, 0.002, i) for i, p in enumerate(pairs)},
+        map_ends={p: ("a", "b", 4) for p in pairs},
+        val_loss={"a": 5.0, "b": 5.0},
+        unigram={"a": 6.0, "b": 6.0 if learned else 4.0},
+    )
     assert _verdicts(data)["csordas_linear_maps:p"] == expected
 
 
-def _problem_effects(easy_layer: int, hard_layer: int, noise: float = 0.3, levels=None,
-                     seed: int = 2) -> pd.DataFrame:
+def _problem_effects(
+    easy_layer: int, hard_layer: int, noise: float = 0.3, levels=None, seed: int = 2
+) -> pd.DataFrame:
     """Per level, the layer every problem leans on (effect 1 on it, 0.1 + noise elsewhere)."""
     rng = np.random.default_rng(seed)
     levels = levels or {1: easy_layer, 4: hard_layer}
@@ -311,24 +375,40 @@ def _problem_effects(easy_layer: int, hard_layer: int, noise: float = 0.3, level
         for problem in range(40):
             effect = np.full(LAYERS, 0.1) + noise * rng.random(LAYERS)
             effect[layer] += 1.0
-            rows += [(problem + 100 * level, "hops", level, skipped, effect[skipped])
-                     for skipped in range(LAYERS)]
-    return pd.DataFrame(rows, columns=["problem", "family", "level", "skipped",
-                                       "output_effect"])
+            rows += [
+                (problem + 100 * level, "hops", level, skipped, effect[skipped])
+                for skipped in range(LAYERS)
+            ]
+    return pd.DataFrame(rows, columns=["problem", "family", "level", "skipped", "output_effect"])
 
 
-def _depth_data(levels: dict, seeds: int = 3, task_trained: bool = False,
-                hard_accuracy: float = 0.9, noise: float = 0.05) -> RunData:
+def _depth_data(
+    levels: dict,
+    seeds: int = 3,
+    task_trained: bool = False,
+    hard_accuracy: float = 0.9,
+    noise: float = 0.05,
+) -> RunData:
     members = _seeded("m", seeds)
-    accuracy = pd.DataFrame({"family": "hops", "level": sorted(levels),
-                             "accuracy": [1.0] * (len(levels) - 1) + [hard_accuracy],
-                             "problems": 40, "chance": 0.0625})
-    return RunData(depth_groups={"m": members}, trained=set(members),
-                   task_trained=set(members) if task_trained else set(),
-                   problem_effects={m: _problem_effects(0, 0, noise, levels, seed=i)
-                                    for i, m in enumerate(members)},
-                   accuracy={m: accuracy for m in members},
-                   bootstrap={"resamples": 200, "seed": 0})
+    accuracy = pd.DataFrame(
+        {
+            "family": "hops",
+            "level": sorted(levels),
+            "accuracy": [1.0] * (len(levels) - 1) + [hard_accuracy],
+            "problems": 40,
+            "chance": 0.0625,
+        }
+    )
+    return RunData(
+        depth_groups={"m": members},
+        trained=set(members),
+        task_trained=set(members) if task_trained else set(),
+        problem_effects={
+            m: _problem_effects(0, 0, noise, levels, seed=i) for i, m in enumerate(members)
+        },
+        accuracy={m: accuracy for m in members},
+        bootstrap={"resamples": 200, "seed": 0},
+    )
 
 
 FLAT = {1: 3, 2: 3, 3: 3, 4: 3}
@@ -336,11 +416,19 @@ RISE_AT_3 = {1: 3, 2: 3, 3: LAYERS - 1, 4: 3}  # only level 3 leans on a deeper 
 RISE = {1: 1, 2: 3, 3: 5, 4: LAYERS - 1}
 
 
-@pytest.mark.parametrize("levels, seeds, hard_accuracy, expected", [
-    (FLAT, 3, 0.9, REPRODUCED), (RISE_AT_3, 3, 0.9, NOT_REPRODUCED),
-    (RISE, 3, 0.9, NOT_REPRODUCED), (FLAT, 3, 0.06, NOT_TESTABLE), (FLAT, 1, 0.9, INDICATIVE)])
-def test_depth_score_pretrained_statement_gives_each_verdict(levels, seeds, hard_accuracy,
-                                                            expected):
+@pytest.mark.parametrize(
+    "levels, seeds, hard_accuracy, expected",
+    [
+        (FLAT, 3, 0.9, REPRODUCED),
+        (RISE_AT_3, 3, 0.9, NOT_REPRODUCED),
+        (RISE, 3, 0.9, NOT_REPRODUCED),
+        (FLAT, 3, 0.06, NOT_TESTABLE),
+        (FLAT, 1, 0.9, INDICATIVE),
+    ],
+)
+def test_depth_score_pretrained_statement_gives_each_verdict(
+    levels, seeds, hard_accuracy, expected
+):
     table = build_claims(_depth_data(levels, seeds, hard_accuracy=hard_accuracy))
     row = table.set_index("claim_id").loc["csordas_depth_score:m:hops"]
     assert row["verdict"] == expected
@@ -362,18 +450,26 @@ def test_depth_score_from_scratch_model_tests_the_moeut_statement(levels, expect
 
 
 def _fit(a_l: float, low: float, high: float, at_bounds=()) -> dict:
-    return {"law": "decomposed", "estimates": {"a_l": a_l},
-            "intervals": {"a_l": {"low": low, "high": high}},
-            "parameters_at_bounds": list(at_bounds), "n_points_used": 200,
-            "bootstrap": {"confidence": 0.95, "resamples": 100, "unit": "points"}}
+    return {
+        "law": "decomposed",
+        "estimates": {"a_l": a_l},
+        "intervals": {"a_l": {"low": low, "high": high}},
+        "parameters_at_bounds": list(at_bounds),
+        "n_points_used": 200,
+        "bootstrap": {"confidence": 0.95, "resamples": 100, "unit": "points"},
+    }
 
 
-@pytest.mark.parametrize("fit, expected, size", [
-    (_fit(1.3, 0.9, 1.7), REPRODUCED, NOT_TESTABLE),
-    (_fit(1.3, 1.0, 1.4), REPRODUCED, claims.SIZE_REPRODUCED),
-    (_fit(2.5, 2.1, 2.9), NOT_REPRODUCED, claims.SIZE_NOT_REPRODUCED),
-    (_fit(4.9, 3.0, 5.0), NOT_TESTABLE, NOT_TESTABLE),
-    (_fit(1.3, 0.9, 1.7, ["a_m"]), NOT_TESTABLE, NOT_TESTABLE)])
+@pytest.mark.parametrize(
+    "fit, expected, size",
+    [
+        (_fit(1.3, 0.9, 1.7), REPRODUCED, NOT_TESTABLE),
+        (_fit(1.3, 1.0, 1.4), REPRODUCED, verdicts.SIZE_REPRODUCED),
+        (_fit(2.5, 2.1, 2.9), NOT_REPRODUCED, verdicts.SIZE_NOT_REPRODUCED),
+        (_fit(4.9, 3.0, 5.0), NOT_TESTABLE, NOT_TESTABLE),
+        (_fit(1.3, 0.9, 1.7, ["a_m"]), NOT_TESTABLE, NOT_TESTABLE),
+    ],
+)
 def test_scaling_exponent_claim_gives_each_verdict(fit, expected, size):
     assert PAPER_VALUES["liu_a_l"].value == 1.2
     assert "liu_a_D" not in PAPER_VALUES  # not stated in Liu et al.'s text
@@ -384,28 +480,42 @@ def test_scaling_exponent_claim_gives_each_verdict(fit, expected, size):
 
 def _toy_fit(tied: list[float], indep: list[float], se: float = 0.05) -> dict:
     def row(kind, values):
-        return {"teacher_kind": kind, "temperature": 1.0, "a": float(np.mean(values)),
-                "a_se": se, "replicates": [{"replicate": i, "a": a, "a_se": se,
-                                            "teacher_seed": 100 * i} for i, a in
-                                           enumerate(values)]}
-    return {"form": "power", "fits": [row("independent", indep), row("tied", tied)],
-            "losses": []}
+        return {
+            "teacher_kind": kind,
+            "temperature": 1.0,
+            "a": float(np.mean(values)),
+            "a_se": se,
+            "replicates": [
+                {"replicate": i, "a": a, "a_se": se, "teacher_seed": 100 * i}
+                for i, a in enumerate(values)
+            ],
+        }
+
+    return {"form": "power", "fits": [row("independent", indep), row("tied", tied)], "losses": []}
 
 
-@pytest.mark.parametrize("tied, indep, expected, size", [
-    ([3.0, 3.1, 2.9], [1.0, 1.05, 0.95], REPRODUCED, claims.SIZE_REPRODUCED),
-    ([1.45, 1.5, 1.4], [1.0, 1.02, 0.98], REPRODUCED, claims.SIZE_NOT_REPRODUCED),  # sign only
-    ([0.5, 0.55, 0.45], [1.0, 1.05, 0.95], NOT_REPRODUCED, claims.SIZE_NOT_REPRODUCED),
-    ([3.0, 0.2, 1.5], [1.0, 1.0, 1.0], NOT_TESTABLE, NOT_TESTABLE),
-    ([3.0], [1.0], INDICATIVE, INDICATIVE)])
+@pytest.mark.parametrize(
+    "tied, indep, expected, size",
+    [
+        ([3.0, 3.1, 2.9], [1.0, 1.05, 0.95], REPRODUCED, verdicts.SIZE_REPRODUCED),
+        (
+            [1.45, 1.5, 1.4],
+            [1.0, 1.02, 0.98],
+            REPRODUCED,
+            verdicts.SIZE_NOT_REPRODUCED,
+        ),  # sign only
+        ([0.5, 0.55, 0.45], [1.0, 1.05, 0.95], NOT_REPRODUCED, verdicts.SIZE_NOT_REPRODUCED),
+        ([3.0, 0.2, 1.5], [1.0, 1.0, 1.0], NOT_TESTABLE, NOT_TESTABLE),
+        ([3.0], [1.0], INDICATIVE, INDICATIVE),
+    ],
+)
 def test_toy_claim_uses_its_replicates(tied, indep, expected, size):
     table = build_claims(RunData(toy_fit=_toy_fit(tied, indep))).set_index("claim_id")
     row = table.loc["liu_toy_tied_exceeds:T=1"]
     gaps = np.subtract(tied, indep)
     assert row["measured"] == pytest.approx(gaps.mean())
     if len(gaps) >= 3:  # a t-interval over replicates with n - 1 df
-        low, high = stats.t.interval(0.95, len(gaps) - 1, loc=gaps.mean(),
-                                     scale=stats.sem(gaps))
+        low, high = stats.t.interval(0.95, len(gaps) - 1, loc=gaps.mean(), scale=stats.sem(gaps))
         assert (row["low"], row["high"]) == pytest.approx((low, high))
         assert row["seeds"] == len(gaps)
     assert (row["verdict"], row["size_verdict"]) == (expected, size)
@@ -425,23 +535,50 @@ def test_markdown_shows_every_claim_with_its_interval_and_verdict():
 
 
 def _planted_table(measured=0.2, low=0.1, high=0.3, verdict=REPRODUCED, extra=None):
-    rows = [{"claim_id": "cod_val_loss", "measured": measured, "low": low, "high": high,
-             "verdict": verdict, "size_verdict": claims.SIZE_REPRODUCED},
-            {"claim_id": "liu_a_l:chin", "measured": 1.3, "low": 1.0, "high": 1.6,
-             "verdict": REPRODUCED, "size_verdict": NOT_TESTABLE}]
+    rows = [
+        {
+            "claim_id": "cod_val_loss",
+            "measured": measured,
+            "low": low,
+            "high": high,
+            "verdict": verdict,
+            "size_verdict": verdicts.SIZE_REPRODUCED,
+        },
+        {
+            "claim_id": "liu_a_l:chin",
+            "measured": 1.3,
+            "low": 1.0,
+            "high": 1.6,
+            "verdict": REPRODUCED,
+            "size_verdict": NOT_TESTABLE,
+        },
+    ]
     return pd.DataFrame(rows + ([extra] if extra else []))
 
 
 def test_compare_claims_lists_changed_verdicts_and_moved_values(tmp_path):
     same = claims.compare_claims(_planted_table(), _planted_table(measured=0.25))
     assert same.empty and not claims.verdicts_changed(same)
-    b = _planted_table(measured=0.05, low=-0.05, high=0.15, verdict=NOT_TESTABLE,
-                       extra={"claim_id": "new", "measured": 1.0, "low": math.nan,
-                              "high": math.nan, "verdict": INDICATIVE, "size_verdict": "x"})
+    b = _planted_table(
+        measured=0.05,
+        low=-0.05,
+        high=0.15,
+        verdict=NOT_TESTABLE,
+        extra={
+            "claim_id": "new",
+            "measured": 1.0,
+            "low": math.nan,
+            "high": math.nan,
+            "verdict": INDICATIVE,
+            "size_verdict": "x",
+        },
+    )
     found = claims.compare_claims(_planted_table(), b)
     assert set(zip(found["claim_id"], found["kind"])) == {
-        ("cod_val_loss", "verdict changed"), ("cod_val_loss", "value moved"),
-        ("new", "only in B")}
+        ("cod_val_loss", "verdict changed"),
+        ("cod_val_loss", "value moved"),
+        ("new", "only in B"),
+    }
     assert claims.verdicts_changed(found)
     text = claims.render_comparison(found, "A", "B")
     assert "1 verdict(s) changed, 1 value(s) moved" in text
@@ -450,12 +587,22 @@ def test_compare_claims_lists_changed_verdicts_and_moved_values(tmp_path):
         (tmp_path / name).mkdir()
         table.to_csv(tmp_path / name / "claims.csv", index=False)
     script = ROOT / "workflow_scripts" / "compare_claims.py"
-    changed = subprocess.run([sys.executable, script, tmp_path / "a", tmp_path / "b"],
-                             capture_output=True, text=True, timeout=120, check=False)
+    changed = subprocess.run(
+        [sys.executable, script, tmp_path / "a", tmp_path / "b"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert changed.returncode == 1, changed.stderr
     assert "verdict changed       cod_val_loss: reproduced -> not testable" in changed.stdout
-    stable = subprocess.run([sys.executable, script, tmp_path / "a", tmp_path / "a/claims.csv"],
-                            capture_output=True, text=True, timeout=120, check=False)
+    stable = subprocess.run(
+        [sys.executable, script, tmp_path / "a", tmp_path / "a/claims.csv"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert stable.returncode == 0 and "0 verdict(s) changed" in stable.stdout
 
 
@@ -465,9 +612,10 @@ def test_compare_claims_lists_changed_verdicts_and_moved_values(tmp_path):
 
 def test_config_pairs_pre_ln_with_lns_of_the_same_architecture_only():
     config = load_config(ROOT / "config" / "default.yaml")
-    config["models"]["lns_wide"] = {**config["models"]["lns"],
-                                    "architecture": {**config["models"]["lns"]["architecture"],
-                                                     "hidden_size": 256}}
+    config["models"]["lns_wide"] = {
+        **config["models"]["lns"],
+        "architecture": {**config["models"]["lns"]["architecture"], "hidden_size": 256},
+    }
     spec = resolve(config).jobs("make_claims")["claims"]
     assert spec["cod_pairs"] == [["pre_ln", ["pre_ln"], "lns", ["lns"]]]
     assert set(spec["pruning"]) == {"pre_ln", "lns"}
@@ -475,9 +623,14 @@ def test_config_pairs_pre_ln_with_lns_of_the_same_architecture_only():
 
 
 def test_claims_rule_plans_after_the_stages_it_reads():
-    result = subprocess.run([SNAKEMAKE, "--configfile=config/test.yaml", "-n", "claims",
-                             "--forceall"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=300, env=local_env())
+    result = subprocess.run(
+        [SNAKEMAKE, "--configfile=config/test.yaml", "-n", "claims", "--forceall"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=local_env(),
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "rule make_claims:" in result.stdout
     for stage_rule in ("prune_model", "fit_scaling", "analyse_model"):

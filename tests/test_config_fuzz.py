@@ -10,17 +10,33 @@ from collections import Counter
 from pathlib import Path
 
 import yaml
-
 from depthlab.config import ConfigError, load_config, resolve
 from local_snakemake import SNAKEMAKE, local_env
 
 ROOT = Path(__file__).resolve().parents[1]
 MUTANTS = 400
-ODD_STRINGS = ["", "..", "../../escape", "a b", "$(touch pwned)", "`id`", "x;y", "ü", "x" * 300,
-               "/abs/path", "-rf", "{model}", "*", "null", "1e3"]
+ODD_STRINGS = [
+    "",
+    "..",
+    "../../escape",
+    "a b",
+    "$(touch pwned)",
+    "`id`",
+    "x;y",
+    "ü",
+    "x" * 300,
+    "/abs/path",
+    "-rf",
+    "{model}",
+    "*",
+    "null",
+    "1e3",
+]
 ODD_VALUES = [None, True, 0, -1, 16.0, 1e12, -0.5, [], {}, [1, 2], {"a": 1}, "many"]
-KEY_PATH = re.compile(r"^(\(top level\)|run_name|seed|data|models|sweeps|pretrain|figures|scaling|"
-                      r"toy|analysis|resources|cluster|pruning|depth_use|tracking)[.\[:]")
+KEY_PATH = re.compile(
+    r"^(\(top level\)|run_name|seed|data|models|sweeps|pretrain|figures|scaling|"
+    r"toy|analysis|resources|cluster|pruning|depth_use|tracking)[.\[:]"
+)
 
 
 def leaves(node, path=()):
@@ -77,8 +93,21 @@ def test_random_mutants_are_accepted_or_rejected_by_key(tmp_path):
         workdir = tmp_path / f"accepted{index}"
         workdir.mkdir()
         (workdir / "c.yaml").write_text(yaml.safe_dump(mutant))
-        result = subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "--snakefile",
-                                 str(ROOT / "Snakefile"), "--directory", str(workdir),
-                                 f"--configfile={workdir / 'c.yaml'}"],
-                                capture_output=True, text=True, timeout=120, env=local_env())
+        result = subprocess.run(
+            [
+                SNAKEMAKE,
+                "-n",
+                "--cores",
+                "1",
+                "--snakefile",
+                str(ROOT / "Snakefile"),
+                "--directory",
+                str(workdir),
+                f"--configfile={workdir / 'c.yaml'}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=local_env(),
+        )
         assert result.returncode == 0, (result.stdout + result.stderr)[-2000:]

@@ -44,17 +44,30 @@ def config(**changes) -> dict:
 
 
 def text_config(paths, **changes) -> dict:
-    settings = {"min_document_chars": 1, "val_fraction": 0.3, "tokenizer": {"vocab_size": 300},
-                **changes}
+    settings = {
+        "min_document_chars": 1,
+        "val_fraction": 0.3,
+        "tokenizer": {"vocab_size": 300},
+        **changes,
+    }
     return config(source="text_files", text_files={"paths": [str(p) for p in paths]}, **settings)
 
 
 def hf_config(**hf) -> dict:
-    section = {**DEFAULT_DATA["hf_dataset"], "name": "json", "text_field": "body",
-               "cache_dir": hf.pop("cache_dir")}
+    section = {
+        **DEFAULT_DATA["hf_dataset"],
+        "name": "json",
+        "text_field": "body",
+        "cache_dir": hf.pop("cache_dir"),
+    }
     section.update(hf)
-    return config(source="hf_dataset", hf_dataset=section, min_document_chars=1,
-                  val_fraction=0.3, tokenizer={"vocab_size": 300})
+    return config(
+        source="hf_dataset",
+        hf_dataset=section,
+        min_document_chars=1,
+        val_fraction=0.3,
+        tokenizer={"vocab_size": 300},
+    )
 
 
 def in_val_reference(text: str, fraction: float) -> bool:
@@ -86,8 +99,11 @@ def val_jsonl(data_dir) -> list[str]:
 
 def folder_bytes(folder) -> dict:
     folder = Path(folder)
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != "provenance.json"}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "provenance.json"
+    }
 
 
 def write_jsonl(path, records):
@@ -96,8 +112,10 @@ def write_jsonl(path, records):
 
 
 def synthetic_documents(n, tag):
-    return [f"{tag} document {i}: " + " ".join(f"w{(i * 7 + j) % 50}" for j in range(20))
-            for i in range(n)]
+    return [
+        f"{tag} document {i}: " + " ".join(f"w{(i * 7 + j) % 50}" for j in range(20))
+        for i in range(n)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -113,15 +131,22 @@ def test_docstring_corpus_matches_ast_reference_and_hash_split(base_run):
     min_ascii = TEST_DATA["docstrings"]["min_ascii_fraction"]
     for name in TEST_DATA["docstrings"]["packages"]:
         spec = importlib.util.find_spec(name)
-        paths = (sorted(Path(spec.submodule_search_locations[0]).rglob("*.py"))
-                 if spec.submodule_search_locations else [Path(spec.origin)])
+        paths = (
+            sorted(Path(spec.submodule_search_locations[0]).rglob("*.py"))
+            if spec.submodule_search_locations
+            else [Path(spec.origin)]
+        )
         for path in paths:
             for node in ast.walk(ast.parse(path.read_bytes())):
-                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
-                                     ast.AsyncFunctionDef)):
+                if isinstance(
+                    node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+                ):
                     doc = ast.get_docstring(node)
-                    if (doc and len(doc) >= TEST_DATA["min_document_chars"]
-                            and sum(c.isascii() for c in doc) >= min_ascii * len(doc)):
+                    if (
+                        doc
+                        and len(doc) >= TEST_DATA["min_document_chars"]
+                        and sum(c.isascii() for c in doc) >= min_ascii * len(doc)
+                    ):
                         expected.add(doc)
     docs = documents_from_array(out)
     assert len(expected) > 50
@@ -146,8 +171,7 @@ def test_arrays_round_trip_and_meta_counts(base_run):
         assert len(tokens) == meta["splits"][split]["tokens"]
         assert int((tokens == meta["eos_id"]).sum()) == meta["splits"][split]["documents"]
         assert int(tokens.max()) < meta["vocab_size"]
-        assert (meta["splits"][split]["bytes"]
-                == sum(len(d.encode()) for d in docs[split]))
+        assert meta["splits"][split]["bytes"] == sum(len(d.encode()) for d in docs[split])
         with pytest.raises(ValueError):
             tokens[0] = 1  # read-only
     assert meta["splits"]["train"]["tokens"] > 2 * meta["splits"]["val"]["tokens"] > 0
@@ -176,23 +200,31 @@ def test_max_megabytes_stops_the_walk_at_the_same_document_with_workers():
     section = TEST_DATA["docstrings"]
     full = list(data_lib.docstring_source(section, data_lib.DocumentFilter(32), threads=1)[0])
     capped_docs, description = data_lib.docstring_source(
-        {**section, "max_megabytes": 0.01}, data_lib.DocumentFilter(32), threads=2)
+        {**section, "max_megabytes": 0.01}, data_lib.DocumentFilter(32), threads=2
+    )
     capped = list(capped_docs)
-    assert capped == full[:len(capped)]
+    assert capped == full[: len(capped)]
     sizes = [len(d.encode()) for d in capped]
     assert sum(sizes[:-1]) < 10_000 <= sum(sizes)
     assert description["reached_max_megabytes"] is True
-    assert sum(description["megabytes_per_package"].values()) == pytest.approx(sum(sizes) / 1e6,
-                                                                              abs=1e-2)
+    assert sum(description["megabytes_per_package"].values()) == pytest.approx(
+        sum(sizes) / 1e6, abs=1e-2
+    )
 
 
 def test_split_of_a_document_does_not_depend_on_the_others(tmp_path):
     small = synthetic_documents(150, "alpha")
     large = synthetic_documents(300, "beta") + small[::-1]  # different neighbours and order
-    prepare_corpus(text_config([write_jsonl(tmp_path / "a.jsonl", [{"text": d} for d in small])]),
-                   tmp_path / "a", seed=0)
-    prepare_corpus(text_config([write_jsonl(tmp_path / "b.jsonl", [{"text": d} for d in large])]),
-                   tmp_path / "b", seed=1)
+    prepare_corpus(
+        text_config([write_jsonl(tmp_path / "a.jsonl", [{"text": d} for d in small])]),
+        tmp_path / "a",
+        seed=0,
+    )
+    prepare_corpus(
+        text_config([write_jsonl(tmp_path / "b.jsonl", [{"text": d} for d in large])]),
+        tmp_path / "b",
+        seed=1,
+    )
     val_a, val_b = set(val_jsonl(tmp_path / "a")), set(val_jsonl(tmp_path / "b"))
     assert val_a == val_b & set(small)
     assert val_a == {d for d in small if in_val_reference(d, 0.3)}
@@ -201,10 +233,12 @@ def test_split_of_a_document_does_not_depend_on_the_others(tmp_path):
 
 def test_text_files_route(tmp_path):
     (tmp_path / "notes").mkdir()
-    files = {"notes/one.txt": "First file.\n\nIts second paragraph stays in the same document.\n",
-             "notes/two.txt": "Second file, one line.",
-             "notes/dup.txt": "Second file, one line.",
-             "notes/tiny.txt": "x"}
+    files = {
+        "notes/one.txt": "First file.\n\nIts second paragraph stays in the same document.\n",
+        "notes/two.txt": "Second file, one line.",
+        "notes/dup.txt": "Second file, one line.",
+        "notes/tiny.txt": "x",
+    }
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     records = [{"text": d} for d in synthetic_documents(40, "gamma")] + [{"text": "   \n"}]
@@ -221,11 +255,19 @@ def test_text_files_route(tmp_path):
 @pytest.mark.parametrize("streaming", [True, False])
 def test_hf_dataset_route_with_a_local_json_builder(tmp_path, streaming):
     docs = synthetic_documents(60, "delta")
-    path = write_jsonl(tmp_path / "corpus.jsonl",
-                       [{"id": i, "body": d} for i, d in enumerate(docs)])
-    meta = prepare_corpus(hf_config(data_files=str(path), max_documents=40, streaming=streaming,
-                                    cache_dir=str(tmp_path / "cache")),
-                          tmp_path / "out", seed=0)
+    path = write_jsonl(
+        tmp_path / "corpus.jsonl", [{"id": i, "body": d} for i, d in enumerate(docs)]
+    )
+    meta = prepare_corpus(
+        hf_config(
+            data_files=str(path),
+            max_documents=40,
+            streaming=streaming,
+            cache_dir=str(tmp_path / "cache"),
+        ),
+        tmp_path / "out",
+        seed=0,
+    )
     got = documents_from_array(tmp_path / "out")
     assert set(got["train"]) | set(got["val"]) == set(docs[:40])  # the first max_documents
     assert set(got["val"]) == {d for d in docs[:40] if in_val_reference(d, 0.3)}
@@ -235,12 +277,21 @@ def test_hf_dataset_route_with_a_local_json_builder(tmp_path, streaming):
 def test_hf_dataset_val_split(tmp_path):
     train = synthetic_documents(30, "train")
     val = synthetic_documents(12, "held-out") + train[:2]  # a leaked train doc stays in val only
-    files = {"train": str(write_jsonl(tmp_path / "t.jsonl", [{"body": d} for d in train])),
-             "validation": str(write_jsonl(tmp_path / "v.jsonl", [{"body": d} for d in val]))}
-    meta = prepare_corpus(hf_config(data_files=files, val_split="validation",
-                                    cache_dir=str(tmp_path / "cache"),
-                                    max_val_documents=14, max_documents=100),
-                          tmp_path / "out", seed=0)
+    files = {
+        "train": str(write_jsonl(tmp_path / "t.jsonl", [{"body": d} for d in train])),
+        "validation": str(write_jsonl(tmp_path / "v.jsonl", [{"body": d} for d in val])),
+    }
+    meta = prepare_corpus(
+        hf_config(
+            data_files=files,
+            val_split="validation",
+            cache_dir=str(tmp_path / "cache"),
+            max_val_documents=14,
+            max_documents=100,
+        ),
+        tmp_path / "out",
+        seed=0,
+    )
     assert val_jsonl(tmp_path / "out") == val
     assert documents_from_array(tmp_path / "out")["train"] == train[2:]
     assert meta["splits"]["val"]["documents"] == 14
@@ -255,10 +306,14 @@ def test_pretrained_tokenizer_reproduces_the_trained_one(base_run, tmp_path, mon
     again = prepare_corpus(cfg, tmp_path / "data", seed=0)
     assert again["tokenizer"] == {"kind": "pretrained", "name": str(out / "tokenizer")}
     for split in ("train", "val"):
-        assert ((tmp_path / "data" / f"{split}.bin").read_bytes()
-                == (out / f"{split}.bin").read_bytes())
+        assert (tmp_path / "data" / f"{split}.bin").read_bytes() == (
+            out / f"{split}.bin"
+        ).read_bytes()
     assert (again["eos_id"], again["pad_id"], again["vocab_size"]) == (
-        meta["eos_id"], meta["pad_id"], meta["vocab_size"])
+        meta["eos_id"],
+        meta["pad_id"],
+        meta["vocab_size"],
+    )
 
 
 def test_token_dtype_rule():
@@ -271,9 +326,11 @@ def test_token_dtype_rule():
 
 def test_special_token_text_is_dropped(tmp_path):
     docs = synthetic_documents(30, "eps") + ["talks about <|endoftext|> literally here"]
-    meta = prepare_corpus(text_config([write_jsonl(tmp_path / "c.jsonl",
-                                                   [{"text": d} for d in docs])]),
-                          tmp_path / "out", seed=0)
+    meta = prepare_corpus(
+        text_config([write_jsonl(tmp_path / "c.jsonl", [{"text": d} for d in docs])]),
+        tmp_path / "out",
+        seed=0,
+    )
     assert meta["dropped_documents"] == {"contains_special_token": 1}
     assert meta["splits"]["train"]["documents"] + meta["splits"]["val"]["documents"] == 30
 
@@ -284,25 +341,37 @@ def _bad_inputs(tmp_path):
     no_max = config()
     del no_max["docstrings"]["max_megabytes"]
     return [
-        (config(docstrings={"packages": ["json", "no_such_package_xyz"]}),
-         "data.docstrings.packages: package 'no_such_package_xyz' is not installed"),
+        (
+            config(docstrings={"packages": ["json", "no_such_package_xyz"]}),
+            "data.docstrings.packages: package 'no_such_package_xyz' is not installed",
+        ),
         (config(docstrings={"packages": ["sys"]}), "data.docstrings.packages: 'sys' has no Python"),
         (no_max, "data.docstrings.max_megabytes: required"),
         (config(min_document_chars=10**7), "data.source: the 'docstrings' corpus is empty"),
-        (text_config([tmp_path / "missing.txt"]),
-         f"data.text_files.paths: file '{tmp_path}/missing.txt' does not exist"),
+        (
+            text_config([tmp_path / "missing.txt"]),
+            f"data.text_files.paths: file '{tmp_path}/missing.txt' does not exist",
+        ),
         (text_config([tmp_path / "*.md"]), "data.text_files.paths: pattern"),
         (text_config([]), "data.text_files.paths: empty list"),
         (text_config([tmp_path / "no_text.jsonl"]), "no_text.jsonl:1: no string 'text' field"),
-        (hf_config(data_files=str(corpus), text_field="text", cache_dir=str(tmp_path)),
-         "data.hf_dataset.text_field: 'text' is not a field of dataset 'json' (fields: body)"),
+        (
+            hf_config(data_files=str(corpus), text_field="text", cache_dir=str(tmp_path)),
+            "data.hf_dataset.text_field: 'text' is not a field of dataset 'json' (fields: body)",
+        ),
         (hf_config(name=None, cache_dir=str(tmp_path)), "data.hf_dataset.name: required"),
-        (hf_config(data_files=str(tmp_path / "absent.jsonl"), cache_dir=str(tmp_path)),
-         "data.hf_dataset.data_files: cannot load dataset 'json' split 'train'"),
-        (hf_config(data_files=str(corpus), split="validation", cache_dir=str(tmp_path)),
-         "data.hf_dataset.data_files: cannot load dataset 'json' split 'validation'"),
-        (config(tokenizer={"pretrained": str(tmp_path / "nowhere")}),
-         "data.tokenizer.pretrained: cannot load tokenizer"),
+        (
+            hf_config(data_files=str(tmp_path / "absent.jsonl"), cache_dir=str(tmp_path)),
+            "data.hf_dataset.data_files: cannot load dataset 'json' split 'train'",
+        ),
+        (
+            hf_config(data_files=str(corpus), split="validation", cache_dir=str(tmp_path)),
+            "data.hf_dataset.data_files: cannot load dataset 'json' split 'validation'",
+        ),
+        (
+            config(tokenizer={"pretrained": str(tmp_path / "nowhere")}),
+            "data.tokenizer.pretrained: cannot load tokenizer",
+        ),
     ]
 
 
@@ -336,10 +405,20 @@ def test_cli_matches_the_library(base_run, tmp_path):
     script = REPO / "workflow_scripts" / "prepare_data.py"
     assert subprocess.run([sys.executable, script, "--help"], capture_output=True).returncode == 0
     result = subprocess.run(
-        [sys.executable, script, "--spec", json.dumps({
-            "data": config(val_fraction=0.2), "seed": 0, "out": str(tmp_path / "data")}),
-         "--threads", "2"],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            script,
+            "--spec",
+            json.dumps(
+                {"data": config(val_fraction=0.2), "seed": 0, "out": str(tmp_path / "data")}
+            ),
+            "--threads",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == base_run[1]
     assert folder_bytes(tmp_path / "data") == folder_bytes(base_run[0])
@@ -347,9 +426,22 @@ def test_cli_matches_the_library(base_run, tmp_path):
     assert provenance["stage"] == "data" and provenance["config"] == config(val_fraction=0.2)
 
     bad = subprocess.run(
-        [sys.executable, script, "--spec", json.dumps({
-            "data": text_config([str(tmp_path / "nope")]), "seed": 0,
-            "out": str(tmp_path / "bad")})], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            script,
+            "--spec",
+            json.dumps(
+                {
+                    "data": text_config([str(tmp_path / "nope")]),
+                    "seed": 0,
+                    "out": str(tmp_path / "bad"),
+                }
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "data.text_files.paths: file" in bad.stderr
     assert "Traceback" not in bad.stderr
     assert not (tmp_path / "bad").exists()

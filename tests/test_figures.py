@@ -9,14 +9,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
-from matplotlib.colors import to_hex  # noqa: E402
-
 from depthlab import figure_style  # noqa: E402
 from depthlab.analysis_plots import plot_angular_distance, plot_logit_lens  # noqa: E402
 from depthlab.depth_use_plots import plot_linear_maps  # noqa: E402
 from depthlab.scaling_plots import plot_scaling_fit  # noqa: E402
 from depthlab.toy_fit import fit_toy_exponents  # noqa: E402
 from depthlab.toy_plots import plot_toy  # noqa: E402
+from matplotlib.colors import to_hex  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -41,11 +40,14 @@ def test_each_norm_scheme_has_its_own_colour_in_every_grouping():
     # the same colour whatever else shares the figure, and whatever the model is called
     facts = figure_style.model_facts(
         ["a", "b", "sw_l2_m8", "sw_l4_m8", "enc"],
-        {"a": {"kind": "pretrain", "norm_scheme": "lns"},
-         "b": {"kind": "pretrain", "norm_scheme": "pre_ln"},
-         "sw_l2_m8": {"kind": "pretrain", "norm_scheme": "pre_ln", "sweep": "sw"},
-         "sw_l4_m8": {"kind": "pretrain", "norm_scheme": "pre_ln", "sweep": "sw"},
-         "enc": {"kind": "hf"}})
+        {
+            "a": {"kind": "pretrain", "norm_scheme": "lns"},
+            "b": {"kind": "pretrain", "norm_scheme": "pre_ln"},
+            "sw_l2_m8": {"kind": "pretrain", "norm_scheme": "pre_ln", "sweep": "sw"},
+            "sw_l4_m8": {"kind": "pretrain", "norm_scheme": "pre_ln", "sweep": "sw"},
+            "enc": {"kind": "hf"},
+        },
+    )
     colours = figure_style.colours(facts)
     assert to_hex(colours["a"]) == to_hex(by_scheme["lns"])
     assert to_hex(colours["b"]) == to_hex(by_scheme["pre_ln"])
@@ -56,24 +58,49 @@ def test_each_norm_scheme_has_its_own_colour_in_every_grouping():
 def test_seed_replicates_fold_into_their_base_model():
     facts = figure_style.model_facts(
         ["pre_ln_s0", "pre_ln_s1"],
-        {f"pre_ln_s{s}": {"kind": "pretrain", "norm_scheme": "pre_ln", "seed": s,
-                          "seed_group": "pre_ln"} for s in (0, 1)})
+        {
+            f"pre_ln_s{s}": {
+                "kind": "pretrain",
+                "norm_scheme": "pre_ln",
+                "seed": s,
+                "seed_group": "pre_ln",
+            }
+            for s in (0, 1)
+        },
+    )
     assert figure_style.seed_counts(facts) == {"pre_ln": 2}
     assert list(figure_style.colours(facts)) == ["pre_ln"]
 
 
 def angular_frame(name, layers, scale):
-    rows = [{"model": name, "measure": "angular_distance_last", "layer": l, "n": n,
-             "value": scale * n / layers, "count": 8}
-            for l in range(layers) for n in range(1, layers - l + 1)]
+    rows = [
+        {
+            "model": name,
+            "measure": "angular_distance_last",
+            "layer": l,
+            "n": n,
+            "value": scale * n / layers,
+            "count": 8,
+        }
+        for l in range(layers)
+        for n in range(1, layers - l + 1)
+    ]
     return pd.DataFrame(rows)
 
 
 def test_angular_distance_heatmaps_share_one_colour_scale():
-    frame = pd.concat([angular_frame("pre_ln", 4, 0.2), angular_frame("lns", 4, 0.6),
-                       angular_frame("sw_l2_m8", 2, 0.4)])
-    summaries = {"pre_ln": summary("pre_ln", 4), "lns": summary("lns", 4),
-                 "sw_l2_m8": summary("sw_l2_m8", 2)}
+    frame = pd.concat(
+        [
+            angular_frame("pre_ln", 4, 0.2),
+            angular_frame("lns", 4, 0.6),
+            angular_frame("sw_l2_m8", 2, 0.4),
+        ]
+    )
+    summaries = {
+        "pre_ln": summary("pre_ln", 4),
+        "lns": summary("lns", 4),
+        "sw_l2_m8": summary("sw_l2_m8", 2),
+    }
     fig = plot_angular_distance(frame, summaries)
     images = [im for ax in fig.findobj(matplotlib.axes.Axes) for im in ax.get_images()]
     assert len(images) == 3
@@ -84,29 +111,45 @@ def test_angular_distance_heatmaps_share_one_colour_scale():
 def test_linear_map_error_matrices_share_one_colour_scale():
     rows, summaries = [], {}
     for pair, worst in (("p1", 0.5), ("p2", 2.0)):
-        summaries[pair] = {"source_layers": 2, "target_layers": 3, "source": "a",
-                           "target": "b", "tokens": {"test": 10}}
+        summaries[pair] = {
+            "source_layers": 2,
+            "target_layers": 3,
+            "source": "a",
+            "target": "b",
+            "tokens": {"test": 10},
+        }
         for i in range(3):
             for j in range(4):
-                rows.append({"pair": pair, "source_layer": i, "target_layer": j,
-                             "relative_error": 0.1 + worst * (i == 0 and j == 0)})
+                rows.append(
+                    {
+                        "pair": pair,
+                        "source_layer": i,
+                        "target_layer": j,
+                        "relative_error": 0.1 + worst * (i == 0 and j == 0),
+                    }
+                )
     fig = plot_linear_maps(pd.DataFrame(rows), summaries)
     images = [im for ax in fig.axes for im in ax.get_images()]
     assert [(im.norm.vmin, im.norm.vmax) for im in images] == [
-        (pytest.approx(0.1), pytest.approx(2.1))] * 2
+        (pytest.approx(0.1), pytest.approx(2.1))
+    ] * 2
 
 
 def test_logit_lens_names_a_model_without_lm_head_instead_of_dropping_it():
-    rows = [{"model": "pre_ln", "measure": m, "layer": l, "n": np.nan, "value": 0.5, "count": 4}
-            for m in ("logit_lens_kl", "logit_lens_top5") for l in range(3)]
-    rows += [{"model": "encoder", "measure": "h_norm", "layer": l, "n": np.nan, "value": 1.0,
-              "count": 4} for l in range(3)]
+    rows = [
+        {"model": "pre_ln", "measure": m, "layer": l, "n": np.nan, "value": 0.5, "count": 4}
+        for m in ("logit_lens_kl", "logit_lens_top5")
+        for l in range(3)
+    ]
+    rows += [
+        {"model": "encoder", "measure": "h_norm", "layer": l, "n": np.nan, "value": 1.0, "count": 4}
+        for l in range(3)
+    ]
     summaries = {"pre_ln": summary("pre_ln", 3), "encoder": summary("encoder", 3, False)}
-    facts = {"pre_ln": {"kind": "pretrain", "norm_scheme": "pre_ln"},
-             "encoder": {"kind": "hf"}}
+    facts = {"pre_ln": {"kind": "pretrain", "norm_scheme": "pre_ln"}, "encoder": {"kind": "hf"}}
     text = all_text(plot_logit_lens(pd.DataFrame(rows), summaries, facts))
-    assert "encoder (no LM head: no logit lens)" in text      # legend entry
-    assert "encoder: no LM head: no logit lens" in text       # in the panels
+    assert "encoder (no LM head: no logit lens)" in text  # legend entry
+    assert "encoder: no LM head: no logit lens" in text  # in the panels
 
 
 def decomposed_record(a_l, at_bound):
@@ -117,24 +160,46 @@ def decomposed_record(a_l, at_bound):
     for width in (32, 64):
         for depth in (2, 4, 8):
             for tokens in (1e4, 1e5):
-                loss = (est["c_m"] / width ** est["a_m"] + est["c_l"] / depth ** a_l
-                        + est["c_D"] / tokens ** est["a_D"] + est["L0"])
-                points.append({"width": width, "depth": depth, "tokens": tokens,
-                               "loss": loss, "predicted": loss, "residual_log": 0.0})
-    intervals = {name: {"low": 0.9 * est[name], "high": min(1.1 * est[name], 5.0)}
-                 for name in ("a_m", "a_l", "a_D")}
-    return {"law": "decomposed", "estimates": est, "points": points,
-            "feature_refs": {"width": 45.0, "depth": 4.0, "tokens": 3e4},
-            "intervals": intervals, "objective": "least_squares", "n_points_used": 12,
-            "rmse_log": 0.0, "parameters_at_bounds": ["a_l"] if at_bound else [],
-            "bootstrap": {"resamples": 3, "unit": "points", "confidence": 0.95}}
+                loss = (
+                    est["c_m"] / width ** est["a_m"]
+                    + est["c_l"] / depth**a_l
+                    + est["c_D"] / tokens ** est["a_D"]
+                    + est["L0"]
+                )
+                points.append(
+                    {
+                        "width": width,
+                        "depth": depth,
+                        "tokens": tokens,
+                        "loss": loss,
+                        "predicted": loss,
+                        "residual_log": 0.0,
+                    }
+                )
+    intervals = {
+        name: {"low": 0.9 * est[name], "high": min(1.1 * est[name], 5.0)}
+        for name in ("a_m", "a_l", "a_D")
+    }
+    return {
+        "law": "decomposed",
+        "estimates": est,
+        "points": points,
+        "feature_refs": {"width": 45.0, "depth": 4.0, "tokens": 3e4},
+        "intervals": intervals,
+        "objective": "least_squares",
+        "n_points_used": 12,
+        "rmse_log": 0.0,
+        "parameters_at_bounds": ["a_l"] if at_bound else [],
+        "bootstrap": {"resamples": 3, "unit": "points", "confidence": 0.95},
+    }
 
 
 def test_scaling_title_states_the_measurement_beside_the_paper():
     record = decomposed_record(1.37, at_bound=False)
     samples = pd.DataFrame({"a_l": [1.3, 1.37, 1.45]})
-    fig = plot_scaling_fit(record, samples, "fitname",
-                           published={"a_l": (1.2, 0.3, "Liu et al. 2026")})
+    fig = plot_scaling_fit(
+        record, samples, "fitname", published={"a_l": (1.2, 0.3, "Liu et al. 2026")}
+    )
     title = fig._suptitle.get_text()
     assert "Reproduces" not in all_text(fig)
     assert "a_l = 1.37 [1.23, 1.51]" in title
@@ -146,7 +211,7 @@ def test_scaling_estimate_at_its_bound_is_labelled():
     record = decomposed_record(5.0, at_bound=True)
     fig = plot_scaling_fit(record, pd.DataFrame({"a_l": [5.0, 5.0, 0.0]}), "sweep")
     assert "a_l = 5 [4.5, 5] (at bound)" in fig._suptitle.get_text()
-    assert "a_m = 1 [0.9, 1.1];" in fig._suptitle.get_text()   # not at a bound: no label
+    assert "a_m = 1 [0.9, 1.1];" in fig._suptitle.get_text()  # not at a bound: no label
 
 
 def planted_toy_losses(exponents: dict, noise=0.02, seed=0):
@@ -154,9 +219,16 @@ def planted_toy_losses(exponents: dict, noise=0.02, seed=0):
     rows = []
     for kind, a in exponents.items():
         for depth in (2, 4, 8, 16):
-            loss = 0.5 * depth ** -a * np.exp(rng.normal(0, noise))
-            rows.append({"teacher_kind": kind, "replicate": 0, "temperature": 1.0,
-                         "student_depth": depth, "test_loss": loss})
+            loss = 0.5 * depth**-a * np.exp(rng.normal(0, noise))
+            rows.append(
+                {
+                    "teacher_kind": kind,
+                    "replicate": 0,
+                    "temperature": 1.0,
+                    "student_depth": depth,
+                    "test_loss": loss,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -165,14 +237,16 @@ def test_toy_title_claims_the_paper_exponent_only_where_measured():
     fits = fit_toy_exponents(losses)
     measured = {f["teacher_kind"]: f["a"] for f in fits}
     assert measured["tied"] == pytest.approx(3.0, abs=0.1)
-    fig = plot_toy(losses, fits, {}, published={"independent": (1.0, "paper"),
-                                                 "tied": (3.0, "paper")})
+    fig = plot_toy(
+        losses, fits, {}, published={"independent": (1.0, "paper"), "tied": (3.0, "paper")}
+    )
     titles = {ax.get_title().split(" teacher")[0]: ax.get_title() for ax in fig.axes}
     text = all_text(fig)
     assert "Reproduces" not in text
     assert "consistent with paper a = 3 at T = 1" in titles["tied"]
-    assert (f"paper a = 1 (converged) not reached: measured a = "
-            f"{measured['independent']:.2f}") in titles["independent"]
+    assert (
+        f"paper a = 1 (converged) not reached: measured a = {measured['independent']:.2f}"
+    ) in titles["independent"]
     assert f"T = 1: a = {measured['tied']:.2f} ±" in text
 
 

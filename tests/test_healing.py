@@ -5,23 +5,33 @@ module left) that scores like any unhealed variant; bad settings are named."""
 import numpy as np
 import pytest
 import torch
-from test_lm_tasks import make_run
-
 from depthlab.errors import PruningError
 from depthlab.healing import HealSettings, _schedule, heal, validate_healing_settings
 from depthlab.layer_removal import model_loss, prune_copy
 from depthlab.lm_tasks import TaskEvaluator
 from depthlab.pruning import validation_windows
+from test_lm_tasks import make_run
 
 torch.set_num_threads(1)
 REMOVED = (1, 2)
 
 
 def settings(**overrides):
-    values = dict(method="lora", rank=4, alpha=8, dropout=0.0,
-                  target_modules=["gate_proj", "up_proj", "down_proj"], steps=30, batch_size=8,
-                  seq_len=32, lr=1e-2, warmup_steps=3, min_lr_ratio=0.1, schedule="cosine",
-                  weight_decay=0.0)
+    values = dict(
+        method="lora",
+        rank=4,
+        alpha=8,
+        dropout=0.0,
+        target_modules=["gate_proj", "up_proj", "down_proj"],
+        steps=30,
+        batch_size=8,
+        seq_len=32,
+        lr=1e-2,
+        warmup_steps=3,
+        min_lr_ratio=0.1,
+        schedule="cosine",
+        weight_decay=0.0,
+    )
     values.update(overrides)
     return values
 
@@ -30,8 +40,9 @@ def settings(**overrides):
 def run(tmp_path_factory):
     run = make_run(tmp_path_factory.mktemp("heal"), train_steps=80)
     run["train"] = np.fromfile(run["data"] / "train.bin", dtype=np.uint16)
-    run["windows"] = validation_windows(np.fromfile(run["data"] / "val.bin", dtype=np.uint16),
-                                        16, 32, 8)
+    run["windows"] = validation_windows(
+        np.fromfile(run["data"] / "val.bin", dtype=np.uint16), 16, 32, 8
+    )
     return run
 
 
@@ -43,8 +54,12 @@ def test_healing_lowers_validation_loss(run, method):
     full = model_loss(prune_copy(model, ()), windows)
     unhealed = model_loss(prune_copy(model, REMOVED), windows)
     assert unhealed > full + 0.05  # the removal hurts
-    merged, record = heal(prune_copy(model, REMOVED), run["train"],
-                          HealSettings.from_dict(settings(method=method)), seed=0)
+    merged, record = heal(
+        prune_copy(model, REMOVED),
+        run["train"],
+        HealSettings.from_dict(settings(method=method)),
+        seed=0,
+    )
     healed = model_loss(merged, windows)
     assert healed < unhealed - 0.05, (full, unhealed, healed)
     assert record["trainable_parameters"] > 0 and record["method"] == method
@@ -58,10 +73,20 @@ def test_healing_lowers_validation_loss(run, method):
 
 
 def test_healed_model_is_evaluated_like_unhealed_variants(run):
-    merged, _ = heal(prune_copy(run["trained"], REMOVED), run["train"],
-                     HealSettings.from_dict(settings(steps=5)), seed=0)
-    evaluator = TaskEvaluator(run["trained"], run["tokenizer"], run["tasks"], batch_size=32,
-                              datasets_cache=run["tasks"].parent / "cache", bootstrap_iters=10)
+    merged, _ = heal(
+        prune_copy(run["trained"], REMOVED),
+        run["train"],
+        HealSettings.from_dict(settings(steps=5)),
+        seed=0,
+    )
+    evaluator = TaskEvaluator(
+        run["trained"],
+        run["tokenizer"],
+        run["tasks"],
+        batch_size=32,
+        datasets_cache=run["tasks"].parent / "cache",
+        bootstrap_iters=10,
+    )
     rows = evaluator.evaluate(model=merged)
     assert [r["task"] for r in rows] == ["depthlab_word_order", "depthlab_continuation"]
     assert all(0 <= r["acc"] <= 1 and r["samples"] == 48 for r in rows)
@@ -78,17 +103,27 @@ def test_schedule_warmup_then_cosine_to_the_floor():
 
 def test_bad_healing_settings_are_named(run):
     validate_healing_settings(settings())
-    for key, value, message in (("method", "dora", r"healing\.method: unknown method"),
-                                ("schedule", "linear", r"healing\.schedule: unknown"),
-                                ("rank", 0, r"healing\.rank: must be"),
-                                ("dropout", 1.5, r"healing\.dropout")):
+    for key, value, message in (
+        ("method", "dora", r"healing\.method: unknown method"),
+        ("schedule", "linear", r"healing\.schedule: unknown"),
+        ("rank", 0, r"healing\.rank: must be"),
+        ("dropout", 1.5, r"healing\.dropout"),
+    ):
         with pytest.raises(PruningError, match=message):
             validate_healing_settings(settings(**{key: value}))
     with pytest.raises(PruningError, match=r"healing\.steps: missing"):
         validate_healing_settings({k: v for k, v in settings().items() if k != "steps"})
     with pytest.raises(PruningError, match=r"target_modules: \['w1'\] are not modules"):
-        heal(prune_copy(run["trained"], REMOVED), run["train"],
-             HealSettings.from_dict(settings(target_modules=["w1"])), seed=0)
+        heal(
+            prune_copy(run["trained"], REMOVED),
+            run["train"],
+            HealSettings.from_dict(settings(target_modules=["w1"])),
+            seed=0,
+        )
     with pytest.raises(PruningError, match=r"healing\.seq_len: 128 exceeds"):
-        heal(prune_copy(run["trained"], REMOVED), run["train"],
-             HealSettings.from_dict(settings(seq_len=128)), seed=0)
+        heal(
+            prune_copy(run["trained"], REMOVED),
+            run["train"],
+            HealSettings.from_dict(settings(seq_len=128)),
+            seed=0,
+        )

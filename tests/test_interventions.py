@@ -8,13 +8,17 @@ import math
 import numpy as np
 import pytest
 import torch
-from skip_reference import reference_skip_effects
-from tiny_models import build, random_batch
-
 from depthlab.architectures import adapt
 from depthlab.depth_score import depth_score, depth_scores_by_group
-from depthlab.interventions import (VARIANTS, SkipSettings, future_positions, skip_effects,
-                                    validate_intervention_settings)
+from depthlab.interventions import (
+    VARIANTS,
+    SkipSettings,
+    future_positions,
+    skip_effects,
+    validate_intervention_settings,
+)
+from skip_reference import reference_skip_effects
+from tiny_models import build, random_batch
 
 torch.set_num_threads(1)
 
@@ -43,12 +47,16 @@ def reference(adapter, batches, settings: SkipSettings):
         for batch in batches:
             for row in range(batch["input_ids"].shape[0]):
                 ids = unpadded(batch, row)
-                ts = ([None] if variant.endswith("_all")
-                      else future_positions(len(ids), prompt_id, settings))
+                ts = (
+                    [None]
+                    if variant.endswith("_all")
+                    else future_positions(len(ids), prompt_id, settings)
+                )
                 for s in range(L):
                     for t in ts:
                         change, output = reference_skip_effects(
-                            adapter, ids, variant, s, t, settings.no_skip_front)
+                            adapter, ids, variant, s, t, settings.no_skip_front
+                        )
                         if change.shape[1] == 0:
                             continue
                         umax[s] = np.maximum(umax[s], change.max(axis=1))
@@ -64,15 +72,23 @@ def reference(adapter, batches, settings: SkipSettings):
     return out
 
 
-@pytest.mark.parametrize("family,padding", [("depthlab_pre_ln", "right"),
-                                            ("depthlab_post_ln", "left"),
-                                            ("gpt2", "left"), ("gpt_neox", "right"),
-                                            ("opt", "right")])
+@pytest.mark.parametrize(
+    "family,padding",
+    [
+        ("depthlab_pre_ln", "right"),
+        ("depthlab_post_ln", "left"),
+        ("gpt2", "left"),
+        ("gpt_neox", "right"),
+        ("opt", "right"),
+    ],
+)
 def test_batched_equals_one_prompt_reference(family, padding):
     model = build64(family, 1)
     adapter = adapt(model)
-    batches = [random_batch([9, 6, 11], padding_side=padding, seed=2),
-               random_batch([7, 12], padding_side=padding, seed=3)]
+    batches = [
+        random_batch([9, 6, 11], padding_side=padding, seed=2),
+        random_batch([7, 12], padding_side=padding, seed=3),
+    ]
     # max_rows small enough that the staircase is cut into several chunks
     settings = SkipSettings(variants=VARIANTS, max_rows=7, **SETTINGS)
     result = skip_effects(adapter, batches, settings)
@@ -99,21 +115,24 @@ def test_batching_does_not_change_the_effects():
     a = skip_effects(adapter, [whole], SkipSettings(variants=VARIANTS, max_rows=1000, **SETTINGS))
     b = skip_effects(adapter, split, SkipSettings(variants=VARIANTS, max_rows=3, **SETTINGS))
     for variant in VARIANTS:
-        np.testing.assert_allclose(a.update_max[variant], b.update_max[variant],
-                                   rtol=1e-10, atol=1e-14)
-        np.testing.assert_allclose(a.update_mean[variant], b.update_mean[variant],
-                                   rtol=1e-10, atol=1e-14)
-        np.testing.assert_allclose(a.output_mean[variant], b.output_mean[variant],
-                                   rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(
+            a.update_max[variant], b.update_max[variant], rtol=1e-10, atol=1e-14
+        )
+        np.testing.assert_allclose(
+            a.update_mean[variant], b.update_mean[variant], rtol=1e-10, atol=1e-14
+        )
+        np.testing.assert_allclose(
+            a.output_mean[variant], b.output_mean[variant], rtol=1e-10, atol=1e-14
+        )
 
 
 def test_zero_output_projections_have_zero_effect():
     model = build64("depthlab_pre_ln", 7)
     layers = model.model.layers
     with torch.no_grad():
-        layers[1].self_attn.o_proj.weight.zero_()   # layer 1: no update at all
+        layers[1].self_attn.o_proj.weight.zero_()  # layer 1: no update at all
         layers[1].mlp.down_proj.weight.zero_()
-        layers[2].self_attn.o_proj.weight.zero_()   # layer 2: attention update only zero
+        layers[2].self_attn.o_proj.weight.zero_()  # layer 2: attention update only zero
     adapter = adapt(model)
     batch = random_batch([10, 7, 12], seed=8)
     result = skip_effects(adapter, [batch], SkipSettings(variants=VARIANTS, **SETTINGS))
@@ -157,8 +176,9 @@ def test_answer_positions_and_per_prompt_effects():
             assert per_prompt[row, s] == pytest.approx(output.mean(), rel=1e-9)
     assert result.counts["layer_all"][0] == 3
     with pytest.raises(ValueError, match="_all"):
-        skip_effects(adapter, [batch], SkipSettings(variants=("layer_future",), **SETTINGS),
-                     per_prompt=True)
+        skip_effects(
+            adapter, [batch], SkipSettings(variants=("layer_future",), **SETTINGS), per_prompt=True
+        )
 
 
 def test_depth_score():
@@ -170,8 +190,12 @@ def test_depth_score():
     with pytest.raises(ValueError):
         depth_score([1.0, -1.0])
     rng = np.random.default_rng(0)
-    effects = np.concatenate([np.eye(4)[np.full(30, 1)] + 0.1 * rng.random((30, 4)),
-                              np.eye(4)[np.full(30, 3)] + 0.1 * rng.random((30, 4))])
+    effects = np.concatenate(
+        [
+            np.eye(4)[np.full(30, 1)] + 0.1 * rng.random((30, 4)),
+            np.eye(4)[np.full(30, 3)] + 0.1 * rng.random((30, 4)),
+        ]
+    )
     frame = depth_scores_by_group(effects, [1] * 30 + [2] * 30, resamples=200)
     assert list(frame["group"]) == [1, 2]
     for row in frame.itertuples():
@@ -180,8 +204,15 @@ def test_depth_score():
 
 
 def test_settings_are_validated_naming_the_key():
-    good = dict(variants=["layer_all"], layers=None, no_skip_front=1, future_positions=4,
-                future_min_position=8, max_rows=64, depth_score_variant="layer_all")
+    good = dict(
+        variants=["layer_all"],
+        layers=None,
+        no_skip_front=1,
+        future_positions=4,
+        future_min_position=8,
+        max_rows=64,
+        depth_score_variant="layer_all",
+    )
     validate_intervention_settings(good, num_layers=4)
     with pytest.raises(ValueError, match=r"depth_use\.skip\.variants: unknown intervention kind"):
         validate_intervention_settings({**good, "variants": ["layer_all", "neuron_all"]})
@@ -193,8 +224,11 @@ def test_settings_are_validated_naming_the_key():
         validate_intervention_settings({**good, "depth_score_variant": "mlp_future"})
     model = build("depthlab_pre_ln")
     with pytest.raises(ValueError, match="layers: layer index 3 is out of range"):
-        skip_effects(adapt(model), [random_batch([5])],
-                     SkipSettings(variants=("layer_all",), layers=(3,), **SETTINGS))
+        skip_effects(
+            adapt(model),
+            [random_batch([5])],
+            SkipSettings(variants=("layer_all",), layers=(3,), **SETTINGS),
+        )
 
 
 def test_script_writes_effects_accuracy_and_depth_scores(tmp_path):
@@ -205,40 +239,74 @@ def test_script_writes_effects_accuracy_and_depth_scores(tmp_path):
     from pathlib import Path
 
     import pandas as pd
-
     from depthlab.models import build_model, make_config, save_checkpoint
     from depthlab.problem_sets import write_problem_set
 
     repo = Path(__file__).resolve().parents[1]
     problems = tmp_path / "problems"
-    meta = write_problem_set({"families": {"hops": {"levels": [1, 2], "relations": 2}},
-                              "train_problems": 20, "val_problems": 12, "eval_per_level": 6},
-                             problems, seed=0)
-    config = make_config({"hidden_size": 16, "num_layers": 3, "num_heads": 2,
-                          "intermediate_size": 32}, "pre_ln", vocab_size=meta["vocab_size"],
-                         max_positions=16, bos_token_id=meta["bos_id"],
-                         eos_token_id=meta["eos_id"], pad_token_id=meta["pad_id"])
+    meta = write_problem_set(
+        {
+            "families": {"hops": {"levels": [1, 2], "relations": 2}},
+            "train_problems": 20,
+            "val_problems": 12,
+            "eval_per_level": 6,
+        },
+        problems,
+        seed=0,
+    )
+    config = make_config(
+        {"hidden_size": 16, "num_layers": 3, "num_heads": 2, "intermediate_size": 32},
+        "pre_ln",
+        vocab_size=meta["vocab_size"],
+        max_positions=16,
+        bos_token_id=meta["bos_id"],
+        eos_token_id=meta["eos_id"],
+        pad_token_id=meta["pad_id"],
+    )
     from transformers import AutoTokenizer
-    save_checkpoint(build_model(config, 0), AutoTokenizer.from_pretrained(problems / "tokenizer"),
-                    tmp_path / "model")
-    spec = {"model_name": "tiny", "model_path": str(tmp_path / "model"), "revision": None,
-            "out": str(tmp_path / "skip"),
-            "texts": {"source": "jsonl", "path": str(problems / "val.jsonl")},
-            "text_field": "text", "text_set": "val", "add_special_tokens": False,
-            "max_samples": 8, "max_length": 16,
-            "batch_size": 4, "variants": ["layer_all", "mlp_future"], "layers": None,
-            "no_skip_front": 1, "future_positions": 2, "future_min_position": 2,
-            "max_rows": 16, "seed": 0, "problems": str(problems / "problems.jsonl"),
-            "depth_score_variant": "layer_all", "prepend_bos": True,
-            "bootstrap": {"resamples": 50, "confidence": 0.9}, "dtype": "float32",
-            "device": "cpu"}
+
+    save_checkpoint(
+        build_model(config, 0),
+        AutoTokenizer.from_pretrained(problems / "tokenizer"),
+        tmp_path / "model",
+    )
+    spec = {
+        "model_name": "tiny",
+        "model_path": str(tmp_path / "model"),
+        "revision": None,
+        "out": str(tmp_path / "skip"),
+        "texts": {"source": "jsonl", "path": str(problems / "val.jsonl")},
+        "text_field": "text",
+        "text_set": "val",
+        "add_special_tokens": False,
+        "max_samples": 8,
+        "max_length": 16,
+        "batch_size": 4,
+        "variants": ["layer_all", "mlp_future"],
+        "layers": None,
+        "no_skip_front": 1,
+        "future_positions": 2,
+        "future_min_position": 2,
+        "max_rows": 16,
+        "seed": 0,
+        "problems": str(problems / "problems.jsonl"),
+        "depth_score_variant": "layer_all",
+        "prepend_bos": True,
+        "bootstrap": {"resamples": 50, "confidence": 0.9},
+        "dtype": "float32",
+        "device": "cpu",
+    }
     script = repo / "workflow_scripts" / "skip_interventions.py"
-    run = subprocess.run([sys.executable, str(script), "--spec", json.dumps(spec)],
-                         capture_output=True, text=True, cwd=repo)
+    run = subprocess.run(
+        [sys.executable, str(script), "--spec", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+    )
     assert run.returncode == 0, run.stderr
     effects = pd.read_csv(tmp_path / "skip" / "effects.csv")
     assert set(effects["variant"]) == {"layer_all", "mlp_future"}
-    assert len(effects) == 2 * 3 * (3 + 1)                  # variants x skipped x (L + output)
+    assert len(effects) == 2 * 3 * (3 + 1)  # variants x skipped x (L + output)
     assert list(pd.read_csv(tmp_path / "skip" / "accuracy.csv")["level"]) == [1, 2]
     scores = pd.read_csv(tmp_path / "skip" / "depth_score.csv")
     assert scores["depth_score"].between(0, 2).all()
@@ -246,7 +314,11 @@ def test_script_writes_effects_accuracy_and_depth_scores(tmp_path):
     assert len(pd.read_csv(tmp_path / "skip" / "problem_effects.csv")) == 12 * 3
     # a layer index out of range is refused naming the key, nothing written
     bad = {**spec, "out": str(tmp_path / "bad"), "layers": [3], "problems": None}
-    run = subprocess.run([sys.executable, str(script), "--spec", json.dumps(bad)],
-                         capture_output=True, text=True, cwd=repo)
+    run = subprocess.run(
+        [sys.executable, str(script), "--spec", json.dumps(bad)],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+    )
     assert run.returncode == 2 and "layers: layer index 3 is out of range" in run.stderr
     assert not (tmp_path / "bad").exists()

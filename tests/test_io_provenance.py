@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from depthlab import provenance as provenance_module
-from depthlab.cli import start_job
 from depthlab.atomic_files import atomic_path, write_json
+from depthlab.cli import start_job
 from depthlab.provenance import (
     CONFIG_SOURCE_ENV,
     Provenance,
@@ -31,8 +30,17 @@ def git_repo(path: Path) -> Path:
     path.mkdir(parents=True)
     (path / "module.py").write_text("x = 1\n")
     (path / ".gitignore").write_text("ignored/\n")
-    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@example.org",
-           "-c", "commit.gpgsign=false"]
+    git = [
+        "git",
+        "-C",
+        str(path),
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.org",
+        "-c",
+        "commit.gpgsign=false",
+    ]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
@@ -69,8 +77,16 @@ def test_atomic_file_and_folder_appear_only_on_success(tmp_path):
 def test_json_outputs_are_strict(tmp_path):
     import numpy as np
 
-    write_json(tmp_path / "x.json", {"nan": float("nan"), "inf": np.float32("inf"),
-                                     "n": np.int64(3), "xs": (1.5, np.float64(2.5)), 4: "k"})
+    write_json(
+        tmp_path / "x.json",
+        {
+            "nan": float("nan"),
+            "inf": np.float32("inf"),
+            "n": np.int64(3),
+            "xs": (1.5, np.float64(2.5)),
+            4: "k",
+        },
+    )
     text = (tmp_path / "x.json").read_text()
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text) == {"nan": None, "inf": None, "n": 3, "xs": [1.5, 2.5], "4": "k"}
@@ -108,8 +124,12 @@ def test_dirty_flag_counts_untracked_files_but_not_ignored_ones(tmp_path):
     (repo / "ignored" / "big.bin").write_bytes(b"0")
     assert git_state(repo)["dirty"] is False
     (repo / "new_module.py").write_text("y = 2\n")  # untracked: results can depend on it
-    assert git_state(repo) == {**clean, "dirty": True, "n_changes": 1,
-                               "changes": ["?? new_module.py"]}
+    assert git_state(repo) == {
+        **clean,
+        "dirty": True,
+        "n_changes": 1,
+        "changes": ["?? new_module.py"],
+    }
     (repo / "module.py").write_text("x = 3\n")
     assert git_state(repo)["changes"] == [" M module.py", "?? new_module.py"]
     assert git_state(tmp_path / "not_a_repo")["dirty"] is None
@@ -129,11 +149,13 @@ def test_records_name_the_rule_command_config_files_and_folder_files(tmp_path, m
     record = Provenance("unit", config={}, inputs=[folder]).record()
     assert record["rule"] == "prepare_data" and record["command"].startswith("python ")
     assert record["cwd"] == str(tmp_path)
-    assert record["config_source"] == {"files": [{
-        "path": "run.yaml", "sha256": hashlib.sha256(config.read_bytes()).hexdigest()}]}
+    assert record["config_source"] == {
+        "files": [{"path": "run.yaml", "sha256": hashlib.sha256(config.read_bytes()).hexdigest()}]
+    }
     assert record["inputs"] == {str(folder): sha256_path(folder)}
-    assert record["input_files"] == {str(folder): {
-        "train.bin": hashlib.sha256(b"\x01\x02\x03").hexdigest()}}
+    assert record["input_files"] == {
+        str(folder): {"train.bin": hashlib.sha256(b"\x01\x02\x03").hexdigest()}
+    }
 
     # under the workflow the config source comes from the environment the Snakefile sets
     exported = {"files": [{"path": "config/x.yaml", "sha256": "ab"}], "overrides": {"seed": 2}}
@@ -153,9 +175,14 @@ def test_start_job_prints_its_command_first_and_tells_provenance(tmp_path, monke
     test_config = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())
     first_model = next(iter(test_config["models"]))
     config = tmp_path / "data only.yaml"
-    config.write_text(yaml.safe_dump(
-        {**{k: v for k, v in test_config.items() if k not in STAGE_SECTIONS},
-         "models": {first_model: test_config["models"][first_model]}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                **{k: v for k, v in test_config.items() if k not in STAGE_SECTIONS},
+                "models": {first_model: test_config["models"][first_model]},
+            }
+        )
+    )
     monkeypatch.setattr(sys, "argv", ["prepare_data.py", "--config", str(config), "--job", "data"])
     _, spec = start_job(None, "prepare_data")
     assert spec["data"] == test_config["data"]
@@ -163,5 +190,7 @@ def test_start_job_prints_its_command_first_and_tells_provenance(tmp_path, monke
     assert first_line == f"{sys.executable} prepare_data.py --config '{config}' --job data"
     record = Provenance("unit", config=spec).record()
     assert record["rule"] == "prepare_data" and record["command"] == first_line
-    assert record["config_source"]["files"][0]["sha256"] == \
-        hashlib.sha256(config.read_bytes()).hexdigest()
+    assert (
+        record["config_source"]["files"][0]["sha256"]
+        == hashlib.sha256(config.read_bytes()).hexdigest()
+    )

@@ -5,12 +5,17 @@ computed one, give the same matrix whatever the memory blocks, and refuse bad se
 import numpy as np
 import pytest
 import torch
-from tiny_models import VOCAB, random_batch
-
 from depthlab.architectures import adapt
-from depthlab.linear_maps import (AffineRidgeMaps, check_same_tokenizer, fit_linear_maps,
-                                  plan_target_blocks, split_of, validate_linear_map_settings)
+from depthlab.linear_maps import (
+    AffineRidgeMaps,
+    check_same_tokenizer,
+    fit_linear_maps,
+    plan_target_blocks,
+    split_of,
+    validate_linear_map_settings,
+)
 from depthlab.models import build_model, make_config
+from tiny_models import VOCAB, random_batch
 
 torch.set_num_threads(1)
 
@@ -35,7 +40,7 @@ def test_recovers_a_planted_affine_relation():
     feed(fitter, "fit", x[:500], y[:500])
     feed(fitter, "val", x[500:700], y[500:700])
     fitter.solve()
-    assert fitter.chosen[(0, 0)] == 0.0             # exact relation: no shrinkage wins
+    assert fitter.chosen[(0, 0)] == 0.0  # exact relation: no shrinkage wins
     feed(fitter, "test", x[700:], y[700:])
     assert fitter.errors()[(0, 0)] < 1e-6
     # the map in original coordinates
@@ -56,7 +61,7 @@ def test_matches_lstsq_and_closed_form_validation_error():
     design = np.hstack([x[:30].numpy(), np.ones((30, 1))])
     solution = np.linalg.lstsq(design, y[:30].numpy(), rcond=None)[0]
     expected = design @ solution
-    for name, (xs, ys) in {"fit": (x[:30], y[:30]), "test": (x[45:], y[45:])}.items():
+    for xs in (x[:30], x[45:]):  # the fit rows and held-out rows
         check = AffineRidgeMaps([0], [0], alphas=[0.0])
         feed(check, "fit", x[:30], y[:30], chunks=4)
         check.solve()
@@ -82,7 +87,7 @@ def test_matches_lstsq_and_closed_form_validation_error():
 
 def test_rank_deficient_sources_match_lstsq_minimum_norm():
     x, y, _, _ = planted(40, d_a=3, d_b=2, noise=0.1, seed=2)
-    x = torch.cat([x, x[:, :1] * 2.0], dim=1)          # a duplicated direction
+    x = torch.cat([x, x[:, :1] * 2.0], dim=1)  # a duplicated direction
     fitter = AffineRidgeMaps([0], [0], alphas=[0.0])
     feed(fitter, "fit", x, y)
     fitter.solve()
@@ -95,8 +100,9 @@ def tiny_pair():
     arch = dict(hidden_size=16, num_heads=2, intermediate_size=32)
     models = []
     for layers, seed in ((2, 0), (4, 1)):
-        config = make_config({**arch, "num_layers": layers}, "pre_ln", vocab_size=VOCAB,
-                             max_positions=64)
+        config = make_config(
+            {**arch, "num_layers": layers}, "pre_ln", vocab_size=VOCAB, max_positions=64
+        )
         models.append(build_model(config, seed).double().eval())
     return models
 
@@ -134,12 +140,14 @@ def test_two_models_streamed_in_blocks_equal_a_stored_reference():
     def by_split(split):
         return [b for b, n in zip(batches, names) if n == split]
 
-    one = fit_linear_maps(adapt(source), adapt(target), by_split, alphas=[0.0],
-                          max_memory_mb=64, skip_first=1)
+    one = fit_linear_maps(
+        adapt(source), adapt(target), by_split, alphas=[0.0], max_memory_mb=64, skip_first=1
+    )
     # a memory cap that holds one target layer at a time: 5 blocks, same numbers
     cap = (3 * (4 * 16 * 16 * 8) + 3 * 2 * 16 * 16 * 8) / 2**20 + 1e-4
-    blocked = fit_linear_maps(adapt(source), adapt(target), by_split, alphas=[0.0],
-                              max_memory_mb=cap, skip_first=1)
+    blocked = fit_linear_maps(
+        adapt(source), adapt(target), by_split, alphas=[0.0], max_memory_mb=cap, skip_first=1
+    )
     assert one.blocks == 1 and blocked.blocks == 5
     np.testing.assert_allclose(blocked.relative_error, one.relative_error, rtol=1e-10)
     expected = reference_errors(source, target, batches, names, skip_first=1)
@@ -153,11 +161,19 @@ def test_plan_and_validation_reject_bad_settings():
     assert plan_target_blocks(3, 5, 16, 16, 64) == [[0, 1, 2, 3, 4]]
     with pytest.raises(ValueError, match="max_memory_mb"):
         plan_target_blocks(30, 50, 1536, 5120, 100)
-    good = dict(alphas=[0.0, 1e-3], val_fraction=0.1, test_fraction=0.2, max_memory_mb=256,
-                max_length=64, batch_size=16, skip_first=1, max_documents=None)
+    good = dict(
+        alphas=[0.0, 1e-3],
+        val_fraction=0.1,
+        test_fraction=0.2,
+        max_memory_mb=256,
+        max_length=64,
+        batch_size=16,
+        skip_first=1,
+        max_documents=None,
+    )
     validate_linear_map_settings(good)
     with pytest.raises(ValueError, match=r"depth_use\.linear_maps\.alphas"):
-        validate_linear_map_settings({**good, "alphas": [-1.0]})
+        validate_linear_map_settings({**good, "alphas": [0.0, float("inf")]})
     with pytest.raises(ValueError, match=r"depth_use\.linear_maps\.test_fraction"):
         validate_linear_map_settings({**good, "val_fraction": 0.5, "test_fraction": 0.5})
     assert {split_of(f"doc {i}", 0.2, 0.3) for i in range(200)} == {"fit", "val", "test"}
@@ -165,15 +181,17 @@ def test_plan_and_validation_reject_bad_settings():
 
 
 def test_different_tokenizers_are_rejected(tmp_path):
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
     for name, words in (("a", ["x", "y", "z"]), ("b", ["x", "y", "w"]), ("c", ["x", "y", "z"])):
-        tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["<eos>", *words])},
-                                               unk_token="<eos>"))
+        tokenizer = Tokenizer(
+            models.WordLevel({w: i for i, w in enumerate(["<eos>", *words])}, unk_token="<eos>")
+        )
         tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-        PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>",
-                                pad_token="<eos>").save_pretrained(tmp_path / name)
+        PreTrainedTokenizerFast(
+            tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<eos>"
+        ).save_pretrained(tmp_path / name)
     check_same_tokenizer(str(tmp_path / "a"), str(tmp_path / "c"))
     with pytest.raises(ValueError, match=r"depth_use\.linear_maps: .* different tokenizers"):
         check_same_tokenizer(str(tmp_path / "a"), str(tmp_path / "b"))
@@ -186,35 +204,57 @@ def test_script_fits_two_saved_models_and_rejects_foreign_tokenizers(tmp_path):
     from pathlib import Path
 
     import pandas as pd
-    from transformers import AutoTokenizer
-
     from depthlab.models import save_checkpoint
     from depthlab.problem_sets import build_tokenizer
+    from transformers import AutoTokenizer
 
     repo = Path(__file__).resolve().parents[1]
     tokenizer = build_tokenizer()
     texts = tmp_path / "texts.jsonl"
     rng = np.random.default_rng(0)
     words = [w for w in tokenizer.get_vocab() if not w.startswith("<")]
-    texts.write_text("".join(json.dumps({"text": " ".join(rng.choice(words, 20))}) + "\n"
-                             for _ in range(60)))
+    texts.write_text(
+        "".join(json.dumps({"text": " ".join(rng.choice(words, 20))}) + "\n" for _ in range(60))
+    )
     for (layers, seed), name in zip(((2, 0), (3, 1)), ("a", "b")):
-        config = make_config({"hidden_size": 16, "num_heads": 2, "intermediate_size": 32,
-                              "num_layers": layers}, "pre_ln", vocab_size=len(tokenizer),
-                             max_positions=32)
+        config = make_config(
+            {"hidden_size": 16, "num_heads": 2, "intermediate_size": 32, "num_layers": layers},
+            "pre_ln",
+            vocab_size=len(tokenizer),
+            max_positions=32,
+        )
         save_checkpoint(build_model(config, seed), tokenizer, tmp_path / name)
-    spec = {"pair": "a_to_b", "source_name": "a", "source_path": str(tmp_path / "a"),
-            "target_name": "b", "target_path": str(tmp_path / "b"),
-            "source_revision": None, "target_revision": None,
-            "out": str(tmp_path / "maps"), "texts": {"source": "jsonl", "path": str(texts)},
-            "text_field": "text", "add_special_tokens": False, "max_documents": None,
-            "max_length": 32, "batch_size": 8, "skip_first": 1, "val_fraction": 0.2,
-            "test_fraction": 0.3,
-            "alphas": [0.0, 0.01], "max_memory_mb": 16, "error": "relative",
-            "dtype": "float32", "device": "cpu"}
+    spec = {
+        "pair": "a_to_b",
+        "source_name": "a",
+        "source_path": str(tmp_path / "a"),
+        "target_name": "b",
+        "target_path": str(tmp_path / "b"),
+        "source_revision": None,
+        "target_revision": None,
+        "out": str(tmp_path / "maps"),
+        "texts": {"source": "jsonl", "path": str(texts)},
+        "text_field": "text",
+        "add_special_tokens": False,
+        "max_documents": None,
+        "max_length": 32,
+        "batch_size": 8,
+        "skip_first": 1,
+        "val_fraction": 0.2,
+        "test_fraction": 0.3,
+        "alphas": [0.0, 0.01],
+        "max_memory_mb": 16,
+        "error": "relative",
+        "dtype": "float32",
+        "device": "cpu",
+    }
     script = repo / "workflow_scripts" / "linear_maps.py"
-    run = subprocess.run([sys.executable, str(script), "--spec", json.dumps(spec)],
-                         capture_output=True, text=True, cwd=repo)
+    run = subprocess.run(
+        [sys.executable, str(script), "--spec", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+    )
     assert run.returncode == 0, run.stderr
     frame = pd.read_csv(tmp_path / "maps" / "relative_error.csv")
     assert len(frame) == 3 * 4 and frame["relative_error"].gt(0).all()
@@ -225,11 +265,11 @@ def test_script_fits_two_saved_models_and_rejects_foreign_tokenizers(tmp_path):
     # itself compares the tokenizers only when a model is a hub id (known once downloaded)
     tokenizer_file = tmp_path / "b" / "tokenizer.json"
     content = json.loads(tokenizer_file.read_text())
-    vocab = content["model"]["vocab"]                 # same size, two words swapped
+    vocab = content["model"]["vocab"]  # same size, two words swapped
     vocab["a"], vocab["b"] = vocab["b"], vocab["a"]
     tokenizer_file.write_text(json.dumps(content))
-    assert AutoTokenizer.from_pretrained(tmp_path / "b").get_vocab()["a"] == \
-        tokenizer.get_vocab()["b"]
+    assert (
+        AutoTokenizer.from_pretrained(tmp_path / "b").get_vocab()["a"] == tokenizer.get_vocab()["b"]
+    )
     with pytest.raises(ValueError, match=r"^spec: models .* have different tokenizers"):
         check_same_tokenizer(spec["source_path"], spec["target_path"], where="spec")
-

@@ -18,13 +18,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from depthlab.architectures import adapt
 from depthlab.data import hf_tokenizer, train_bpe
 from depthlab.layer_removal import export_pruned, prune_copy
-from depthlab.lm_tasks import (CHOICES, TaskEvaluator, TaskFileError, build_examples,
-                               check_task_folder, validate_task_names, validate_task_settings,
-                               write_task_folder)
+from depthlab.lm_tasks import (
+    CHOICES,
+    TaskEvaluator,
+    TaskFileError,
+    build_examples,
+    check_task_folder,
+    validate_task_names,
+    validate_task_settings,
+    write_task_folder,
+)
 from depthlab.measures import analyse
 from depthlab.models import build_model, make_config, save_checkpoint
 from depthlab.residual_stream import iter_token_batches
@@ -33,10 +39,36 @@ from depthlab.training import language_model_loss, train_batch
 torch.set_num_threads(1)
 WORDS = {"word_order": 5, "continuation": 1}
 CONTEXT_TOKENS = 16
-NOUNS = ["array", "matrix", "axis", "value", "index", "frame", "graph", "node", "edge",
-         "figure", "label", "sample", "weight", "vector", "column", "series"]
-ADJECTIVES = ["input", "output", "sorted", "sparse", "given", "default", "first", "last",
-              "mean", "total"]
+NOUNS = [
+    "array",
+    "matrix",
+    "axis",
+    "value",
+    "index",
+    "frame",
+    "graph",
+    "node",
+    "edge",
+    "figure",
+    "label",
+    "sample",
+    "weight",
+    "vector",
+    "column",
+    "series",
+]
+ADJECTIVES = [
+    "input",
+    "output",
+    "sorted",
+    "sparse",
+    "given",
+    "default",
+    "first",
+    "last",
+    "mean",
+    "total",
+]
 VERBS = ["Compute", "Return", "Build", "Sort", "Draw", "Convert", "Check", "Count"]
 TYPES = ["int", "float", "str", "bool", "ndarray", "list"]
 
@@ -45,13 +77,21 @@ def synthetic_docstring(rng: np.random.Generator) -> str:
     """A numpydoc-like docstring from a small grammar: fixed word order, random slots."""
     pick = lambda words: words[rng.integers(len(words))]  # noqa: E731
     noun, other = pick(NOUNS), pick(NOUNS)
-    lines = [f"{pick(VERBS)} the {pick(ADJECTIVES)} {noun} of the {other} along the "
-             f"{pick(ADJECTIVES)} axis.", "",
-             f"The {noun} is read from the {pick(ADJECTIVES)} {other} and then written to the "
-             f"{pick(ADJECTIVES)} {pick(NOUNS)} in place.", "", "Parameters", "----------"]
+    lines = [
+        f"{pick(VERBS)} the {pick(ADJECTIVES)} {noun} of the {other} along the "
+        f"{pick(ADJECTIVES)} axis.",
+        "",
+        f"The {noun} is read from the {pick(ADJECTIVES)} {other} and then written to the "
+        f"{pick(ADJECTIVES)} {pick(NOUNS)} in place.",
+        "",
+        "Parameters",
+        "----------",
+    ]
     for _ in range(rng.integers(1, 3)):
-        lines += [f"{pick(NOUNS)} : {pick(TYPES)}",
-                  f"    The {pick(ADJECTIVES)} {pick(NOUNS)} of the {pick(NOUNS)} to use."]
+        lines += [
+            f"{pick(NOUNS)} : {pick(TYPES)}",
+            f"    The {pick(ADJECTIVES)} {pick(NOUNS)} of the {pick(NOUNS)} to use.",
+        ]
     lines += ["", "Returns", "-------", f"{noun} : {pick(TYPES)}"]
     return "\n".join(lines)
 
@@ -67,8 +107,13 @@ def train_tiny(model, tokens, steps: int, seq_len: int, seed: int = 0):
     return model.eval()
 
 
-def make_run(root: Path, train_steps: int = 120, layers: int = 4, norm_scheme: str = "pre_ln",
-             documents: int = 400):
+def make_run(
+    root: Path,
+    train_steps: int = 120,
+    layers: int = 4,
+    norm_scheme: str = "pre_ln",
+    documents: int = 400,
+):
     """A tiny complete run under root: data/, model/, analysis/, tasks/."""
     rng = np.random.default_rng(0)
     texts = [synthetic_docstring(rng) for _ in range(documents)]
@@ -83,13 +128,26 @@ def make_run(root: Path, train_steps: int = 120, layers: int = 4, norm_scheme: s
         np.asarray(ids, dtype=np.uint16).tofile(data / f"{split}.bin")
     with open(data / "val.jsonl", "w") as handle:
         handle.writelines(json.dumps({"text": t}) + "\n" for t in val_texts)
-    (data / "meta.json").write_text(json.dumps({
-        "dtype": "uint16", "vocab_size": len(tokenizer), "eos_id": eos, "bos_id": eos,
-        "pad_id": tokenizer.pad_token_id}))
-    config = make_config({"hidden_size": 32, "num_layers": layers, "num_heads": 2,
-                          "intermediate_size": 64}, norm_scheme, vocab_size=len(tokenizer),
-                         max_positions=64, eos_token_id=eos, bos_token_id=eos,
-                         pad_token_id=tokenizer.pad_token_id)
+    (data / "meta.json").write_text(
+        json.dumps(
+            {
+                "dtype": "uint16",
+                "vocab_size": len(tokenizer),
+                "eos_id": eos,
+                "bos_id": eos,
+                "pad_id": tokenizer.pad_token_id,
+            }
+        )
+    )
+    config = make_config(
+        {"hidden_size": 32, "num_layers": layers, "num_heads": 2, "intermediate_size": 64},
+        norm_scheme,
+        vocab_size=len(tokenizer),
+        max_positions=64,
+        eos_token_id=eos,
+        bos_token_id=eos,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model = build_model(config, seed=0)
     train_tokens = np.fromfile(data / "train.bin", dtype=np.uint16)
     if train_steps:
@@ -100,15 +158,25 @@ def make_run(root: Path, train_steps: int = 120, layers: int = 4, norm_scheme: s
     analysis = root / "analysis"
     analysis.mkdir()
     columns = [str(i) for i in range(layers + 1)]
-    pd.DataFrame(result.angular_distance_last, columns=columns).rename_axis("layer") \
-        .reset_index().to_csv(analysis / "angular_distance_last.csv", index=False)
-    tasks = build_examples(val_texts, tokenizer, ["word_order", "continuation"], 48, WORDS,
-                           CONTEXT_TOKENS, 8, seed=0)
+    pd.DataFrame(result.angular_distance_last, columns=columns).rename_axis(
+        "layer"
+    ).reset_index().to_csv(analysis / "angular_distance_last.csv", index=False)
+    tasks = build_examples(
+        val_texts, tokenizer, ["word_order", "continuation"], 48, WORDS, CONTEXT_TOKENS, 8, seed=0
+    )
     (root / "tasks").mkdir()
     write_task_folder(tasks, root / "tasks", root / "tasks", {"words": WORDS})
-    return {"data": data, "model": root / "model", "analysis": analysis, "tasks": root / "tasks",
-            "tokenizer": tokenizer, "trained": model, "config": config, "num_layers": layers,
-            "val_texts": val_texts}
+    return {
+        "data": data,
+        "model": root / "model",
+        "analysis": analysis,
+        "tasks": root / "tasks",
+        "tokenizer": tokenizer,
+        "trained": model,
+        "config": config,
+        "num_layers": layers,
+        "val_texts": val_texts,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +186,26 @@ def run(tmp_path_factory):
 
 def test_examples_are_well_formed(run):
     tokenizer = run["tokenizer"]
-    tasks = build_examples(run["val_texts"], tokenizer, ["word_order", "continuation"], 40,
-                           WORDS, CONTEXT_TOKENS, 8, seed=3)
-    again = build_examples(run["val_texts"], tokenizer, ["word_order", "continuation"], 40,
-                           WORDS, CONTEXT_TOKENS, 8, seed=3)
+    tasks = build_examples(
+        run["val_texts"],
+        tokenizer,
+        ["word_order", "continuation"],
+        40,
+        WORDS,
+        CONTEXT_TOKENS,
+        8,
+        seed=3,
+    )
+    again = build_examples(
+        run["val_texts"],
+        tokenizer,
+        ["word_order", "continuation"],
+        40,
+        WORDS,
+        CONTEXT_TOKENS,
+        8,
+        seed=3,
+    )
     assert tasks == again  # a pure function of the corpus and the seed
     for kind, rows in tasks.items():
         assert len(rows) == 40
@@ -141,8 +225,14 @@ def test_examples_are_well_formed(run):
 
 
 def test_trained_model_above_chance_random_init_at_chance(run, capfd):
-    trained = TaskEvaluator(run["trained"], run["tokenizer"], run["tasks"], batch_size=32,
-                            datasets_cache=run["tasks"].parent / "cache", bootstrap_iters=100)
+    trained = TaskEvaluator(
+        run["trained"],
+        run["tokenizer"],
+        run["tasks"],
+        batch_size=32,
+        datasets_cache=run["tasks"].parent / "cache",
+        bootstrap_iters=100,
+    )
     capfd.readouterr()
     scores = {r["task"]: r for r in trained.evaluate()}
     # stderr is no terminal here, as in a job log: the model's progress bars, which lm-eval
@@ -150,8 +240,14 @@ def test_trained_model_above_chance_random_init_at_chance(run, capfd):
     err = capfd.readouterr().err
     assert "Tokenizing inputs" not in err and "loglikelihood requests" not in err, err[-500:]
     random_model = build_model(run["config"], seed=1).eval()
-    untrained = TaskEvaluator(random_model, run["tokenizer"], run["tasks"], batch_size=32,
-                              datasets_cache=run["tasks"].parent / "cache", bootstrap_iters=100)
+    untrained = TaskEvaluator(
+        random_model,
+        run["tokenizer"],
+        run["tasks"],
+        batch_size=32,
+        datasets_cache=run["tasks"].parent / "cache",
+        bootstrap_iters=100,
+    )
     chance_scores = {r["task"]: r for r in untrained.evaluate()}
     for task in ("depthlab_word_order", "depthlab_continuation"):
         high, low = scores[task], chance_scores[task]
@@ -197,19 +293,34 @@ def test_exported_folder_loads_and_scores_like_the_view_without_depthlab(run, tm
     script = tmp_path / "score.py"
     script.write_text(SUBPROCESS)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               HF_DATASETS_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
-    result = subprocess.run([sys.executable, str(script), str(folder), str(run["tasks"]),
-                             str(tmp_path / "out.json")], capture_output=True, text=True,
-                            timeout=300, cwd=tmp_path, env=env)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_DATASETS_CACHE=str(tmp_path / "cache"),
+        OMP_NUM_THREADS="1",
+    )
+    result = subprocess.run(
+        [sys.executable, str(script), str(folder), str(run["tasks"]), str(tmp_path / "out.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     outside = json.loads((tmp_path / "out.json").read_text())
     assert not outside["imported_depthlab"]
     assert outside["class"] == "LlamaForCausalLM"
     for key in ("missing_keys", "unexpected_keys", "mismatched_keys"):
         assert outside["info"].get(key, []) == [], key
-    evaluator = TaskEvaluator(run["trained"], run["tokenizer"], run["tasks"], batch_size=32,
-                              datasets_cache=tmp_path / "cache", bootstrap_iters=100)
+    evaluator = TaskEvaluator(
+        run["trained"],
+        run["tokenizer"],
+        run["tasks"],
+        batch_size=32,
+        datasets_cache=tmp_path / "cache",
+        bootstrap_iters=100,
+    )
     inside = {r["task"]: r["acc"] for r in evaluator.evaluate(removed=(1,))}
     assert inside == outside["acc"]
 
@@ -227,8 +338,13 @@ def test_missing_task_file_and_bad_settings_are_named(run, tmp_path):
         check_task_folder(copy)
     with pytest.raises(TaskFileError, match="'depthlab_nope' is not in"):
         check_task_folder(run["tasks"], ["depthlab_nope"])
-    good = {"kinds": ["word_order"], "examples": 8, "words": {"word_order": 4},
-            "context_tokens": 8, "max_per_document": 1}
+    good = {
+        "kinds": ["word_order"],
+        "examples": 8,
+        "words": {"word_order": 4},
+        "context_tokens": 8,
+        "max_per_document": 1,
+    }
     validate_task_settings(good)
     with pytest.raises(ValueError, match=r"pruning\.tasks\.kinds: unknown task 'cloze'"):
         validate_task_settings({**good, "kinds": ["cloze"]})
@@ -242,13 +358,25 @@ def test_missing_task_file_and_bad_settings_are_named(run, tmp_path):
 def test_results_rows_read_lm_eval_metrics():
     from depthlab.lm_tasks import results_rows
 
-    results = {"results": {
-        "mc": {"acc,none": 0.5, "acc_stderr,none": 0.05, "acc_norm,none": 0.25,
-               "acc_norm_stderr,none": 0.04, "alias": "mc"},
-        "gsm8k": {"exact_match,strict-match": 0.1, "exact_match_stderr,strict-match": 0.01,
-                  "exact_match,flexible-extract": 0.2,
-                  "exact_match_stderr,flexible-extract": "N/A", "alias": "gsm8k"}},
-        "n-samples": {"mc": {"effective": 40}, "gsm8k": {"effective": 30}}}
+    results = {
+        "results": {
+            "mc": {
+                "acc,none": 0.5,
+                "acc_stderr,none": 0.05,
+                "acc_norm,none": 0.25,
+                "acc_norm_stderr,none": 0.04,
+                "alias": "mc",
+            },
+            "gsm8k": {
+                "exact_match,strict-match": 0.1,
+                "exact_match_stderr,strict-match": 0.01,
+                "exact_match,flexible-extract": 0.2,
+                "exact_match_stderr,flexible-extract": "N/A",
+                "alias": "gsm8k",
+            },
+        },
+        "n-samples": {"mc": {"effective": 40}, "gsm8k": {"effective": 30}},
+    }
     mc, gsm8k = results_rows(results, ["mc", "gsm8k"])
     assert (mc["acc"], mc["acc_stderr"], mc["acc_norm"], mc["samples"]) == (0.5, 0.05, 0.25, 40)
     assert (mc["score"], mc["score_metric"]) == (0.5, "acc,none")

@@ -12,7 +12,6 @@ import math
 
 import pytest
 import torch
-
 from depthlab import models
 from tiny_models import large_weights
 
@@ -30,14 +29,28 @@ SCHEMES = ("pre_ln", "post_ln", "mix_ln", "deepnorm", "scaled_init", "lns")
 # theta != 10000 so an ignored rope_theta shows; 4 layers so Mix-LN has 1 Post-LN layer and
 # LNS scales 1, 1/sqrt2, 1/sqrt3, 1/2.
 ARCHS = {
-    "gqa": dict(hidden_size=32, num_layers=4, num_heads=4, num_kv_heads=2,
-                intermediate_size=64, rope_theta=500.0, mix_ln_post_fraction=0.25),
-    "mha": dict(hidden_size=48, num_layers=3, num_heads=3, intermediate_size=80,
-                rope_theta=10000.0, mix_ln_post_fraction=0.25),
+    "gqa": dict(
+        hidden_size=32,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=64,
+        rope_theta=500.0,
+        mix_ln_post_fraction=0.25,
+    ),
+    "mha": dict(
+        hidden_size=48,
+        num_layers=3,
+        num_heads=3,
+        intermediate_size=80,
+        rope_theta=10000.0,
+        mix_ln_post_fraction=0.25,
+    ),
 }
 
 
 # ---------------------------------------------------------------- reference (plain torch)
+
 
 def rms_norm(x, gain):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * gain
@@ -50,7 +63,7 @@ def rope(x, theta):
     angle = torch.arange(steps, dtype=torch.float64)[:, None] * inv_freq[None, :]
     cos = torch.cat([angle.cos(), angle.cos()], -1)
     sin = torch.cat([angle.sin(), angle.sin()], -1)
-    rotated = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
+    rotated = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1)
     return x * cos + rotated * sin
 
 
@@ -115,11 +128,12 @@ def reference_forward(state, ids, arch, plan):
 
 # ---------------------------------------------------------------- helpers
 
-def build(scheme, arch, seed=0, init_std=0.02):
-    config = models.make_config(arch, scheme, vocab_size=VOCAB, max_positions=SEQ + 6,
-                                init_std=init_std)
-    return models.build_model(config, seed).eval()
 
+def build(scheme, arch, seed=0, init_std=0.02):
+    config = models.make_config(
+        arch, scheme, vocab_size=VOCAB, max_positions=SEQ + 6, init_std=init_std
+    )
+    return models.build_model(config, seed).eval()
 
 
 def input_ids(seed=0):
@@ -130,11 +144,15 @@ def input_ids(seed=0):
 def model_stream(model, ids):
     """Residual stream via hooks (h_0 = embeddings, h_l = output of layer l) and logits."""
     captured = []
-    hooks = [model.model.embed_tokens.register_forward_hook(
-        lambda mod, args, out: captured.append(out))]
+    hooks = [
+        model.model.embed_tokens.register_forward_hook(lambda mod, args, out: captured.append(out))
+    ]
     for layer in model.model.layers:
-        hooks.append(layer.register_forward_hook(
-            lambda mod, args, out: captured.append(out[0] if isinstance(out, tuple) else out)))
+        hooks.append(
+            layer.register_forward_hook(
+                lambda mod, args, out: captured.append(out[0] if isinstance(out, tuple) else out)
+            )
+        )
     try:
         logits = model(ids).logits
     finally:
@@ -156,33 +174,41 @@ def randomized_double(scheme, arch_name, seed=1):
 
 # ---------------------------------------------------------------- forward vs reference
 
+
 @pytest.mark.parametrize("arch_name", sorted(ARCHS))
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_forward_matches_formula_reference(scheme, arch_name):
     model, arch = randomized_double(scheme, arch_name)
     ids = input_ids()
     stream, logits = model_stream(model, ids)
-    ref_stream, ref_logits = reference_forward(model.state_dict(), ids, arch,
-                                               scheme_plan(scheme, arch["num_layers"]))
+    ref_stream, ref_logits = reference_forward(
+        model.state_dict(), ids, arch, scheme_plan(scheme, arch["num_layers"])
+    )
     assert len(stream) == len(ref_stream) == arch["num_layers"] + 1
     for idx, (got, want) in enumerate(zip(stream, ref_stream)):
-        assert max_diff(got, want) <= TOL * max(1.0, want.abs().max().item()), \
+        assert max_diff(got, want) <= TOL * max(1.0, want.abs().max().item()), (
             f"{scheme}: residual stream h_{idx} differs from the reference"
+        )
     assert max_diff(logits, ref_logits) <= TOL * max(1.0, ref_logits.abs().max().item())
 
 
 WRONG_PLANS = {
     # what a plausible bug would compute instead of the docs/design.md definition
-    "lns": {"pre_ln": lambda L: scheme_plan("pre_ln", L),
-            "lns 0-based l+1 off by one": lambda L: [(False, 1.0, 1 / math.sqrt(i + 2))
-                                                     for i in range(L)],
-            "lns 1/l instead of 1/sqrt(l)": lambda L: [(False, 1.0, 1 / (i + 1))
-                                                       for i in range(L)]},
-    "mix_ln": {"all pre_ln": lambda L: scheme_plan("pre_ln", L),
-               "2 post-ln layers": lambda L: [(i < 2, 1.0, 1.0) for i in range(L)]},
-    "deepnorm": {"post_ln (alpha=1)": lambda L: scheme_plan("post_ln", L),
-                 "alpha=(2L)^(1/2)": lambda L: [(True, math.sqrt(2 * L), 1.0)
-                                                for i in range(L)]},
+    "lns": {
+        "pre_ln": lambda L: scheme_plan("pre_ln", L),
+        "lns 0-based l+1 off by one": lambda L: [
+            (False, 1.0, 1 / math.sqrt(i + 2)) for i in range(L)
+        ],
+        "lns 1/l instead of 1/sqrt(l)": lambda L: [(False, 1.0, 1 / (i + 1)) for i in range(L)],
+    },
+    "mix_ln": {
+        "all pre_ln": lambda L: scheme_plan("pre_ln", L),
+        "2 post-ln layers": lambda L: [(i < 2, 1.0, 1.0) for i in range(L)],
+    },
+    "deepnorm": {
+        "post_ln (alpha=1)": lambda L: scheme_plan("post_ln", L),
+        "alpha=(2L)^(1/2)": lambda L: [(True, math.sqrt(2 * L), 1.0) for i in range(L)],
+    },
 }
 
 
@@ -225,21 +251,25 @@ WIDE = dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=512)
 
 @pytest.fixture(scope="module")
 def wide_models():
-    return {scheme: build(scheme, WIDE, seed=7) for scheme in ("pre_ln", "scaled_init",
-                                                               "deepnorm", "lns")}
+    return {
+        scheme: build(scheme, WIDE, seed=7)
+        for scheme in ("pre_ln", "scaled_init", "deepnorm", "lns")
+    }
 
 
 def projection_stds(model, name):
     owner = "self_attn" if name in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
-    return [getattr(getattr(layer, owner), name).weight.std().item()
-            for layer in model.model.layers]
+    return [
+        getattr(getattr(layer, owner), name).weight.std().item() for layer in model.model.layers
+    ]
 
 
 def assert_std(stds, expected, what):
     # >= 65k entries per matrix: the sample std is within ~0.3% of the true std (1 s.e.)
     for idx, std in enumerate(stds):
-        assert abs(std / expected - 1) < 0.03, \
+        assert abs(std / expected - 1) < 0.03, (
             f"{what} layer {idx}: std {std:.5f} != {expected:.5f}"
+        )
 
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -280,14 +310,16 @@ WIDE_GQA = dict(WIDE, num_kv_heads=2, deepnorm_variant="lns_reference")
 def test_init_deepnorm_lns_reference_uses_xavier_with_gain_8L_to_the_quarter():
     model = build("deepnorm", WIDE_GQA, seed=7)
     hidden, inner, kv_width = 256, 512, 2 * 64  # kv heads x head size
-    gain = 32 ** 0.25  # (8 * 4 layers)^(1/4)
-    expected = {"q_proj": math.sqrt(2 / (hidden + hidden)),
-                "k_proj": math.sqrt(2 / (hidden + kv_width)),
-                "v_proj": gain * math.sqrt(2 / (hidden + kv_width)),
-                "o_proj": gain * math.sqrt(2 / (hidden + hidden)),
-                "gate_proj": gain * math.sqrt(2 / (hidden + inner)),
-                "up_proj": gain * math.sqrt(2 / (hidden + inner)),
-                "down_proj": gain * math.sqrt(2 / (inner + hidden))}
+    gain = 32**0.25  # (8 * 4 layers)^(1/4)
+    expected = {
+        "q_proj": math.sqrt(2 / (hidden + hidden)),
+        "k_proj": math.sqrt(2 / (hidden + kv_width)),
+        "v_proj": gain * math.sqrt(2 / (hidden + kv_width)),
+        "o_proj": gain * math.sqrt(2 / (hidden + hidden)),
+        "gate_proj": gain * math.sqrt(2 / (hidden + inner)),
+        "up_proj": gain * math.sqrt(2 / (hidden + inner)),
+        "down_proj": gain * math.sqrt(2 / (inner + hidden)),
+    }
     for name in PROJECTIONS:
         assert_std(projection_stds(model, name), expected[name], f"lns_reference {name}")
     assert_std([model.model.embed_tokens.weight.std().item()], 0.02, "embed_tokens")
@@ -297,7 +329,7 @@ def test_init_deepnorm_lns_reference_uses_xavier_with_gain_8L_to_the_quarter():
 def test_deepnorm_default_variant_is_deepnet():
     config = models.make_config(ARCHS["gqa"], "deepnorm", vocab_size=VOCAB, max_positions=SEQ)
     assert config.deepnorm_variant == "deepnet"
-    assert models.residual_scale(config) == 8 ** 0.25  # (2 * 4 layers)^(1/4)
+    assert models.residual_scale(config) == 8**0.25  # (2 * 4 layers)^(1/4)
 
 
 def test_deepnorm_lns_reference_forward_matches_formula_reference():
@@ -310,8 +342,9 @@ def test_deepnorm_lns_reference_forward_matches_formula_reference():
     plan = [(True, 2 * math.sqrt(2), 1.0)] * arch["num_layers"]
     _, want = reference_forward(model.state_dict(), ids, arch, plan)
     assert max_diff(logits, want) <= TOL * max(1.0, want.abs().max().item())
-    _, deepnet = reference_forward(model.state_dict(), ids, arch,
-                                   scheme_plan("deepnorm", arch["num_layers"]))
+    _, deepnet = reference_forward(
+        model.state_dict(), ids, arch, scheme_plan("deepnorm", arch["num_layers"])
+    )
     assert max_diff(logits, deepnet) > 1e3 * TOL  # alpha 2.83 vs (2L)^(1/4) = 1.68 shows
 
 
@@ -321,11 +354,14 @@ def test_same_seed_gives_identical_weights(scheme):
     first, second, other = (build(scheme, arch, seed=s).state_dict() for s in (11, 11, 12))
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
-    assert not torch.equal(first["model.layers.0.self_attn.q_proj.weight"],
-                           other["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(
+        first["model.layers.0.self_attn.q_proj.weight"],
+        other["model.layers.0.self_attn.q_proj.weight"],
+    )
 
 
 # ---------------------------------------------------------------- checkpoint export
+
 
 @pytest.fixture(scope="module")
 def saved_checkpoints(tmp_path_factory):
@@ -356,8 +392,9 @@ def test_to_plain_llama_gives_same_logits(saved_checkpoints, scheme):
     config = json.loads((item["dir"] / "config.json").read_text())
     assert config["model_type"] == "llama"
     assert config["architectures"] == ["LlamaForCausalLM"]
-    assert not any("depthlab" in json.dumps(value) or "norm_scheme" in key
-                   for key, value in config.items())
+    assert not any(
+        "depthlab" in json.dumps(value) or "norm_scheme" in key for key, value in config.items()
+    )
 
 
 @pytest.mark.parametrize("scheme", ["post_ln", "mix_ln", "deepnorm"])
@@ -366,14 +403,16 @@ def test_depthlab_checkpoints_reload_exactly(saved_checkpoints, scheme):
     config = json.loads((item["dir"] / "config.json").read_text())
     assert config["model_type"] == "depthlab_llama"
     assert config["norm_scheme"] == scheme
-    reloaded, info = models.AutoModelForCausalLM.from_pretrained(item["dir"],
-                                                                 output_loading_info=True)
+    reloaded, info = models.AutoModelForCausalLM.from_pretrained(
+        item["dir"], output_loading_info=True
+    )
     assert isinstance(reloaded, models.DepthlabForCausalLM)
     assert {k: v for k, v in info.items() if v} == {}
     assert reloaded.config.norm_scheme == scheme
     assert reloaded.config.mix_ln_post_layers == item["model"].config.mix_ln_post_layers
-    assert [layer.post_ln for layer in reloaded.model.layers] == \
-        [post for post, _, _ in scheme_plan(scheme, ARCHS["gqa"]["num_layers"])]
+    assert [layer.post_ln for layer in reloaded.model.layers] == [
+        post for post, _, _ in scheme_plan(scheme, ARCHS["gqa"]["num_layers"])
+    ]
     with torch.no_grad():
         logits = reloaded.eval()(item["ids"]).logits
     assert max_diff(logits, item["logits"]) <= 1e-6
@@ -387,6 +426,7 @@ def test_to_plain_llama_refuses_non_llama_schemes(saved_checkpoints, scheme):
 
 # ---------------------------------------------------------------- bad config
 
+
 def test_unknown_norm_scheme_names_the_key():
     with pytest.raises(Exception, match=r"norm_scheme.*'rms_lns'"):
         models.make_config(ARCHS["gqa"], "rms_lns", vocab_size=VOCAB, max_positions=SEQ)
@@ -397,17 +437,27 @@ def test_mix_ln_without_post_fraction_names_the_key():
     with pytest.raises(ValueError, match="mix_ln_post_fraction"):
         models.make_config(arch, "mix_ln", vocab_size=VOCAB, max_positions=SEQ)
     # other schemes do not need it
-    assert models.make_config(arch, "pre_ln", vocab_size=VOCAB,
-                              max_positions=SEQ).mix_ln_post_layers == 0
+    assert (
+        models.make_config(arch, "pre_ln", vocab_size=VOCAB, max_positions=SEQ).mix_ln_post_layers
+        == 0
+    )
 
 
 def test_deepnorm_variant_outside_deepnorm_or_unknown_names_the_key():
     with pytest.raises(ValueError, match="deepnorm_variant: has no effect for norm_scheme post_ln"):
-        models.make_config(dict(ARCHS["gqa"], deepnorm_variant="deepnet"), "post_ln",
-                           vocab_size=VOCAB, max_positions=SEQ)
+        models.make_config(
+            dict(ARCHS["gqa"], deepnorm_variant="deepnet"),
+            "post_ln",
+            vocab_size=VOCAB,
+            max_positions=SEQ,
+        )
     with pytest.raises(ValueError, match="deepnorm_variant: unknown variant 'deepnorm'"):
-        models.make_config(dict(ARCHS["gqa"], deepnorm_variant="deepnorm"), "deepnorm",
-                           vocab_size=VOCAB, max_positions=SEQ)
+        models.make_config(
+            dict(ARCHS["gqa"], deepnorm_variant="deepnorm"),
+            "deepnorm",
+            vocab_size=VOCAB,
+            max_positions=SEQ,
+        )
 
 
 def test_mix_ln_post_layers_out_of_range_names_the_key():

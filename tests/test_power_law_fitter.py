@@ -5,7 +5,6 @@ by groups and held-out validation with caller-given units."""
 import numpy as np
 import pandas as pd
 import pytest
-
 from depthlab import power_law_fitter
 from depthlab.power_law_fitter import FitSettings, Law
 
@@ -20,11 +19,14 @@ def two_terms(p, u, v):
 
 
 def grid_points(noise=0.0, seed=0):
-    u, v = (a.reshape(-1) for a in np.meshgrid(np.geomspace(1, 100, 8), np.geomspace(2, 50, 6),
-                                               indexing="ij"))
-    loss = two_terms(TRUE, u, v) * np.exp(noise * np.random.default_rng(seed).standard_normal(
-        len(u)))
-    group = np.repeat(np.arange(8), 6)      # the 6 points of each u value move together
+    u, v = (
+        a.reshape(-1)
+        for a in np.meshgrid(np.geomspace(1, 100, 8), np.geomspace(2, 50, 6), indexing="ij")
+    )
+    loss = two_terms(TRUE, u, v) * np.exp(
+        noise * np.random.default_rng(seed).standard_normal(len(u))
+    )
+    group = np.repeat(np.arange(8), 6)  # the 6 points of each u value move together
     return pd.DataFrame({"u": u, "v": v, "loss": loss, "group": group})
 
 
@@ -34,8 +36,7 @@ def test_fit_recovers_a_two_term_law_and_predicts_with_the_formula():
     for name, value in TRUE.items():
         assert result.estimates[name] == pytest.approx(value, rel=1e-6), name
     new = pd.DataFrame({"u": [1.5, 300.0], "v": [7.0, 1.1]})
-    np.testing.assert_allclose(result.predict(new), two_terms(TRUE, new["u"], new["v"]),
-                               rtol=1e-6)
+    np.testing.assert_allclose(result.predict(new), two_terms(TRUE, new["u"], new["v"]), rtol=1e-6)
     assert np.max(np.abs(result.residuals)) < 1e-8
     assert result.parameters_at_bounds() == [] and result.negligible_terms() == []
     assert TWO_TERMS.parameter_names == ("p", "a", "q", "b", "F")
@@ -44,7 +45,7 @@ def test_fit_recovers_a_two_term_law_and_predicts_with_the_formula():
 def test_floorless_one_term_fit_is_log_log_least_squares():
     rng = np.random.default_rng(3)
     x = np.array([2.0, 4.0, 8.0, 16.0, 32.0])
-    loss = 2.5 / x ** 0.8 * np.exp(0.05 * rng.standard_normal(5))
+    loss = 2.5 / x**0.8 * np.exp(0.05 * rng.standard_normal(5))
     law = Law("power", "L = c/x^a", ("x",), ("c",), ("a",), None)
     result = power_law_fitter.fit_law(pd.DataFrame({"x": x, "loss": loss}), law, FAST)
     slope, intercept = np.polyfit(np.log(x), np.log(loss), 1)
@@ -68,7 +69,9 @@ def test_bootstrap_on_exact_points_gives_zero_width_intervals_at_the_truth():
     frame = grid_points()
     result = power_law_fitter.fit_law(frame, TWO_TERMS, FAST)
     for groups in (None, frame["group"].to_numpy()):
-        boot = power_law_fitter.bootstrap(result, resamples=20, confidence=0.9, seed=1, groups=groups)
+        boot = power_law_fitter.bootstrap(
+            result, resamples=20, confidence=0.9, seed=1, groups=groups
+        )
         assert boot["failures"] == 0 and len(boot["samples"]) == 20
         for name, value in TRUE.items():
             assert boot["intervals"][name]["low"] == pytest.approx(value, rel=1e-5)
@@ -84,25 +87,43 @@ def test_held_out_validation_with_caller_given_units():
     frame = grid_points(noise=0.002, seed=4)
     sizes = frame["u"].to_numpy()
     report = power_law_fitter.held_out_validation(
-        frame, TWO_TERMS, FAST, random_groups=frame["group"].to_numpy(),
-        extrapolation_groups=frame["group"].to_numpy(), sizes=sizes, random_splits=2,
-        test_fraction=0.25, extrapolation_train_fraction=0.75, seed=0)
+        frame,
+        TWO_TERMS,
+        FAST,
+        random_groups=frame["group"].to_numpy(),
+        extrapolation_groups=frame["group"].to_numpy(),
+        sizes=sizes,
+        random_splits=2,
+        test_fraction=0.25,
+        extrapolation_train_fraction=0.75,
+        seed=0,
+    )
     for split in report["random"]:
-        assert split["n_test"] == 12 and split["n_train"] == 36   # 2 of 8 groups of 6 points
+        assert split["n_test"] == 12 and split["n_train"] == 36  # 2 of 8 groups of 6 points
         assert split["rmse_log_test"] < 0.01
     extra = report["extrapolation"]
-    assert extra["n_train"] == 36 and extra["n_test"] == 12       # the 6 smallest u values
+    assert extra["n_train"] == 36 and extra["n_test"] == 12  # the 6 smallest u values
     assert extra["size_cut"] == pytest.approx(sorted(set(sizes))[5])
     assert extra["rmse_log_test"] < 0.01
 
 
 def test_settings_from_config_ignore_keys_that_are_not_fit_settings():
-    settings = FitSettings.from_config({
-        "law": "decomposed", "objective": "huber", "depth_offset": 1.0, "exponent_bounds": [0, 3],
-        "start_grid": {"exponents": [1.0], "term_fractions": [0.1], "floor_fractions": [0.5]}})
-    assert settings == FitSettings(objective="huber", exponent_bounds=(0, 3),
-                                   start_exponents=(1.0,), start_term_fractions=(0.1,),
-                                   start_floor_fractions=(0.5,))
+    settings = FitSettings.from_config(
+        {
+            "law": "decomposed",
+            "objective": "huber",
+            "depth_offset": 1.0,
+            "exponent_bounds": [0, 3],
+            "start_grid": {"exponents": [1.0], "term_fractions": [0.1], "floor_fractions": [0.5]},
+        }
+    )
+    assert settings == FitSettings(
+        objective="huber",
+        exponent_bounds=(0, 3),
+        start_exponents=(1.0,),
+        start_term_fractions=(0.1,),
+        start_floor_fractions=(0.5,),
+    )
     with pytest.raises(ValueError, match="optimizer"):
         FitSettings(optimizer="adam")
 

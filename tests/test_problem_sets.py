@@ -11,21 +11,34 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from depthlab import data as data_lib
 from depthlab.problem_scoring import accuracy_table, evaluate_problems, problem_batches
-from depthlab.problem_sets import (LETTERS, RELATIONS, build_tokenizer, evaluation_problems,
-                               read_problems, relation_tables, sample_problems,
-                               validate_problem_settings, write_problem_set)
+from depthlab.problem_sets import (
+    LETTERS,
+    RELATIONS,
+    build_tokenizer,
+    evaluation_problems,
+    read_problems,
+    relation_tables,
+    sample_problems,
+    validate_problem_settings,
+    write_problem_set,
+)
 from tiny_models import Oracle
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
-SPEC = {"families": {"arithmetic": {"levels": [1, 2, 3, 4]},
-                     "hops": {"levels": [1, 2, 3], "relations": 3},
-                     "lookup": {"levels": [1, 2, 3], "table_pairs": 5}},
-        "train_problems": 400, "val_problems": 50, "eval_per_level": 20,
-        "level_weights": "uniform"}
+SPEC = {
+    "families": {
+        "arithmetic": {"levels": [1, 2, 3, 4]},
+        "hops": {"levels": [1, 2, 3], "relations": 3},
+        "lookup": {"levels": [1, 2, 3], "table_pairs": 5},
+    },
+    "train_problems": 400,
+    "val_problems": 50,
+    "eval_per_level": 20,
+    "level_weights": "uniform",
+}
 
 
 def solve(problem, seed):
@@ -46,7 +59,7 @@ def solve(problem, seed):
     table_words, query = " ".join(words).split(" ; ")
     pairs = [p.split(" > ") for p in table_words.split(" , ")]
     table = dict(pairs)
-    assert len(table) == len(pairs)          # every key once: one answer
+    assert len(table) == len(pairs)  # every key once: one answer
     start, _, hops, _ = query.split()
     entity = start
     for _ in range(int(hops)):
@@ -70,9 +83,8 @@ def test_answers_match_an_independent_solver():
 
 
 def test_folder_is_in_the_data_stage_format_and_pretrain_runs(tmp_path):
-    from transformers import AutoTokenizer
-
     from depthlab.training import pretrain
+    from transformers import AutoTokenizer
 
     spec = {**SPEC, "families": {"hops": SPEC["families"]["hops"]}}
     out = tmp_path / "problems"
@@ -90,16 +102,39 @@ def test_folder_is_in_the_data_stage_format_and_pretrain_runs(tmp_path):
         ids += tokenizer(text, add_special_tokens=False)["input_ids"] + [meta["eos_id"]]
     assert ids == np.asarray(data_lib.load_tokens(out, "val")).tolist()
     assert len(read_problems(out / "problems.jsonl")) == 3 * 20
-    decl = {"kind": "pretrain", "norm_scheme": "pre_ln",
-            "architecture": {"hidden_size": 16, "num_layers": 2, "num_heads": 2,
-                             "intermediate_size": 32},
-            "train": dict(seq_len=16, batch_size=4, steps=3, lr=1e-3, min_lr_ratio=0.1,
-                          warmup_steps=1, weight_decay=0.0, beta1=0.9, beta2=0.95,
-                          grad_clip=1.0, eval_every=3, log_spaced_evals=0, eval_batches=1,
-                          log_every=1, checkpoint_every=100, precision="fp32", init_std=0.02,
-                          micro_batch_size=None)}
-    summary = pretrain("p", decl, out, tmp_path / "model", tmp_path / "state", seed=0,
-                       threads=1, progress=False)
+    decl = {
+        "kind": "pretrain",
+        "norm_scheme": "pre_ln",
+        "architecture": {
+            "hidden_size": 16,
+            "num_layers": 2,
+            "num_heads": 2,
+            "intermediate_size": 32,
+        },
+        "train": dict(
+            seq_len=16,
+            batch_size=4,
+            steps=3,
+            lr=1e-3,
+            min_lr_ratio=0.1,
+            warmup_steps=1,
+            weight_decay=0.0,
+            beta1=0.9,
+            beta2=0.95,
+            grad_clip=1.0,
+            eval_every=3,
+            log_spaced_evals=0,
+            eval_batches=1,
+            log_every=1,
+            checkpoint_every=100,
+            precision="fp32",
+            init_std=0.02,
+            micro_batch_size=None,
+        ),
+    }
+    summary = pretrain(
+        "p", decl, out, tmp_path / "model", tmp_path / "state", seed=0, threads=1, progress=False
+    )
     assert np.isfinite(summary["final_val_loss"])
     assert (tmp_path / "model" / "tokenizer.json").is_file()
 
@@ -109,15 +144,18 @@ def test_greedy_evaluation_and_answer_positions():
     problems = evaluation_problems({**SPEC, "eval_per_level": 3}, seed=0)
     problems.append({"family": "arithmetic", "level": 9, "prompt": "1 + 2 =", "answer": "3 7"})
     bos = tokenizer.bos_token_id
-    sequences = [[bos] + tokenizer(f"{p['prompt']} {p['answer']}", add_special_tokens=False)
-                 ["input_ids"] for p in problems]
+    sequences = [
+        [bos] + tokenizer(f"{p['prompt']} {p['answer']}", add_special_tokens=False)["input_ids"]
+        for p in problems
+    ]
     oracle = Oracle(sequences, len(tokenizer))
     assert evaluate_problems(oracle, tokenizer, problems, batch_size=4).all()
     seven = tokenizer.convert_tokens_to_ids("7")
-    guess = evaluate_problems(Oracle(sequences, len(tokenizer), constant=seven), tokenizer,
-                              problems, batch_size=5)
+    guess = evaluate_problems(
+        Oracle(sequences, len(tokenizer), constant=seven), tokenizer, problems, batch_size=5
+    )
     expected = np.array([p["answer"] == "7" for p in problems])
-    assert (guess == expected).all() and not guess[-1]   # "3 7" needs two right tokens
+    assert (guess == expected).all() and not guess[-1]  # "3 7" needs two right tokens
     for batch in problem_batches(tokenizer, problems, batch_size=4):
         for row, index in enumerate(batch["prompt_ids"]):
             positions = batch["measure_mask"][row].nonzero().squeeze(1)
@@ -129,24 +167,37 @@ def test_greedy_evaluation_and_answer_positions():
 
 def test_bad_settings_name_their_key(tmp_path):
     validate_problem_settings(SPEC)
-    cases = [({"families": {"algebra": {"levels": [1]}}}, r"families\.algebra: unknown"),
-             ({"families": {"hops": {"levels": [0], "relations": 2}}}, r"hops\.levels"),
-             ({"families": {"hops": {"levels": [1], "relations": 9}}}, r"hops\.relations"),
-             ({"families": {"lookup": {"levels": [1, 4], "table_pairs": 3}}},
-              r"lookup\.table_pairs"),
-             ({"train_problems": 0}, r"depth_use\.problems\.train_problems")]
+    cases = [
+        ({"families": {"algebra": {"levels": [1]}}}, r"families\.algebra: unknown"),
+        ({"families": {"hops": {"levels": [0], "relations": 2}}}, r"hops\.levels"),
+        ({"families": {"hops": {"levels": [1], "relations": 9}}}, r"hops\.relations"),
+        ({"families": {"lookup": {"levels": [1, 4], "table_pairs": 3}}}, r"lookup\.table_pairs"),
+        ({"train_problems": 0}, r"depth_use\.problems\.train_problems"),
+    ]
     for change, pattern in cases:
         with pytest.raises(ValueError, match=pattern):
             validate_problem_settings({**SPEC, **change})
     script = REPO / "workflow_scripts" / "make_problems.py"
-    env_spec = {**SPEC, "out": str(tmp_path / "p"), "seed": 0,
-                "families": {"algebra": {"levels": [1]}}}
-    run = subprocess.run([sys.executable, str(script), "--spec", json.dumps(env_spec)],
-                         capture_output=True, text=True, cwd=REPO)
+    env_spec = {
+        **SPEC,
+        "out": str(tmp_path / "p"),
+        "seed": 0,
+        "families": {"algebra": {"levels": [1]}},
+    }
+    run = subprocess.run(
+        [sys.executable, str(script), "--spec", json.dumps(env_spec)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert run.returncode == 2 and "families.algebra" in run.stderr
     assert not (tmp_path / "p").exists()
     good = {**SPEC, "out": str(tmp_path / "p"), "seed": 0, "train_problems": 50}
-    run = subprocess.run([sys.executable, str(script), "--spec", json.dumps(good)],
-                         capture_output=True, text=True, cwd=REPO)
+    run = subprocess.run(
+        [sys.executable, str(script), "--spec", json.dumps(good)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert run.returncode == 0, run.stderr
     assert data_lib.read_meta(tmp_path / "p")["splits"]["train"]["documents"] == 50

@@ -14,22 +14,43 @@ import pandas as pd
 import pytest
 import torch
 import transformers as tf
-from tiny_models import VOCAB, build, random_batch
-
 from depthlab.architectures import adapt
 from depthlab.errors import PruningError
-from depthlab.layer_removal import (config_updates, export_pruned, model_loss, prune_copy,
-                                    pruned_view)
-from depthlab.pruning import (LossSweep, angular_block_choice, angular_removal, auto_depth,
-                              block_choice_table, check_prunable, deepest_removal, greedy_path,
-                              grid, validation_windows)
+from depthlab.layer_removal import (
+    config_updates,
+    export_pruned,
+    model_loss,
+    prune_copy,
+    pruned_view,
+)
+from depthlab.pruning import (
+    LossSweep,
+    angular_block_choice,
+    angular_removal,
+    auto_depth,
+    block_choice_table,
+    check_prunable,
+    deepest_removal,
+    greedy_path,
+    grid,
+    validation_windows,
+)
 from depthlab.pruning_stage import validate_pruning_settings
+from tiny_models import VOCAB, build, random_batch
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "workflow_scripts"
-FAMILIES = ("llama", "qwen2_sliding", "gpt2", "opt", "gpt_neox", "depthlab_lns",
-            "depthlab_mix_ln", "depthlab_deepnorm")
+FAMILIES = (
+    "llama",
+    "qwen2_sliding",
+    "gpt2",
+    "opt",
+    "gpt_neox",
+    "depthlab_lns",
+    "depthlab_mix_ln",
+    "depthlab_deepnorm",
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +66,18 @@ def make(family: str):
     if family == "qwen2_sliding":
         # alternating attention types: removal must slice config.layer_types with the layers
         torch.manual_seed(0)
-        config = tf.Qwen2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=4,
-                                num_attention_heads=4, num_key_value_heads=2,
-                                intermediate_size=48, max_position_embeddings=64,
-                                use_sliding_window=True, sliding_window=3,
-                                layer_types=["full_attention", "sliding_attention"] * 2)
+        config = tf.Qwen2Config(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=48,
+            max_position_embeddings=64,
+            use_sliding_window=True,
+            sliding_window=3,
+            layer_types=["full_attention", "sliding_attention"] * 2,
+        )
         config._attn_implementation = "eager"
         return tf.Qwen2ForCausalLM(config).eval()
     return build(family)
@@ -61,6 +89,7 @@ def skip_reference(model, removed, ids):
     layers = adapt(model).layers
     handles = []
     for index in removed:
+
         def identity(module, args, kwargs, output):
             hidden = args[0] if args else kwargs["hidden_states"]
             return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
@@ -95,8 +124,9 @@ def test_pruned_view_and_copy_equal_hook_skip(family):
         torch.testing.assert_close(viewed, reference, rtol=1e-5, atol=1e-6)
         copied = prune_copy(model, removed)
         with torch.no_grad():
-            torch.testing.assert_close(copied(input_ids=ids).logits, reference, rtol=1e-5,
-                                       atol=1e-6)
+            torch.testing.assert_close(
+                copied(input_ids=ids).logits, reference, rtol=1e-5, atol=1e-6
+            )
         # the view left the model as it was
         with torch.no_grad():
             torch.testing.assert_close(model(input_ids=ids).logits, full, rtol=0, atol=0)
@@ -111,19 +141,20 @@ def test_view_generates_with_renumbered_cache(family):
     ids = random_batch([6], seed=2)["input_ids"]
     copied = prune_copy(model, (1,))
     with pruned_view(model, (1,)) as view, torch.no_grad():
-        indices = [m.layer_idx for layer in adapt(view).layers for m in layer.modules()
-                   if isinstance(getattr(m, "layer_idx", None), int)]
+        indices = [
+            m.layer_idx
+            for layer in adapt(view).layers
+            for m in layer.modules()
+            if isinstance(getattr(m, "layer_idx", None), int)
+        ]
         assert sorted(set(indices)) == list(range(adapt(view).num_layers))
-        generated = view.generate(input_ids=ids, max_new_tokens=5, do_sample=False,
-                                  pad_token_id=0)
+        generated = view.generate(input_ids=ids, max_new_tokens=5, do_sample=False, pad_token_id=0)
     with torch.no_grad():
-        expected = copied.generate(input_ids=ids, max_new_tokens=5, do_sample=False,
-                                   pad_token_id=0)
+        expected = copied.generate(input_ids=ids, max_new_tokens=5, do_sample=False, pad_token_id=0)
     assert torch.equal(generated, expected)
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "opt", "depthlab_deepnorm",
-                                    "depthlab_lns"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "opt", "depthlab_deepnorm", "depthlab_lns"])
 def test_export_loads_without_missing_weights(family, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -135,8 +166,12 @@ def test_export_loads_without_missing_weights(family, tmp_path):
     assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
     assert loaded.config.num_hidden_layers == 2
     with torch.no_grad():
-        torch.testing.assert_close(loaded.eval()(input_ids=ids).logits,
-                                   skip_reference(model, (1,), ids), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            loaded.eval()(input_ids=ids).logits,
+            skip_reference(model, (1,), ids),
+            rtol=1e-4,
+            atol=1e-5,
+        )
     if family == "depthlab_lns":
         assert type(loaded).__name__ == "LlamaForCausalLM"  # LNS folded, kept layers' depth
 
@@ -144,32 +179,48 @@ def test_export_loads_without_missing_weights(family, tmp_path):
 def test_export_of_reference_deepnorm_keeps_its_constant_alpha(tmp_path):
     """The LNS reference DeepNorm's alpha does not depend on depth: the export must not rescale
     the kept layers to the DeepNet alpha of the pruned depth."""
-    from transformers import AutoModelForCausalLM
-
     from depthlab.models import build_model, make_config
     from tiny_models import FFN, HEADS, HIDDEN, LAYERS, POSITIONS
+    from transformers import AutoModelForCausalLM
 
-    config = make_config(dict(hidden_size=HIDDEN, num_layers=LAYERS, num_heads=HEADS,
-                              intermediate_size=FFN, deepnorm_variant="lns_reference"),
-                         "deepnorm", vocab_size=VOCAB, max_positions=POSITIONS)
+    config = make_config(
+        dict(
+            hidden_size=HIDDEN,
+            num_layers=LAYERS,
+            num_heads=HEADS,
+            intermediate_size=FFN,
+            deepnorm_variant="lns_reference",
+        ),
+        "deepnorm",
+        vocab_size=VOCAB,
+        max_positions=POSITIONS,
+    )
     config._attn_implementation = "eager"
     model = build_model(config, 0).eval()
     ids = random_batch([10], seed=3)["input_ids"]
     export_pruned(model, (1,), tmp_path)
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids=ids).logits,
-                                   skip_reference(model, (1,), ids), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            loaded(input_ids=ids).logits, skip_reference(model, (1,), ids), rtol=1e-4, atol=1e-5
+        )
 
 
 def test_config_updates_slice_and_recount():
-    config = tf.Qwen2Config(num_hidden_layers=6, max_window_layers=3,
-                            layer_types=["full_attention"] * 3 + ["sliding_attention"] * 3)
+    config = tf.Qwen2Config(
+        num_hidden_layers=6,
+        max_window_layers=3,
+        layer_types=["full_attention"] * 3 + ["sliding_attention"] * 3,
+    )
     updates = config_updates(config, [0, 2, 4, 5], 6)
     assert updates["num_hidden_layers"] == 4
     assert updates["max_window_layers"] == 2  # kept layers 0 and 2 lie below the old boundary
-    assert updates["layer_types"] == ["full_attention", "full_attention",
-                                      "sliding_attention", "sliding_attention"]
+    assert updates["layer_types"] == [
+        "full_attention",
+        "full_attention",
+        "sliding_attention",
+        "sliding_attention",
+    ]
 
 
 # ------------------------------------------------------------------ loss sweep with reuse
@@ -219,8 +270,11 @@ def test_greedy_first_step_is_the_best_single_layer():
     assert path[0]["removed"] == (int(np.argmin(singles)),)
     assert path[0]["loss"] == pytest.approx(min(singles), rel=1e-6)
     # step 2 extends step 1 by the best remaining layer
-    pairs = {l: rebuild_loss(model, tuple(sorted(path[0]["removed"] + (l,))), windows)
-             for l in range(3) if l not in path[0]["removed"]}
+    pairs = {
+        l: rebuild_loss(model, tuple(sorted(path[0]["removed"] + (l,))), windows)
+        for l in range(3)
+        if l not in path[0]["removed"]
+    }
     assert path[1]["layer"] == min(pairs, key=pairs.get)
 
 
@@ -252,9 +306,13 @@ def test_deepest_keeps_the_last_layer():
 
 
 def test_auto_depth_on_a_hand_made_table():
-    table = pd.DataFrame({"n": [0, 1, 2, 3, 4, 5],
-                          "val_loss": [2.0, 2.05, 2.1, 2.3, 2.15, 3.0],
-                          "acc": [0.60, 0.61, 0.58, 0.56, 0.57, 0.30]})
+    table = pd.DataFrame(
+        {
+            "n": [0, 1, 2, 3, 4, 5],
+            "val_loss": [2.0, 2.05, 2.1, 2.3, 2.15, 3.0],
+            "acc": [0.60, 0.61, 0.58, 0.56, 0.57, 0.30],
+        }
+    )
     assert auto_depth(table, "val_loss", 0.1, higher_is_better=False)["n"] == 2
     # n = 4 is within tolerance again, but n = 3 broke it: the drop must *stay* within
     assert auto_depth(table, "val_loss", 0.3, higher_is_better=False)["n"] == 4
@@ -277,11 +335,13 @@ def test_validation_names_the_key(pruning_spec):
     with pytest.raises(ValueError, match=r"pruning\.strategies: unknown strategy 'random'"):
         validate_pruning_settings(settings(strategies=["angular", "random"]), 12)
     with pytest.raises(ValueError, match=r"pruning\.speed\.n_grid"):
-        validate_pruning_settings(settings(speed={**pruning_spec["speed"],
-                                                  "strategy": "angular", "n_grid": [20]}), 12)
+        validate_pruning_settings(
+            settings(speed={**pruning_spec["speed"], "strategy": "angular", "n_grid": [20]}), 12
+        )
     with pytest.raises(ValueError, match=r"pruning\.export\[0\]\.metric"):
-        validate_pruning_settings(settings(export=[{"strategy": "angular",
-                                                    "metric": "mean_acc"}]), 12)
+        validate_pruning_settings(
+            settings(export=[{"strategy": "angular", "metric": "mean_acc"}]), 12
+        )
     with pytest.raises(ValueError, match=r"pruning\.healing\.rank"):
         validate_pruning_settings(settings(healing={**pruning_spec["healing"], "rank": 0}), 12)
     with pytest.raises(ValueError, match=r"pruning\.n_grid: block size 3 is outside"):
@@ -307,27 +367,55 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     L = run["num_layers"]
     out = tmp_path / "pruning" / "m"
     spec = {
-        **pruning_spec, "model_name": "m", "model": str(run["model"]),
-        "analysis": str(run["analysis"]), "data": str(run["data"]), "tasks": str(run["tasks"]),
-        "datasets_cache": str(tmp_path / "cache"), "out": str(out), "seed": 0,
-        "device": "cpu", "dtype": "float32", "strategies": ["angular", "deepest", "greedy"],
-        "n_grid": None, "val": {"windows": 8, "seq_len": 32, "batch_size": 4},
-        "lm_eval": {"enabled": True, "tasks": None, "n_grid": [2], "single_layer": True,
-                    "batch_size": 32, "bootstrap_iters": 100, "metric": "acc"},
+        **pruning_spec,
+        "model_name": "m",
+        "model": str(run["model"]),
+        "analysis": str(run["analysis"]),
+        "data": str(run["data"]),
+        "tasks": str(run["tasks"]),
+        "datasets_cache": str(tmp_path / "cache"),
+        "out": str(out),
+        "seed": 0,
+        "device": "cpu",
+        "dtype": "float32",
+        "strategies": ["angular", "deepest", "greedy"],
+        "n_grid": None,
+        "val": {"windows": 8, "seq_len": 32, "batch_size": 4},
+        "lm_eval": {
+            "enabled": True,
+            "tasks": None,
+            "n_grid": [2],
+            "single_layer": True,
+            "batch_size": 32,
+            "bootstrap_iters": 100,
+            "metric": "acc",
+        },
         "healing": {**pruning_spec["healing"], "enabled": False},
         "auto_depth": {"tolerances": {"val_loss": 0.5, "mean_acc": 0.1}},
         "export": [{"strategy": "angular", "metric": "val_loss"}],
-        "speed": {"enabled": True, "strategy": "deepest", "n_grid": [1, 2], "batch_size": 2,
-                  "prompt_length": 8, "new_tokens": 4, "repeats": 1},
+        "speed": {
+            "enabled": True,
+            "strategy": "deepest",
+            "n_grid": [1, 2],
+            "batch_size": 2,
+            "prompt_length": 8,
+            "new_tokens": 4,
+            "repeats": 1,
+        },
     }
-    result = subprocess.run([sys.executable, str(SCRIPTS / "prune_model.py"), "--spec",
-                             json.dumps(spec)], capture_output=True, text=True, timeout=300,
-                            cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "prune_model.py"), "--spec", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     sweep = pd.read_csv(out / "sweep.csv")
     blocks = pd.read_csv(out / "block_choice.csv")
-    distance = pd.read_csv(run["analysis"] / "angular_distance_last.csv") \
-        .drop(columns="layer").to_numpy()
+    distance = (
+        pd.read_csv(run["analysis"] / "angular_distance_last.csv").drop(columns="layer").to_numpy()
+    )
     for n, l_star, _ in blocks.itertuples(index=False):
         assert l_star == int(np.argmin([distance[i, i + n] for i in range(L + 1 - n)]))
         row = sweep[(sweep["strategy"] == "angular") & (sweep["n"] == n)].iloc[0]
@@ -345,22 +433,40 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
         assert record["num_layers"] == L - export["n"]
 
     figures = {k: str(tmp_path / f"{k}.png") for k in ("delta_p", "sweep", "speedup")}
-    plot = {"prunings": {"m": str(out)}, "labels": {"m": "Pre-LN"}, "metric": "acc",
-            "chance": 0.25, "run_name": "test", "figures": figures}
-    result = subprocess.run([sys.executable, str(SCRIPTS / "plot_pruning.py"), "--spec",
-                             json.dumps(plot)], capture_output=True, text=True, timeout=120,
-                            cwd=REPO)
+    plot = {
+        "prunings": {"m": str(out)},
+        "labels": {"m": "Pre-LN"},
+        "metric": "acc",
+        "chance": 0.25,
+        "run_name": "test",
+        "figures": figures,
+    }
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "plot_pruning.py"), "--spec", json.dumps(plot)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     for path in figures.values():
         assert Path(path).stat().st_size > 1000
-        assert Path(path).with_suffix("").with_name(Path(path).stem + ".provenance.json") \
-            .is_file()
+        assert Path(path).with_suffix("").with_name(Path(path).stem + ".provenance.json").is_file()
 
     # bad input: a missing task file is named, with no traceback
     (run["tasks"] / "depthlab_continuation.jsonl").unlink()
-    result = subprocess.run([sys.executable, str(SCRIPTS / "prune_model.py"), "--spec",
-                             json.dumps({**spec, "out": str(tmp_path / "other")})],
-                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPTS / "prune_model.py"),
+            "--spec",
+            json.dumps({**spec, "out": str(tmp_path / "other")}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert result.returncode == 2
     assert "depthlab_continuation.jsonl does not exist" in result.stderr
     assert "Traceback" not in result.stderr

@@ -18,7 +18,6 @@ import shlex
 import subprocess
 
 import pytest
-
 from local_snakemake import ROOT, fresh_checkout, local_env
 
 SKIPPED_PREFIXES = ("python3 -m venv .venv", ".venv/bin/pip install")
@@ -29,8 +28,12 @@ pytestmark = pytest.mark.workflow
 
 def readme_commands() -> list[str]:
     blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    return [line.strip() for block in blocks for line in block.splitlines()
-            if line.strip() and not line.strip().startswith("#")]
+    return [
+        line.strip()
+        for block in blocks
+        for line in block.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
 
 
 def as_run(command: str) -> list[list[str]]:
@@ -41,12 +44,14 @@ def as_run(command: str) -> list[list[str]]:
             continue
         tokens = shlex.split(part, comments=True)
         if not tokens[0].endswith("snakemake") and any(
-                token.startswith("results/default/") for token in tokens):
+            token.startswith("results/default/") for token in tokens
+        ):
             continue
         if tokens[0].endswith("snakemake"):
-            target = tokens[tokens.index("--") + 1:] if "--" in tokens else []
-            real = ("--configfile=config/test.yaml" in tokens and target) or \
-                LISTING_OPTIONS & set(tokens)
+            target = tokens[tokens.index("--") + 1 :] if "--" in tokens else []
+            real = ("--configfile=config/test.yaml" in tokens and target) or LISTING_OPTIONS & set(
+                tokens
+            )
             if not real:
                 tokens.insert(1, "--dry-run")
         elif tokens[1:3] == ["-m", "pytest"]:
@@ -57,18 +62,30 @@ def as_run(command: str) -> list[list[str]]:
 
 def test_as_run_dry_runs_all_but_test_config_targets():
     """The exception rules themselves, on the command shapes the README uses."""
-    assert as_run("python3 -m venv .venv && .venv/bin/pip install -q -r requirements.txt && "
-                  ".venv/bin/snakemake --cores all") == [[".venv/bin/snakemake", "--dry-run",
-                                                          "--cores", "all"]]
-    assert as_run(".venv/bin/snakemake --cores all --configfile=config/test.yaml -- "
-                  "results/test/models/lns   # a model") == [[
-                      ".venv/bin/snakemake", "--cores", "all", "--configfile=config/test.yaml",
-                      "--", "results/test/models/lns"]]
-    assert as_run(".venv/bin/snakemake --cores all --configfile=config/test.yaml")[0][1] == \
-        "--dry-run"
+    assert as_run(
+        "python3 -m venv .venv && .venv/bin/pip install -q -r requirements.txt && "
+        ".venv/bin/snakemake --cores all"
+    ) == [[".venv/bin/snakemake", "--dry-run", "--cores", "all"]]
+    assert as_run(
+        ".venv/bin/snakemake --cores all --configfile=config/test.yaml -- "
+        "results/test/models/lns   # a model"
+    ) == [
+        [
+            ".venv/bin/snakemake",
+            "--cores",
+            "all",
+            "--configfile=config/test.yaml",
+            "--",
+            "results/test/models/lns",
+        ]
+    ]
+    assert (
+        as_run(".venv/bin/snakemake --cores all --configfile=config/test.yaml")[0][1] == "--dry-run"
+    )
     assert as_run(".venv/bin/python workflow_scripts/x.py results/default/figures/a.png") == []
-    assert as_run(".venv/bin/python -m pytest -q") == [[".venv/bin/python", "-m", "pytest", "-q",
-                                                        "--collect-only"]]
+    assert as_run(".venv/bin/python -m pytest -q") == [
+        [".venv/bin/python", "-m", "pytest", "-q", "--collect-only"]
+    ]
 
 
 def test_every_readme_command_runs_as_written(tmp_path):
@@ -78,15 +95,22 @@ def test_every_readme_command_runs_as_written(tmp_path):
     assert any("workflow_scripts/" in c and "--job" in c for c in commands)
     checkout = fresh_checkout(tmp_path / "clone")
     (checkout / ".venv").symlink_to(ROOT / ".venv")
-    env = {**local_env(), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {
+        **local_env(),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
     for command in commands:
         for tokens in as_run(command):
-            result = subprocess.run(tokens, cwd=checkout, capture_output=True, text=True,
-                                    timeout=300, env=env)
+            result = subprocess.run(
+                tokens, cwd=checkout, capture_output=True, text=True, timeout=300, env=env
+            )
             assert result.returncode == 0, (
                 f"README command failed: {command}\nran: {shlex.join(tokens)}\n"
-                f"{(result.stdout + result.stderr)[-3000:]}")
+                f"{(result.stdout + result.stderr)[-3000:]}"
+            )
     # the by-hand job wrote its fit: the README's commands really ran
     assert (checkout / "results" / "test" / "scaling" / "chinchilla_liu" / "fit.json").is_file()
     assert os.path.islink(checkout / ".venv")

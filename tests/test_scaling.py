@@ -11,25 +11,48 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-
 from depthlab.config import ConfigError, load_config, merge_fit_spec, resolve
 from depthlab.power_law_fitter import FitSettings, resample_indices
 from depthlab.pretrain_runs import non_embedding_params
-from depthlab.scaling_fits import (architecture_ids, bootstrap, collect_sweep_points,
-                              drop_highest_losses, fit_chinchilla_law, fit_depth_law,
-                              held_out_validation, load_points, run_fit)
+from depthlab.scaling_fits import (
+    architecture_ids,
+    bootstrap,
+    collect_sweep_points,
+    drop_highest_losses,
+    fit_chinchilla_law,
+    fit_depth_law,
+    held_out_validation,
+    load_points,
+    run_fit,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow_scripts"
 CHINCHILLA = ROOT / "data" / "chinchilla" / "chinchilla_points.csv"
-CHINCHILLA_COLUMNS = {"width": "d_model", "depth": "n_layers", "tokens": "tokens", "loss": "loss",
-                      "params": "params"}
-TRUE_DECOMPOSED = {"c_m": 300.0, "a_m": 1.0, "c_l": 5.0, "a_l": 1.2, "c_D": 500.0, "a_D": 0.3,
-                   "L0": 1.7}
+CHINCHILLA_COLUMNS = {
+    "width": "d_model",
+    "depth": "n_layers",
+    "tokens": "tokens",
+    "loss": "loss",
+    "params": "params",
+}
+TRUE_DECOMPOSED = {
+    "c_m": 300.0,
+    "a_m": 1.0,
+    "c_l": 5.0,
+    "a_l": 1.2,
+    "c_D": 500.0,
+    "a_D": 0.3,
+    "L0": 1.7,
+}
 TRUE_REFERENCE = {"A": 400.0, "alpha": 0.34, "B": 1500.0, "beta": 0.36, "E": 1.8}
 # The grid the tests fit with: small, so each fit takes a fraction of a second.
-FAST = dict(start_exponents=(0.5, 1.0, 2.0), start_term_fractions=(0.03, 0.3),
-            start_floor_fractions=(0.5, 0.9), n_refine=4)
+FAST = dict(
+    start_exponents=(0.5, 1.0, 2.0),
+    start_term_fractions=(0.03, 0.3),
+    start_floor_fractions=(0.5, 0.9),
+    n_refine=4,
+)
 
 
 def decomposed_law(p, m, l, d):
@@ -40,18 +63,24 @@ def decomposed_law(p, m, l, d):
 def synthetic_sweep(noise: float, seed: int = 0, depth_offset: float = 0.0) -> pd.DataFrame:
     widths, depths = [256, 512, 1024, 2048], [4, 8, 16, 32]
     tokens = np.geomspace(1e8, 1e10, 12)
-    m, l, d = (a.reshape(-1).astype(float) for a in np.meshgrid(widths, depths, tokens,
-                                                                 indexing="ij"))
+    m, l, d = (
+        a.reshape(-1).astype(float) for a in np.meshgrid(widths, depths, tokens, indexing="ij")
+    )
     loss = decomposed_law(TRUE_DECOMPOSED, m, l - depth_offset, d)
     rng = np.random.default_rng(seed)
     loss = loss * np.exp(noise * rng.standard_normal(len(loss)))
-    return pd.DataFrame({"row": np.arange(len(m)), "width": m, "depth": l, "tokens": d,
-                         "loss": loss})
+    return pd.DataFrame(
+        {"row": np.arange(len(m)), "width": m, "depth": l, "tokens": d, "loss": loss}
+    )
 
 
 def synthetic_reference(noise: float, seed: int = 0) -> pd.DataFrame:
-    n, d = (a.reshape(-1) for a in np.meshgrid(np.geomspace(5e7, 1e10, 10),
-                                               np.geomspace(1e9, 3e11, 10), indexing="ij"))
+    n, d = (
+        a.reshape(-1)
+        for a in np.meshgrid(
+            np.geomspace(5e7, 1e10, 10), np.geomspace(1e9, 3e11, 10), indexing="ij"
+        )
+    )
     p = TRUE_REFERENCE
     loss = p["E"] + p["A"] / n ** p["alpha"] + p["B"] / d ** p["beta"]
     loss = loss * np.exp(noise * np.random.default_rng(seed).standard_normal(len(loss)))
@@ -68,7 +97,7 @@ def test_decomposed_fit_recovers_exponents_inside_bootstrap_intervals():
         assert interval["low"] < TRUE_DECOMPOSED[name] < interval["high"], (name, interval)
         assert interval["high"] - interval["low"] < 0.5 * TRUE_DECOMPOSED[name], name
     # residuals are the noise we put in (1% in log space)
-    assert 0.007 < np.sqrt(np.mean(result.residuals ** 2)) < 0.013
+    assert 0.007 < np.sqrt(np.mean(result.residuals**2)) < 0.013
 
 
 def test_reference_fit_recovers_exponents_inside_bootstrap_intervals():
@@ -82,8 +111,10 @@ def test_reference_fit_recovers_exponents_inside_bootstrap_intervals():
 
 def test_huber_and_least_squares_agree_on_clean_data():
     frame = synthetic_sweep(noise=0.0)
-    fits = {objective: fit_depth_law(frame, FitSettings(objective=objective, **FAST)).estimates
-            for objective in ("least_squares", "huber")}
+    fits = {
+        objective: fit_depth_law(frame, FitSettings(objective=objective, **FAST)).estimates
+        for objective in ("least_squares", "huber")
+    }
     for name, true in TRUE_DECOMPOSED.items():
         assert fits["least_squares"][name] == pytest.approx(true, rel=1e-4), name
         assert fits["huber"][name] == pytest.approx(fits["least_squares"][name], rel=1e-4), name
@@ -112,16 +143,16 @@ def test_unidentified_terms_are_reported_at_their_bounds():
     # two depths only, loss independent of depth: the depth term cannot be identified
     frame = synthetic_sweep(noise=0.0)
     frame = frame[frame["depth"].isin([4, 8])].copy()
-    frame["loss"] = (TRUE_DECOMPOSED["c_m"] / frame["width"] + 500.0 / frame["tokens"] ** 0.3
-                     + 1.7)
+    frame["loss"] = TRUE_DECOMPOSED["c_m"] / frame["width"] + 500.0 / frame["tokens"] ** 0.3 + 1.7
     result = fit_depth_law(frame, FitSettings(exponent_bounds=(0.0, 3.0), **FAST))
     assert result.negligible_terms() == ["c_l"], result.estimates
     assert result.estimates["a_m"] == pytest.approx(1.0, rel=1e-4)
     # depth truly matters in the full grid: nothing is switched off or pinned
     full = fit_depth_law(synthetic_sweep(noise=0.0), FitSettings(**FAST))
     assert full.negligible_terms() == [] and full.parameters_at_bounds() == []
-    pinned = fit_depth_law(synthetic_sweep(noise=0.0),
-                           FitSettings(exponent_bounds=(0.0, 0.9), **FAST))
+    pinned = fit_depth_law(
+        synthetic_sweep(noise=0.0), FitSettings(exponent_bounds=(0.0, 0.9), **FAST)
+    )
     assert "a_m" in pinned.parameters_at_bounds()  # the true a_m = 1 is outside the bounds
 
 
@@ -170,7 +201,8 @@ def test_fewer_points_than_parameters_is_a_clear_error():
 def test_bad_points_name_the_column_and_row(tmp_path):
     path = tmp_path / "points.csv"
     pd.DataFrame({"m": [64, 128], "l": [2, 4], "D": [1e6, 0.0], "L": [5.0, 4.0]}).to_csv(
-        path, index=False)
+        path, index=False
+    )
     columns = {"width": "m", "depth": "l", "tokens": "D", "loss": "L"}
     frame = load_points(path, columns)
     with pytest.raises(ValueError, match="'tokens' must be finite and positive \\(row 1"):
@@ -212,8 +244,15 @@ def test_architecture_bootstrap_resamples_whole_width_depth_pairs():
 
 def test_held_out_validation_random_and_small_to_large():
     frame = synthetic_sweep(noise=0.005, seed=5)
-    report = held_out_validation(frame, "decomposed", FitSettings(**FAST), random_splits=2,
-                                 test_fraction=0.25, extrapolation_train_fraction=0.75, seed=0)
+    report = held_out_validation(
+        frame,
+        "decomposed",
+        FitSettings(**FAST),
+        random_splits=2,
+        test_fraction=0.25,
+        extrapolation_train_fraction=0.75,
+        seed=0,
+    )
     for split in report["random"]:
         assert split["n_test"] == 48 and split["n_train"] == 144
         assert split["rmse_log_test"] < 0.01  # the noise level: the law generalises
@@ -221,7 +260,7 @@ def test_held_out_validation_random_and_small_to_large():
     assert extra["n_train"] == 144 and extra["n_test"] == 48  # 12 of 16 architectures
     assert extra["rmse_log_test"] < 0.01
     # the size cut: the 12th smallest of the 16 architectures by l m^2
-    sizes = sorted(l * m ** 2 for l, m in set(zip(frame["depth"], frame["width"])))
+    sizes = sorted(l * m**2 for l, m in set(zip(frame["depth"], frame["width"])))
     assert extra["size_cut"] == pytest.approx(sizes[11])
 
 
@@ -240,9 +279,16 @@ def test_besiroglu_protocol_reproduces_their_published_estimates():
 def test_liu_protocol_on_chinchilla_matches_the_paper():
     """Liu et al. (2026): a_l = 1.2 +- 0.3, a_m ~ 1, a_D ~ 0.3 on the Chinchilla points."""
     points = load_points(CHINCHILLA, CHINCHILLA_COLUMNS)
-    record, samples = run_fit(points, {"law": "decomposed", "drop_highest": 40,
-                                       "ties": "inclusive", "bootstrap": {"resamples": 50},
-                                       "validation": {"random_splits": 1}})
+    record, samples = run_fit(
+        points,
+        {
+            "law": "decomposed",
+            "drop_highest": 40,
+            "ties": "inclusive",
+            "bootstrap": {"resamples": 50},
+            "validation": {"random_splits": 1},
+        },
+    )
     est = record["estimates"]
     assert record["n_points_used"] == 203 and record["n_dropped"] == 42
     assert abs(est["a_l"] - 1.2) < 0.3
@@ -253,22 +299,33 @@ def test_liu_protocol_on_chinchilla_matches_the_paper():
     # each recorded residual is log L - log L_hat, L_hat from the paper's formula
     point = record["points"][0]
     assert point["residual_log"] == pytest.approx(
-        np.log(point["loss"]) - np.log(decomposed_law(est, point["width"], point["depth"],
-                                                      point["tokens"])), abs=1e-9)
+        np.log(point["loss"])
+        - np.log(decomposed_law(est, point["width"], point["depth"], point["tokens"])),
+        abs=1e-9,
+    )
     json.dumps(record, allow_nan=False)  # strict JSON
 
 
 def write_model_dir(path: Path, width: int, depth: int, val_rows) -> None:
     path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({
-        "hidden_size": width, "num_hidden_layers": depth, "num_attention_heads": width // 16,
-        "num_key_value_heads": width // 16, "intermediate_size": 2 * width}))
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "hidden_size": width,
+                "num_hidden_layers": depth,
+                "num_attention_heads": width // 16,
+                "num_key_value_heads": width // 16,
+                "intermediate_size": 2 * width,
+            }
+        )
+    )
     rows = [(0, 0, "val", 9.0, 0.0, 0.0)]  # a step-0 eval: log D undefined, skipped
     for step, (tokens, loss) in enumerate(val_rows, start=1):
         rows.append((step, tokens, "train", loss + 0.1, 1e-3, step))
         rows.append((step, tokens, "val", loss, 1e-3, step))
     pd.DataFrame(rows, columns=["step", "tokens", "split", "loss", "lr", "wall_s"]).to_csv(
-        path / "train_log.csv", index=False)
+        path / "train_log.csv", index=False
+    )
 
 
 def test_collect_sweep_points_reads_val_rows_and_architecture(tmp_path):
@@ -288,8 +345,14 @@ def test_collect_sweep_points_reads_val_rows_and_architecture(tmp_path):
 def test_non_embedding_params_matches_a_real_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=176,
-                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2)
+    config = LlamaConfig(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     model = LlamaForCausalLM(config)
     embedding = model.model.embed_tokens.weight.numel() + model.lm_head.weight.numel()
     expected = sum(p.numel() for p in model.parameters()) - embedding
@@ -297,10 +360,14 @@ def test_non_embedding_params_matches_a_real_llama():
 
 
 def run_script(*args, timeout=120):
-    result = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True,
-                            text=True, timeout=timeout,
-                            env={"PYTHONPATH": str(SCRIPTS), "OMP_NUM_THREADS": "1",
-                                 "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"PYTHONPATH": str(SCRIPTS), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 
@@ -308,16 +375,26 @@ def run_script(*args, timeout=120):
 def test_fit_and_plot_scripts_on_a_csv_with_its_own_column_names(tmp_path):
     frame = synthetic_sweep(noise=0.01, seed=6)
     csv = tmp_path / "points.csv"
-    frame.rename(columns={"width": "d_model", "depth": "n_layers", "tokens": "D",
-                          "loss": "val_loss"}).to_csv(csv, index=False)
+    frame.rename(
+        columns={"width": "d_model", "depth": "n_layers", "tokens": "D", "loss": "val_loss"}
+    ).to_csv(csv, index=False)
     defaults = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())["scaling"]["fit"]
-    fit = {"law": "decomposed", "source": str(csv), "drop_highest": 3,
-           "columns": {"width": "d_model", "depth": "n_layers", "tokens": "D",
-                       "loss": "val_loss"},
-           "bootstrap": {"resamples": 15, "unit": "architectures"}}
+    fit = {
+        "law": "decomposed",
+        "source": str(csv),
+        "drop_highest": 3,
+        "columns": {"width": "d_model", "depth": "n_layers", "tokens": "D", "loss": "val_loss"},
+        "bootstrap": {"resamples": 15, "unit": "architectures"},
+    }
     out_json, out_samples = tmp_path / "fit.json", tmp_path / "bootstrap.csv"
-    spec = {"name": "synthetic", "points": str(csv), "fit": merge_fit_spec(defaults, fit, "synthetic"),
-            "seed": 0, "out_json": str(out_json), "out_samples": str(out_samples)}
+    spec = {
+        "name": "synthetic",
+        "points": str(csv),
+        "fit": merge_fit_spec(defaults, fit, "synthetic"),
+        "seed": 0,
+        "out_json": str(out_json),
+        "out_samples": str(out_samples),
+    }
     run_script(SCRIPTS / "fit_scaling.py", "--spec", json.dumps(spec))
     record = json.loads(out_json.read_text())
     assert record["n_points_used"] == len(frame) - 3 and record["n_dropped"] == 3
@@ -326,8 +403,11 @@ def test_fit_and_plot_scripts_on_a_csv_with_its_own_column_names(tmp_path):
     assert abs(record["estimates"]["a_l"] - TRUE_DECOMPOSED["a_l"]) < 0.1
     assert (tmp_path / "fit.provenance.json").is_file()
     figure = tmp_path / "fit.png"
-    run_script(SCRIPTS / "plot_scaling.py", "--spec", json.dumps(
-        {"fit": str(out_json), "samples": str(out_samples), "out": str(figure)}))
+    run_script(
+        SCRIPTS / "plot_scaling.py",
+        "--spec",
+        json.dumps({"fit": str(out_json), "samples": str(out_samples), "out": str(figure)}),
+    )
     assert figure.stat().st_size > 10_000
 
 
@@ -348,17 +428,28 @@ torch.set_num_threads(1)
 
 def test_run_fit_bootstrap_refits_from_the_start_grid_when_asked():
     frame = synthetic_sweep(noise=0.01, seed=5)
-    spec = {"law": "decomposed", "n_refine": 4, "validation": {"random_splits": 1},
-            "start_grid": {"exponents": [0.5, 1.0, 2.0], "term_fractions": [0.03, 0.3],
-                           "floor_fractions": [0.5, 0.9]}}
-    records = {refit: run_fit(frame, {**spec, "bootstrap": {"resamples": 20, "refit": refit}})
-               for refit in ("full", "warm")}
+    spec = {
+        "law": "decomposed",
+        "n_refine": 4,
+        "validation": {"random_splits": 1},
+        "start_grid": {
+            "exponents": [0.5, 1.0, 2.0],
+            "term_fractions": [0.03, 0.3],
+            "floor_fractions": [0.5, 0.9],
+        },
+    }
+    records = {
+        refit: run_fit(frame, {**spec, "bootstrap": {"resamples": 20, "refit": refit}})
+        for refit in ("full", "warm")
+    }
     full, warm = records["full"][0], records["warm"][0]
     assert full["bootstrap"]["refit"] == "full" and warm["bootstrap"]["refit"] == "warm"
     assert full["bootstrap"]["local_fits"] == 20 * 4 and warm["bootstrap"]["local_fits"] == 20
     for name in ("a_m", "a_l", "a_D", "L0"):
-        assert full["intervals"][name]["low"] < TRUE_DECOMPOSED[name] < \
-            full["intervals"][name]["high"], name
+        assert (
+            full["intervals"][name]["low"] < TRUE_DECOMPOSED[name] < full["intervals"][name]["high"]
+        ), name
         for side in ("low", "high"):
-            assert full["intervals"][name][side] == pytest.approx(warm["intervals"][name][side],
-                                                                  rel=1e-4), name
+            assert full["intervals"][name][side] == pytest.approx(
+                warm["intervals"][name][side], rel=1e-4
+            ), name

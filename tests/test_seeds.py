@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from depthlab.config import ConfigError, resolve, seed_groups
 from depthlab.data import prepare_corpus
 from depthlab.training import pretrain
@@ -28,7 +27,9 @@ def test_seeds_expand_into_named_models_trained_with_their_seed(test_config):
     pretrain_jobs = resolved.jobs("pretrain_model")
     assert "lns" not in resolved.models
     assert {name: pretrain_jobs[name]["seed"] for name in ("lns_s0", "lns_s7")} == {
-        "lns_s0": 0, "lns_s7": 7}
+        "lns_s0": 0,
+        "lns_s7": 7,
+    }
     assert pretrain_jobs["lns_s7"]["out"] == "results/test/models/lns_s7"
     assert pretrain_jobs["depth_width_l2_m32_s3"]["seed"] == 3
     assert pretrain_jobs["depth_width_l2_m32_s3"]["model"]["sweep"] == "depth_width"
@@ -49,19 +50,27 @@ def test_a_base_name_in_a_stage_list_means_all_its_seeds(test_config):
     resolved = resolve(config)
     assert list(resolved.jobs("analyse_model")) == ["val/pre_ln", "val/lns_s0", "val/lns_s1"]
     assert resolved.jobs("plot_analysis")["val"]["analyses"][1:] == [
-        "results/test/analysis/val/lns_s0", "results/test/analysis/val/lns_s1"]
+        "results/test/analysis/val/lns_s0",
+        "results/test/analysis/val/lns_s1",
+    ]
     assert list(resolved.jobs("prune_model")) == ["lns_s0", "lns_s1"]
-    assert resolved.jobs("plot_pruning")["pruning"]["labels"] == {"lns_s0": "lns s0",
-                                                                  "lns_s1": "lns s1"}
+    assert resolved.jobs("plot_pruning")["pruning"]["labels"] == {
+        "lns_s0": "lns s0",
+        "lns_s1": "lns s1",
+    }
     skip = resolved.jobs("skip_interventions")
     assert [skip[name]["max_samples"] for name in ("lns_s0", "lns_s1", "depth_problems")] == [
-        3, 3, 8]
+        3,
+        3,
+        8,
+    ]
     # every seed of every sweep point is a scaling-fit point; pairs map seed i to seed i
     assert len(resolved.jobs("collect_sweep")["sweep_points"]["models"]) == 2 * 4
     maps = resolved.jobs("linear_maps")
     assert {pair: (spec["source_name"], spec["target_name"]) for pair, spec in maps.items()} == {
         "l1_to_l2_m32_s4": ("depth_width_l1_m32_s4", "depth_width_l2_m32_s4"),
-        "l1_to_l2_m32_s5": ("depth_width_l1_m32_s5", "depth_width_l2_m32_s5")}
+        "l1_to_l2_m32_s5": ("depth_width_l1_m32_s5", "depth_width_l2_m32_s5"),
+    }
     # loss curves keep the norm scheme as label, so the seeds of one scheme form one band
     labels = resolved.jobs("plot_loss_curves")["loss_curves"]["labels"]
     assert labels["lns_s0"] == labels["lns_s1"] == "lns"
@@ -71,31 +80,55 @@ def test_a_map_from_a_seeded_to_an_unseeded_model_pairs_each_seed(test_config):
     config = seeded(test_config)
     config["sweeps"]["depth_width"]["seeds"] = [0, 1]
     config["depth_use"]["linear_maps"]["pairs"] = {
-        "one": {"source": "depth_width_l1_m32", "target": "depth_width_l2_m32_s1"}}
+        "one": {"source": "depth_width_l1_m32", "target": "depth_width_l2_m32_s1"}
+    }
     maps = resolve(config).jobs("linear_maps")
     assert {pair: spec["source_name"] for pair, spec in maps.items()} == {
-        "one_s0": "depth_width_l1_m32_s0", "one_s1": "depth_width_l1_m32_s1"}
+        "one_s0": "depth_width_l1_m32_s0",
+        "one_s1": "depth_width_l1_m32_s1",
+    }
     assert {spec["target_name"] for spec in maps.values()} == {"depth_width_l2_m32_s1"}
 
 
-@pytest.mark.parametrize("change, pattern", [
-    (lambda c: c["models"].update(lns_s1=copy.deepcopy(c["models"]["pre_ln"])),
-     r"^models\.lns\.seeds: expanded model name 'lns_s1' \(seed 1\) is already declared"),
-    (lambda c: c["models"].update(depth_width_l1_m16_s2=copy.deepcopy(c["models"]["pre_ln"]))
-     or c["sweeps"]["depth_width"].update(seeds=[2]),
-     r"^sweeps\.depth_width\.seeds: expanded model name 'depth_width_l1_m16_s2'"),
-    (lambda c: c["models"].update({"m" * 99: {**c["models"]["pre_ln"], "seeds": [0]}}),
-     r"^models\.m{99}\.seeds \(expanded model name\): 'm{99}_s0' is not a safe name"),
-    (lambda c: c["models"]["lns"].update(seeds=[]), r"^models\.lns\.seeds: \[\] should be non-empty"),
-    (lambda c: c["models"]["lns"].update(seeds=[1, 1]), r"^models\.lns\.seeds: .*non-unique"),
-    (lambda c: c["analysis"].update(models=["lns_s9"]),
-     r"^analysis\.models\[0\]: 'lns_s9' is not a declared model"),
-    (lambda c: c["sweeps"]["depth_width"].update(seeds=[0])
-     or c["depth_use"]["linear_maps"]["pairs"].update(
-         x={"source": "depth_width_l1_m32", "target": "lns"}),
-     r"^depth_use\.linear_maps\.pairs\.x: 'depth_width_l1_m32' and 'lns' are trained with "
-     r"different seeds"),
-])
+@pytest.mark.parametrize(
+    "change, pattern",
+    [
+        (
+            lambda c: c["models"].update(lns_s1=copy.deepcopy(c["models"]["pre_ln"])),
+            r"^models\.lns\.seeds: expanded model name 'lns_s1' \(seed 1\) is already declared",
+        ),
+        (
+            lambda c: (
+                c["models"].update(depth_width_l1_m16_s2=copy.deepcopy(c["models"]["pre_ln"]))
+                or c["sweeps"]["depth_width"].update(seeds=[2])
+            ),
+            r"^sweeps\.depth_width\.seeds: expanded model name 'depth_width_l1_m16_s2'",
+        ),
+        (
+            lambda c: c["models"].update({"m" * 99: {**c["models"]["pre_ln"], "seeds": [0]}}),
+            r"^models\.m{99}\.seeds \(expanded model name\): 'm{99}_s0' is not a safe name",
+        ),
+        (
+            lambda c: c["models"]["lns"].update(seeds=[]),
+            r"^models\.lns\.seeds: \[\] should be non-empty",
+        ),
+        (lambda c: c["models"]["lns"].update(seeds=[1, 1]), r"^models\.lns\.seeds: .*non-unique"),
+        (
+            lambda c: c["analysis"].update(models=["lns_s9"]),
+            r"^analysis\.models\[0\]: 'lns_s9' is not a declared model",
+        ),
+        (
+            lambda c: (
+                c["sweeps"]["depth_width"].update(seeds=[0])
+                or c["depth_use"]["linear_maps"]["pairs"].update(
+                    x={"source": "depth_width_l1_m32", "target": "lns"}
+                )
+            ),
+            r"^depth_use\.linear_maps\.pairs\.x: 'depth_width_l1_m32' and 'lns' are trained with "
+            r"different seeds",
+        ),
+    ],
+)
 def test_bad_seeds_are_rejected_naming_the_key(test_config, change, pattern):
     config = seeded(test_config)
     change(config)
@@ -106,17 +139,34 @@ def test_bad_seeds_are_rejected_naming_the_key(test_config, change, pattern):
 def tiny_seeded_run(config: dict, data_dir: Path, out: Path, job: str) -> tuple[str, pd.DataFrame]:
     """Pretrain one resolved job into `out`; (sha256 of its weights, its train log)."""
     spec = resolve(config).jobs("pretrain_model")[job]
-    pretrain(spec["model_name"], spec["model"], data_dir, out, out.with_name(out.name + "_state"),
-             seed=spec["seed"], threads=1, progress=False)
+    pretrain(
+        spec["model_name"],
+        spec["model"],
+        data_dir,
+        out,
+        out.with_name(out.name + "_state"),
+        seed=spec["seed"],
+        threads=1,
+        progress=False,
+    )
     weights = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
     return weights, pd.read_csv(out / "train_log.csv")
 
 
 def test_a_seed_reproduces_bit_identically_and_two_seeds_differ(test_config, tmp_path):
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"text": f"Document {i}: the quick brown fox jumps "
-                                                  f"over {i % 7} lazy dogs by river {i % 5}."})
-                              + "\n" for i in range(400)))
+    corpus.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "text": f"Document {i}: the quick brown fox jumps "
+                    f"over {i % 7} lazy dogs by river {i % 5}."
+                }
+            )
+            + "\n"
+            for i in range(400)
+        )
+    )
     data = copy.deepcopy(test_config["data"])
     data.update(source="text_files", text_files={"paths": [str(corpus)]}, min_document_chars=16)
     data_dir = tmp_path / "data"
@@ -124,11 +174,26 @@ def test_a_seed_reproduces_bit_identically_and_two_seeds_differ(test_config, tmp
     config = copy.deepcopy(test_config)
     for stage in ("pruning", "depth_use", "analysis", "scaling", "sweeps"):
         config.pop(stage)
-    config["models"] = {"tiny": {
-        "kind": "pretrain", "norm_scheme": "lns", "seeds": [0, 1], "architecture": {
-            "hidden_size": 16, "num_layers": 2, "num_heads": 2, "intermediate_size": 32},
-        "train": {"seq_len": 16, "steps": 6, "eval_every": 3, "log_every": 1,
-                  "checkpoint_every": 6}}}
+    config["models"] = {
+        "tiny": {
+            "kind": "pretrain",
+            "norm_scheme": "lns",
+            "seeds": [0, 1],
+            "architecture": {
+                "hidden_size": 16,
+                "num_layers": 2,
+                "num_heads": 2,
+                "intermediate_size": 32,
+            },
+            "train": {
+                "seq_len": 16,
+                "steps": 6,
+                "eval_every": 3,
+                "log_every": 1,
+                "checkpoint_every": 6,
+            },
+        }
+    }
     first = tiny_seeded_run(config, data_dir, tmp_path / "s0_a", "tiny_s0")
     again = tiny_seeded_run(config, data_dir, tmp_path / "s0_b", "tiny_s0")
     other = tiny_seeded_run(config, data_dir, tmp_path / "s1", "tiny_s1")

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from local_snakemake import fresh_checkout, local_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,11 +43,29 @@ EXPECTED_JOBS = {"rule_prepare_data": "data", "rule_pretrain_model_wildcards_pre
 TIMEOUT_S = 180  # a healthy run takes 25-50 s; a hung one (polling sacct) must not wedge CI
 REQUIRE_SLURM = os.environ.get("DEPTHLAB_REQUIRE_SLURM") == "1"
 # The paper config's rules by what they need: GPU stages request GPUs, the rest never do.
-GPU_RULES = {"pretrain_model", "analyse_model", "prune_model", "skip_interventions",
-             "linear_maps", "train_toy"}
-CPU_RULES = {"prepare_data", "build_lm_tasks", "make_problems", "collect_sweep", "fit_scaling",
-             "fit_toy", "plot_loss_curves", "plot_analysis", "plot_scaling", "plot_pruning",
-             "plot_depth_use", "make_claims", "all"}
+GPU_RULES = {
+    "pretrain_model",
+    "analyse_model",
+    "prune_model",
+    "skip_interventions",
+    "linear_maps",
+    "train_toy",
+}
+CPU_RULES = {
+    "prepare_data",
+    "build_lm_tasks",
+    "make_problems",
+    "collect_sweep",
+    "fit_scaling",
+    "fit_toy",
+    "plot_loss_curves",
+    "plot_analysis",
+    "plot_scaling",
+    "plot_pruning",
+    "plot_depth_use",
+    "make_claims",
+    "all",
+}
 
 pytestmark = pytest.mark.workflow
 
@@ -57,22 +74,34 @@ def require_cluster() -> None:
     if shutil.which("sinfo") is None:
         pytest.fail(f"no Slurm here (`sinfo` is not on PATH); {SETUP_HINT}", pytrace=False)
     try:
-        probe = subprocess.run(["sinfo", "-h", "-N", "-n", "localhost", "-o", "%t"],
-                               capture_output=True, text=True, timeout=30)
+        probe = subprocess.run(
+            ["sinfo", "-h", "-N", "-n", "localhost", "-o", "%t"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except subprocess.TimeoutExpired:
-        pytest.fail(f"`sinfo` hung for 30 s: slurmctld is not answering; {SETUP_HINT}",
-                    pytrace=False)
+        pytest.fail(
+            f"`sinfo` hung for 30 s: slurmctld is not answering; {SETUP_HINT}", pytrace=False
+        )
     state = probe.stdout.strip()
     if probe.returncode != 0 or state not in {"idle", "mix", "alloc"}:
         said = (probe.stdout + probe.stderr).strip() or "nothing"
-        pytest.fail(f"the Slurm node `localhost` is not up (sinfo said: {said}); {SETUP_HINT}",
-                    pytrace=False)
+        pytest.fail(
+            f"the Slurm node `localhost` is not up (sinfo said: {said}); {SETUP_HINT}",
+            pytrace=False,
+        )
 
 
 def slurm_jobs(workdir: Path) -> list[dict]:
     """Every job Slurm still knows (MinJobAge=300 keeps finished ones) that ran in `workdir`."""
-    shown = subprocess.run(["scontrol", "show", "job", "--details", "--oneliner"],
-                           capture_output=True, text=True, timeout=30, check=True).stdout
+    shown = subprocess.run(
+        ["scontrol", "show", "job", "--details", "--oneliner"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
     jobs = [dict(re.findall(r"(\S+?)=(\S*)", line)) for line in shown.splitlines()]
     return [job for job in jobs if job.get("WorkDir") and Path(job["WorkDir"]) == workdir]
 
@@ -88,8 +117,12 @@ def cluster_is_up() -> bool:
     if shutil.which("sinfo") is None:
         return False
     try:
-        probe = subprocess.run(["sinfo", "-h", "-N", "-n", "localhost", "-o", "%t"],
-                               capture_output=True, text=True, timeout=30)
+        probe = subprocess.run(
+            ["sinfo", "-h", "-N", "-n", "localhost", "-o", "%t"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except subprocess.TimeoutExpired:
         return False
     return probe.returncode == 0 and probe.stdout.strip() in {"idle", "mix", "alloc"}
@@ -106,25 +139,36 @@ def planned_jobs(dry_run_output: str) -> list[tuple[str, dict]]:
     return jobs
 
 
-def test_the_literal_profile_name_plans_the_paper_config_with_each_stages_slurm_resources(
-        tmp_path):
+def test_the_literal_profile_name_plans_the_paper_config_with_each_stages_slurm_resources(tmp_path):
     """`snakemake --profile slurm` (the name, not the path) from the root of a fresh copy; the
     cluster section's partition and account reach every job, a stage's own QoS its jobs."""
     checkout = fresh_checkout(tmp_path / "clone")
-    command = [str(Path(sys.executable).with_name("snakemake")), "--profile", "slurm",
-               "--configfile=config/paper.yaml",
-               "--config", "cluster={partition: gpu_p, account: proj1}",
-               "resources={pretrain: {qos: long}}", "-n", "--", "all"]
-    result = subprocess.run(command, cwd=checkout, capture_output=True, text=True, timeout=120,
-                            env=local_env())
+    command = [
+        str(Path(sys.executable).with_name("snakemake")),
+        "--profile",
+        "slurm",
+        "--configfile=config/paper.yaml",
+        "--config",
+        "cluster={partition: gpu_p, account: proj1}",
+        "resources={pretrain: {qos: long}}",
+        "-n",
+        "--",
+        "all",
+    ]
+    result = subprocess.run(
+        command, cwd=checkout, capture_output=True, text=True, timeout=120, env=local_env()
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
-    assert "Using profiles slurm and workflow specific profile profiles/default" in output, \
-        output[-1000:]
+    assert "Using profiles slurm and workflow specific profile profiles/default" in output, output[
+        -1000:
+    ]
     jobs = planned_jobs(result.stdout)
     rules = {rule for rule, _ in jobs}
     assert GPU_RULES <= rules, sorted(rules)
-    assert rules <= GPU_RULES | CPU_RULES, f"classify new rules: {sorted(rules - GPU_RULES - CPU_RULES)}"
+    assert rules <= GPU_RULES | CPU_RULES, (
+        f"classify new rules: {sorted(rules - GPU_RULES - CPU_RULES)}"
+    )
     for rule, resources in jobs:
         if rule == "all":
             continue
@@ -134,8 +178,10 @@ def test_the_literal_profile_name_plans_the_paper_config_with_each_stages_slurm_
             assert "gpu" not in resources and "gpu_model" not in resources, (rule, resources)
         assert resources.get("slurm_partition") == "gpu_p", (rule, resources)
         assert resources.get("slurm_account") == "proj1", (rule, resources)
-        assert resources.get("qos") == ("long" if rule == "pretrain_model" else None), \
-            (rule, resources)
+        assert resources.get("qos") == ("long" if rule == "pretrain_model" else None), (
+            rule,
+            resources,
+        )
 
 
 def cluster_unavailable(reason: str) -> None:
@@ -157,8 +203,9 @@ def bring_up_cluster() -> dict:
     elif shutil.which("apt-get") is None and shutil.which("sinfo") is None:
         state["unavailable"] = "no Slurm cluster is up and installing one needs apt-get"
     else:
-        setup = subprocess.run(["bash", str(SETUP_SCRIPT), "start"], capture_output=True,
-                               text=True, timeout=600)
+        setup = subprocess.run(
+            ["bash", str(SETUP_SCRIPT), "start"], capture_output=True, text=True, timeout=600
+        )
         if setup.returncode != 0:
             state["error"] = f"{SETUP_SCRIPT} failed:\n{setup.stdout}{setup.stderr}"
         state["started_here"] = True
@@ -175,19 +222,36 @@ def launch_run(workdir: Path) -> subprocess.Popen:
     configfile.write_text(yaml.safe_dump(config, sort_keys=False))
     # Test-only knobs on the command line, the profile stays a real cluster's: poll Slurm after
     # 1 s instead of 40 s; keep the jobs' Slurm logs to read them below.
-    command = ["timeout", "-k", "10", str(TIMEOUT_S), SNAKEMAKE,
-               "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
-               "--configfile", str(configfile), "--profile", str(ROOT / "profiles" / "slurm"),
-               "--slurm-init-seconds-before-status-checks", "1", "--slurm-keep-successful-logs",
-               TARGET]
+    command = [
+        "timeout",
+        "-k",
+        "10",
+        str(TIMEOUT_S),
+        SNAKEMAKE,
+        "--snakefile",
+        str(ROOT / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        "--profile",
+        str(ROOT / "profiles" / "slurm"),
+        "--slurm-init-seconds-before-status-checks",
+        "1",
+        "--slurm-keep-successful-logs",
+        TARGET,
+    ]
     with open(workdir / "snakemake.out", "w") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
 
 def cancel_leftovers(workdir: Path) -> None:
     """A killed run leaves its jobs queued or running on the cluster; cancel them."""
-    leftover = [job["JobId"] for job in slurm_jobs(workdir)
-                if job.get("JobState") in {"PENDING", "RUNNING", "CONFIGURING"}]
+    leftover = [
+        job["JobId"]
+        for job in slurm_jobs(workdir)
+        if job.get("JobState") in {"PENDING", "RUNNING", "CONFIGURING"}
+    ]
     if leftover:
         subprocess.run(["scancel", *leftover], timeout=30)
 
@@ -204,7 +268,7 @@ def finish_run(process: subprocess.Popen, workdir: Path) -> list[dict]:
         cancel_leftovers(workdir)
 
 
-BACKGROUND: dict = {}   # start_in_background: bring_up_cluster's state, workdir, process, watcher
+BACKGROUND: dict = {}  # start_in_background: bring_up_cluster's state, workdir, process, watcher
 
 
 def start_in_background(workdir: Path) -> None:
@@ -238,8 +302,11 @@ def stop_background() -> None:
 @pytest.fixture(scope="module")
 def local_cluster():
     """The one-node cluster: reuse a running one, else start it here and stop it afterwards."""
-    state = {k: BACKGROUND[k] for k in ("started_here", "unavailable", "error")} \
-        if BACKGROUND else bring_up_cluster()
+    state = (
+        {k: BACKGROUND[k] for k in ("started_here", "unavailable", "error")}
+        if BACKGROUND
+        else bring_up_cluster()
+    )
     if state["error"]:
         pytest.fail(state["error"], pytrace=False)
     if state["unavailable"]:
@@ -282,14 +349,18 @@ def test_every_job_ran_through_slurm_with_its_stages_resources(slurm_run):
         # The job's own Slurm log: Snakemake ran the rule inside the allocation.
         slurm_log = Path(job["StdOut"])
         assert slurm_log.is_relative_to(workdir / ".snakemake" / "slurm_logs"), slurm_log
-        assert f"rule {comment.split('_wildcards')[0].removeprefix('rule_')}:" in \
-            slurm_log.read_text(), slurm_log
+        assert (
+            f"rule {comment.split('_wildcards')[0].removeprefix('rule_')}:" in slurm_log.read_text()
+        ), slurm_log
 
 
 def test_only_the_gpu_stage_gets_a_gpu_of_its_model(slurm_run):
     _, jobs, _ = slurm_run
     by_comment = {job.get("Comment"): job for job in jobs}
-    pretrain, data = by_comment["rule_pretrain_model_wildcards_pre_ln"], by_comment["rule_prepare_data"]
+    pretrain, data = (
+        by_comment["rule_pretrain_model_wildcards_pre_ln"],
+        by_comment["rule_prepare_data"],
+    )
     # Requested (TresPerJob from --gpus, or TresPerNode from --gres) and allocated (JOB_GRES).
     requested = pretrain.get("TresPerJob", "") + pretrain.get("TresPerNode", "")
     assert requested == "gres:gpu:h100:1", pretrain

@@ -10,15 +10,23 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from depthlab.config import load_config, resolve
 from local_snakemake import SNAKEMAKE, local_env
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config" / "test.yaml"
 # .git too: provenance records the checkout's commit
-CHECKOUT_PARTS = ("Snakefile", "rules", "workflow_scripts", "config", "data", "profiles",
-                  "environment.yml", ".gitignore", ".git")
+CHECKOUT_PARTS = (
+    "Snakefile",
+    "rules",
+    "workflow_scripts",
+    "config",
+    "data",
+    "profiles",
+    "environment.yml",
+    ".gitignore",
+    ".git",
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -26,8 +34,9 @@ pytestmark = pytest.mark.workflow
 def snakemake(checkout: Path, *args: str) -> subprocess.CompletedProcess:
     """Snakemake from the checkout's root, as a user runs it."""
     command = [SNAKEMAKE, "--configfile=config/test.yaml", "--cores", "2", *args]
-    return subprocess.run(command, cwd=checkout, capture_output=True, text=True, timeout=900,
-                          env=local_env())
+    return subprocess.run(
+        command, cwd=checkout, capture_output=True, text=True, timeout=900, env=local_env()
+    )
 
 
 def planned_rules(result: subprocess.CompletedProcess) -> set[str]:
@@ -35,7 +44,7 @@ def planned_rules(result: subprocess.CompletedProcess) -> set[str]:
     lines = result.stdout.splitlines()
     if "Job stats:" not in lines:
         return set()
-    table = lines[lines.index("Job stats:") + 3:]
+    table = lines[lines.index("Job stats:") + 3 :]
     rules = set()
     for line in table:
         parts = line.split()
@@ -52,8 +61,13 @@ def copy_checkout(source: Path, target: Path, with_results: bool = False) -> Pat
         src = source / part
         if src.is_dir():
             # copy2 keeps modification times: "adopting" results means keeping them
-            shutil.copytree(src, target / part, copy_function=shutil.copy2, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                src,
+                target / part,
+                copy_function=shutil.copy2,
+                symlinks=True,
+                ignore=shutil.ignore_patterns("__pycache__"),
+            )
         elif src.exists():
             shutil.copy2(src, target / part)
     return target
@@ -71,9 +85,8 @@ def finished_run(checkout):
 
 
 def test_every_pretrained_model_is_a_loadable_hf_checkpoint(finished_run):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     import depthlab.models  # noqa: F401  (registers the depthlab_llama Auto classes)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     models = resolve(load_config(CONFIG)).models
     for name, declared in models.items():
@@ -103,8 +116,11 @@ def test_figures_logs_and_benchmarks_exist_for_every_job(finished_run):
     for family, jobs in resolved.families.items():
         for job in jobs:
             wildcards = resolved.wildcards[family][job]
-            name = "_T".join(map(str, wildcards.values())) if family == "train_toy" else (
-                "/".join(map(str, wildcards.values())) if "job" not in wildcards else job)
+            name = (
+                "_T".join(map(str, wildcards.values()))
+                if family == "train_toy"
+                else ("/".join(map(str, wildcards.values())) if "job" not in wildcards else job)
+            )
             assert (finished_run / "logs" / family / f"{name}.log").is_file(), (family, job)
             assert (finished_run / "benchmarks" / family / f"{name}.tsv").is_file(), (family, job)
 
@@ -122,23 +138,41 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
 
 # A code edit (a new module-level name) of one library module plans exactly the rules whose
 # scripts import it, transitively; never pretraining unless training imports it.
-@pytest.mark.parametrize("module, expected", [
-    # measures.py: the analysis pass and what reads it (its figures, the angular block choice of
-    # the pruning stage)
-    ("measures.py", {"analyse_model", "plot_analysis", "prune_model", "plot_pruning",
-                     "make_claims", "all"}),
-    # the generic power-law fitter, imported through scaling_fits.py and toy_fit.py: both fit
-    # stages, the sweep collector (scaling_fits.py) and the fit figures; never toy training
-    ("power_law_fitter.py", {"collect_sweep", "fit_scaling", "plot_scaling", "fit_toy", "make_claims",
-                      "all"}),
-    # the skip-intervention engine: the skip job and what reads it; not the problem set, not
-    # the model trained on it
-    ("interventions.py", {"skip_interventions", "plot_depth_use", "make_claims", "all"}),
-    # the residual-stream hooks: every model-reading job and what reads them; never training
-    ("residual_stream.py", {"analyse_model", "plot_analysis", "prune_model", "plot_pruning",
-                            "skip_interventions", "linear_maps", "plot_depth_use", "make_claims",
-                            "all"}),
-])
+@pytest.mark.parametrize(
+    "module, expected",
+    [
+        # measures.py: the analysis pass and what reads it (its figures, the angular block choice of
+        # the pruning stage)
+        (
+            "measures.py",
+            {"analyse_model", "plot_analysis", "prune_model", "plot_pruning", "make_claims", "all"},
+        ),
+        # the generic power-law fitter, imported through scaling_fits.py and toy_fit.py: both fit
+        # stages, the sweep collector (scaling_fits.py) and the fit figures; never toy training
+        (
+            "power_law_fitter.py",
+            {"collect_sweep", "fit_scaling", "plot_scaling", "fit_toy", "make_claims", "all"},
+        ),
+        # the skip-intervention engine: the skip job and what reads it; not the problem set, not
+        # the model trained on it
+        ("interventions.py", {"skip_interventions", "plot_depth_use", "make_claims", "all"}),
+        # the residual-stream hooks: every model-reading job and what reads them; never training
+        (
+            "residual_stream.py",
+            {
+                "analyse_model",
+                "plot_analysis",
+                "prune_model",
+                "plot_pruning",
+                "skip_interventions",
+                "linear_maps",
+                "plot_depth_use",
+                "make_claims",
+                "all",
+            },
+        ),
+    ],
+)
 def test_editing_library_code_reruns_exactly_its_users(checkout, module, expected):
     dry = plan_after_edit(checkout, LIBRARY / module)
     assert planned_rules(dry) == expected, dry.stdout[-3000:]
@@ -151,18 +185,29 @@ def _reword_docstring(text: str) -> str:
 
 # The edits that used to replan pretraining (architectures.py, atomic_files.py) or the problem set
 # (interventions.py, residual_stream.py), and a stage script's own docstring
-@pytest.mark.parametrize("relative", [LIBRARY / "interventions.py", LIBRARY / "residual_stream.py",
-                                      LIBRARY / "architectures.py", LIBRARY / "atomic_files.py",
-                                      Path("workflow_scripts") / "pretrain_model.py"])
-@pytest.mark.parametrize("change", [lambda text: text + "\n# a comment\n", _reword_docstring],
-                         ids=["comment", "docstring"])
+@pytest.mark.parametrize(
+    "relative",
+    [
+        LIBRARY / "interventions.py",
+        LIBRARY / "residual_stream.py",
+        LIBRARY / "architectures.py",
+        LIBRARY / "atomic_files.py",
+        Path("workflow_scripts") / "pretrain_model.py",
+    ],
+)
+@pytest.mark.parametrize(
+    "change",
+    [lambda text: text + "\n# a comment\n", _reword_docstring],
+    ids=["comment", "docstring"],
+)
 def test_a_comment_or_docstring_edit_reruns_nothing(checkout, relative, change):
     dry = plan_after_edit(checkout, relative, change)
     assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
 
 
-def plan_after_edit(checkout: Path, relative: Path,
-                    change=lambda text: text + "\n_EDITED = True\n") -> subprocess.CompletedProcess:
+def plan_after_edit(
+    checkout: Path, relative: Path, change=lambda text: text + "\n_EDITED = True\n"
+) -> subprocess.CompletedProcess:
     """The dry run after a real edit of one file (by default a new module-level name: a code
     change); the file is restored afterwards."""
     path = checkout / relative

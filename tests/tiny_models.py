@@ -16,45 +16,98 @@ HEADS = 4
 FFN = 48
 POSITIONS = 64
 
-_DECODER = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                num_attention_heads=HEADS, intermediate_size=FFN,
-                max_position_embeddings=POSITIONS)
+_DECODER = dict(
+    vocab_size=VOCAB,
+    hidden_size=HIDDEN,
+    num_hidden_layers=LAYERS,
+    num_attention_heads=HEADS,
+    intermediate_size=FFN,
+    max_position_embeddings=POSITIONS,
+)
 
 HF_FAMILIES = {
     # name: (config class, kwargs, model class)
     "llama": (tf.LlamaConfig, dict(_DECODER, num_key_value_heads=2), tf.LlamaForCausalLM),
-    "mistral": (tf.MistralConfig, dict(_DECODER, num_key_value_heads=2, sliding_window=None),
-                tf.MistralForCausalLM),
+    "mistral": (
+        tf.MistralConfig,
+        dict(_DECODER, num_key_value_heads=2, sliding_window=None),
+        tf.MistralForCausalLM,
+    ),
     "qwen2": (tf.Qwen2Config, dict(_DECODER, num_key_value_heads=2), tf.Qwen2ForCausalLM),
-    "qwen3": (tf.Qwen3Config, dict(_DECODER, num_key_value_heads=2, head_dim=8),
-              tf.Qwen3ForCausalLM),
+    "qwen3": (
+        tf.Qwen3Config,
+        dict(_DECODER, num_key_value_heads=2, head_dim=8),
+        tf.Qwen3ForCausalLM,
+    ),
     "olmo": (tf.OlmoConfig, dict(_DECODER, bos_token_id=1, eos_token_id=2), tf.OlmoForCausalLM),
     "olmo2": (tf.Olmo2Config, dict(_DECODER), tf.Olmo2ForCausalLM),
-    "gpt_neox": (tf.GPTNeoXConfig, dict(_DECODER, rotary_pct=0.5, use_parallel_residual=True),
-                 tf.GPTNeoXForCausalLM),
-    "gpt_neox_sequential": (tf.GPTNeoXConfig,
-                            dict(_DECODER, rotary_pct=0.5, use_parallel_residual=False),
-                            tf.GPTNeoXForCausalLM),
-    "gpt2": (tf.GPT2Config, dict(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
-                                 n_positions=POSITIONS, bos_token_id=1, eos_token_id=2),
-             tf.GPT2LMHeadModel),
+    "gpt_neox": (
+        tf.GPTNeoXConfig,
+        dict(_DECODER, rotary_pct=0.5, use_parallel_residual=True),
+        tf.GPTNeoXForCausalLM,
+    ),
+    "gpt_neox_sequential": (
+        tf.GPTNeoXConfig,
+        dict(_DECODER, rotary_pct=0.5, use_parallel_residual=False),
+        tf.GPTNeoXForCausalLM,
+    ),
+    "gpt2": (
+        tf.GPT2Config,
+        dict(
+            vocab_size=VOCAB,
+            n_embd=HIDDEN,
+            n_layer=LAYERS,
+            n_head=HEADS,
+            n_positions=POSITIONS,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+        tf.GPT2LMHeadModel,
+    ),
     # word_embed_proj_dim != hidden_size: the readout runs norm -> project_out -> lm_head
-    "opt": (tf.OPTConfig, dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                               num_attention_heads=HEADS, ffn_dim=FFN,
-                               max_position_embeddings=POSITIONS, word_embed_proj_dim=16),
-            tf.OPTForCausalLM),
-    "opt_post_ln": (tf.OPTConfig, dict(vocab_size=VOCAB, hidden_size=HIDDEN,
-                                       num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                                       ffn_dim=FFN, max_position_embeddings=POSITIONS,
-                                       do_layer_norm_before=False), tf.OPTForCausalLM),
+    "opt": (
+        tf.OPTConfig,
+        dict(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            ffn_dim=FFN,
+            max_position_embeddings=POSITIONS,
+            word_embed_proj_dim=16,
+        ),
+        tf.OPTForCausalLM,
+    ),
+    "opt_post_ln": (
+        tf.OPTConfig,
+        dict(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            ffn_dim=FFN,
+            max_position_embeddings=POSITIONS,
+            do_layer_norm_before=False,
+        ),
+        tf.OPTForCausalLM,
+    ),
     "bert": (tf.BertConfig, dict(_DECODER), tf.BertModel),
 }
 DEPTHLAB_SCHEMES = ("pre_ln", "post_ln", "mix_ln", "deepnorm", "scaled_init", "lns")
 FAMILIES = tuple(HF_FAMILIES) + tuple(f"depthlab_{s}" for s in DEPTHLAB_SCHEMES)
 EXPECTED_LAYOUT = {
-    "llama": "llama", "mistral": "llama", "qwen2": "llama", "qwen3": "llama", "olmo": "llama",
-    "olmo2": "olmo2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox",
-    "gpt2": "gpt2", "opt": "opt", "opt_post_ln": "opt", "bert": "bert",
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "llama",
+    "qwen3": "llama",
+    "olmo": "llama",
+    "olmo2": "olmo2",
+    "gpt_neox": "gpt_neox",
+    "gpt_neox_sequential": "gpt_neox",
+    "gpt2": "gpt2",
+    "opt": "opt",
+    "opt_post_ln": "opt",
+    "bert": "bert",
     **{f"depthlab_{s}": "llama" for s in DEPTHLAB_SCHEMES},
 }
 
@@ -75,9 +128,14 @@ def build(family: str, seed: int = 0, dtype=torch.float32, attn_implementation: 
     if family.startswith("depthlab_"):
         from depthlab.models import build_model, make_config
 
-        scheme = family[len("depthlab_"):]
-        architecture = dict(hidden_size=HIDDEN, num_layers=LAYERS, num_heads=HEADS,
-                            intermediate_size=FFN, mix_ln_post_fraction=0.34)
+        scheme = family[len("depthlab_") :]
+        architecture = dict(
+            hidden_size=HIDDEN,
+            num_layers=LAYERS,
+            num_heads=HEADS,
+            intermediate_size=FFN,
+            mix_ln_post_fraction=0.34,
+        )
         config = make_config(architecture, scheme, vocab_size=VOCAB, max_positions=POSITIONS)
         config._attn_implementation = attn_implementation
         model = build_model(config, seed)

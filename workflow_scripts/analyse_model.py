@@ -21,7 +21,9 @@ By hand: python workflow_scripts/analyse_model.py --config config/default.yaml -
 import json
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin on a shared core
+os.environ.setdefault(
+    "OMP_WAIT_POLICY", "PASSIVE"
+)  # idle OpenMP threads must not spin on a shared core
 
 from depthlab.cli import main_guard, resolve_device, start_job
 
@@ -32,8 +34,21 @@ def main() -> None:
     from depthlab.analysis_stage import run
 
     summary = run(spec, device=resolve_device(spec["device"]))
-    print(json.dumps({k: summary[k] for k in ("model", "samples", "tokens", "pass_seconds",
-                                              "tokens_per_second", "notes")}))
+    print(
+        json.dumps(
+            {
+                k: summary[k]
+                for k in (
+                    "model",
+                    "samples",
+                    "tokens",
+                    "pass_seconds",
+                    "tokens_per_second",
+                    "notes",
+                )
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

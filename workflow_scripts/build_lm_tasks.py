@@ -29,15 +29,17 @@ def main() -> None:
 
     from pathlib import Path
 
-    from transformers import AutoTokenizer
-
-    from depthlab.data import iter_jsonl_texts
     from depthlab.atomic_files import atomic_path
-    from depthlab.lm_tasks import build_examples, validate_task_settings, write_task_folder
-    from depthlab.provenance import Provenance
-
     from depthlab.cli import UserError
-    from depthlab.lm_tasks import TaskFileError
+    from depthlab.data import iter_jsonl_texts
+    from depthlab.lm_tasks import (
+        TaskFileError,
+        build_examples,
+        validate_task_settings,
+        write_task_folder,
+    )
+    from depthlab.provenance import Provenance
+    from transformers import AutoTokenizer
 
     try:
         validate_task_settings(spec, "pruning.tasks")
@@ -45,19 +47,28 @@ def main() -> None:
         raise UserError(str(error)) from None
     val = Path(spec["data"]) / "val.jsonl"
     if not val.is_file():
-        raise UserError(f"data: {val} does not exist (is {spec['data']} a data stage "
-                                f"output?)")
-    provenance = Provenance("pruning.tasks", config=spec, inputs=[val, spec["tokenizer"]],
-                            seed=spec["seed"])
+        raise UserError(f"data: {val} does not exist (is {spec['data']} a data stage output?)")
+    provenance = Provenance(
+        "pruning.tasks", config=spec, inputs=[val, spec["tokenizer"]], seed=spec["seed"]
+    )
     tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
     try:
-        tasks = build_examples(iter_jsonl_texts(val, "text", "data"), tokenizer, spec["kinds"],
-                               spec["examples"], spec["words"], spec["context_tokens"],
-                               spec["max_per_document"], spec["seed"])
+        tasks = build_examples(
+            iter_jsonl_texts(val, "text", "data"),
+            tokenizer,
+            spec["kinds"],
+            spec["examples"],
+            spec["words"],
+            spec["context_tokens"],
+            spec["max_per_document"],
+            spec["seed"],
+        )
     except TaskFileError as error:
         raise UserError(str(error)) from None
-    settings = {k: spec[k] for k in ("kinds", "examples", "words", "context_tokens",
-                                     "max_per_document", "seed")}
+    settings = {
+        k: spec[k]
+        for k in ("kinds", "examples", "words", "context_tokens", "max_per_document", "seed")
+    }
     with atomic_path(spec["out"], is_dir=True) as tmp:
         record = write_task_folder(tasks, tmp, spec["out"], settings)
         provenance.extra["tasks"] = record["tasks"]

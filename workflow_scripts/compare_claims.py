@@ -19,15 +19,19 @@ def main() -> int:
     args = parser.parse_args()
 
     import pandas as pd
-
-    from depthlab.claims import (claims_table_path, compare_claims, render_comparison,
-                                 verdicts_changed)
+    from depthlab.claims import (
+        claims_table_path,
+        compare_claims,
+        render_comparison,
+        verdicts_changed,
+    )
 
     paths = [claims_table_path(p) for p in (args.run_a, args.run_b)]
     for path in paths:
         if not path.is_file():
-            print(f"error: {path}: no claims table (run the `claims` target first)",
-                  file=sys.stderr)
+            print(
+                f"error: {path}: no claims table (run the `claims` target first)", file=sys.stderr
+            )
             return 2
     findings = compare_claims(*(pd.read_csv(p, keep_default_na=True) for p in paths))
     sys.stdout.write(render_comparison(findings, str(paths[0]), str(paths[1])))

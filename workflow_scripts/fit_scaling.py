@@ -20,8 +20,7 @@ def main() -> None:
     from depthlab.scaling_fits import load_points, run_fit
 
     name, fit = spec["name"], spec["fit"]
-    provenance = Provenance("scaling.fit", config=spec, inputs=[spec["points"]],
-                            seed=spec["seed"])
+    provenance = Provenance("scaling.fit", config=spec, inputs=[spec["points"]], seed=spec["seed"])
     points = load_points(spec["points"], fit.get("columns"))
     record, samples = run_fit(points, fit, seed=spec["seed"], source=name)
     record["name"] = name
@@ -30,13 +29,18 @@ def main() -> None:
     write_json(spec["out_json"], record)
     provenance.write(sidecar_path(spec["out_json"]), sidecar_path(spec["out_samples"]))
     est = record["estimates"]
-    summary = ", ".join(f"{k} = {est[k]:.4g} [{record['intervals'][k]['low']:.4g}, "
-                        f"{record['intervals'][k]['high']:.4g}]"
-                        for k in est if not k.startswith("log_") and k in record["intervals"])
+    summary = ", ".join(
+        f"{k} = {est[k]:.4g} [{record['intervals'][k]['low']:.4g}, "
+        f"{record['intervals'][k]['high']:.4g}]"
+        for k in est
+        if not k.startswith("log_") and k in record["intervals"]
+    )
     print(f"{name}: {record['equation']} on {record['n_points_used']} points: {summary}")
     if record["parameters_at_bounds"] or record["negligible_terms"]:
-        print(f"{name}: not identified by these points: at bounds "
-              f"{record['parameters_at_bounds']}, negligible terms {record['negligible_terms']}")
+        print(
+            f"{name}: not identified by these points: at bounds "
+            f"{record['parameters_at_bounds']}, negligible terms {record['negligible_terms']}"
+        )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ def main() -> None:
     _, spec = start_job(__doc__, "fit_toy")
 
     import pandas as pd
-
     from depthlab.atomic_files import save_figure, write_json
     from depthlab.provenance import Provenance, sidecar_path
     from depthlab.toy_fit import fit_toy_exponents
@@ -42,16 +41,24 @@ def main() -> None:
         for replicate in fit["replicates"]:
             replicate["teacher_seed"] = seeds.get(replicate["replicate"])
     protocol = spec.get("protocol") or {}
-    write_json(spec["out_json"], {
-        "form": spec["form"], "protocol": protocol, "fits": fits,
-        "teacher_angles_deg": {k: v["mean_angle_deg"] for k, v in angles.items()},
-        "losses": losses.to_dict(orient="records")})
+    write_json(
+        spec["out_json"],
+        {
+            "form": spec["form"],
+            "protocol": protocol,
+            "fits": fits,
+            "teacher_angles_deg": {k: v["mean_angle_deg"] for k, v in angles.items()},
+            "losses": losses.to_dict(orient="records"),
+        },
+    )
     save_figure(spec["figure"], plot_toy(losses, fits, angles, protocol=protocol or None))
     provenance.write(sidecar_path(spec["out_json"]), sidecar_path(spec["figure"]))
     for fit in fits:
         per_replicate = ", ".join(f"{r['a']:.3f}" for r in fit["replicates"])
-        print(f"{fit['teacher_kind']:>11} T={fit['temperature']:.4g}: a = {fit['a']:.3f} "
-              f"+- {fit['a_se']:.3f} (replicates: {per_replicate})")
+        print(
+            f"{fit['teacher_kind']:>11} T={fit['temperature']:.4g}: a = {fit['a']:.3f} "
+            f"+- {fit['a_se']:.3f} (replicates: {per_replicate})"
+        )
 
 
 if __name__ == "__main__":

@@ -14,16 +14,18 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "make_claims", required=("out_csv", "out_md"))
 
-    from depthlab.claims import build_claims, input_files, read_run_data, render_markdown
     from depthlab.atomic_files import write_dataframe, write_text
+    from depthlab.claims import build_claims, input_files, read_run_data, render_markdown
     from depthlab.provenance import Provenance, sidecar_path
 
-    provenance = Provenance("claims", config=spec, inputs=input_files(spec),
-                            seed=spec["bootstrap"]["seed"])
+    provenance = Provenance(
+        "claims", config=spec, inputs=input_files(spec), seed=spec["bootstrap"]["seed"]
+    )
     claims = build_claims(read_run_data(spec))
     write_dataframe(spec["out_csv"], claims)
-    write_text(spec["out_md"], render_markdown(claims, f"Claims tested by run "
-                                                       f"`{spec['run_name']}`"))
+    write_text(
+        spec["out_md"], render_markdown(claims, f"Claims tested by run `{spec['run_name']}`")
+    )
     provenance.extra["verdicts"] = claims["verdict"].value_counts().to_dict()
     provenance.extra["size_verdicts"] = claims["size_verdict"].value_counts().to_dict()
     provenance.write(sidecar_path(spec["out_csv"]), sidecar_path(spec["out_md"]))

@@ -49,8 +49,15 @@ def main() -> None:
     from depthlab.problem_sets import run
 
     meta = run(spec)
-    print(json.dumps({"out": spec["out"], "splits": meta.get("splits", {}),
-                      "problems": meta["problems"]["count"]}))
+    print(
+        json.dumps(
+            {
+                "out": spec["out"],
+                "splits": meta.get("splits", {}),
+                "problems": meta["problems"]["count"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

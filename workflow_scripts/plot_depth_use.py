@@ -30,16 +30,21 @@ def main() -> None:
             raise UserError(f"spec.{key}: required (see --help)")
     if spec["format"] not in ("png", "pdf", "svg"):
         raise UserError(f"spec.format: png, pdf or svg (got {spec['format']!r})")
-    from depthlab.depth_use_plots import FIGURES, plot_all
     from depthlab.atomic_files import save_figure
+    from depthlab.depth_use_plots import FIGURES, plot_all
     from depthlab.provenance import Provenance, sidecar_path
 
     # every file plot_all reads (accuracy and depth scores when present: provenance records the
     # files that exist)
-    inputs = [f"{folder}/{name}" for folder in spec["skip"]
-              for name in ("effects.csv", "summary.json", "accuracy.csv", "depth_score.csv")] + \
-        [f"{folder}/{name}" for folder in spec["linear_maps"]
-         for name in ("relative_error.csv", "summary.json")]
+    inputs = [
+        f"{folder}/{name}"
+        for folder in spec["skip"]
+        for name in ("effects.csv", "summary.json", "accuracy.csv", "depth_score.csv")
+    ] + [
+        f"{folder}/{name}"
+        for folder in spec["linear_maps"]
+        for name in ("relative_error.csv", "summary.json")
+    ]
     provenance = Provenance("figures.depth_use", config=spec, inputs=inputs)
     figures = plot_all(spec["skip"], spec["linear_maps"])
     paths = [Path(spec["out_dir"]) / f"{name}.{spec['format']}" for name in FIGURES]

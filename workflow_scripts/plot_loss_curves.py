@@ -15,12 +15,14 @@ def main() -> None:
 
     from depthlab.atomic_files import save_figure
     from depthlab.pretrain_plots import plot_loss_curves
-    from depthlab.provenance import Provenance, sidecar_path
     from depthlab.pretrain_runs import read_training_runs
+    from depthlab.provenance import Provenance, sidecar_path
 
-    provenance = Provenance("figures.loss_curves", config=spec,
-                            inputs=[f"{m}/{f}" for m in spec["models"]
-                                    for f in ("config.json", "train_log.csv")])
+    provenance = Provenance(
+        "figures.loss_curves",
+        config=spec,
+        inputs=[f"{m}/{f}" for m in spec["models"] for f in ("config.json", "train_log.csv")],
+    )
     runs = read_training_runs(spec["models"], spec["labels"], spec["sweeps"])
     save_figure(spec["out"], plot_loss_curves(runs, spec.get("facts")))
     provenance.write(sidecar_path(spec["out"]))

@@ -36,11 +36,15 @@ def main() -> None:
 
     # every table plot_all reads (speed and block_choice when present: provenance records the
     # files that exist)
-    inputs = [f"{folder}/{name}.csv" for folder in spec["prunings"].values()
-              for name in ("sweep", "single_layer", "speed", "block_choice")]
+    inputs = [
+        f"{folder}/{name}.csv"
+        for folder in spec["prunings"].values()
+        for name in ("sweep", "single_layer", "speed", "block_choice")
+    ]
     provenance = Provenance("figures.pruning", config=spec, inputs=inputs)
-    figures = plot_all(spec["prunings"], spec["labels"], spec["metric"], spec["run_name"],
-                       spec["chance"])
+    figures = plot_all(
+        spec["prunings"], spec["labels"], spec["metric"], spec["run_name"], spec["chance"]
+    )
     for name, path in spec["figures"].items():
         save_figure(path, figures[name])
     provenance.write(*(sidecar_path(path) for path in spec["figures"].values()))

@@ -15,7 +15,6 @@ def main() -> None:
     _, spec = start_job(__doc__, "plot_scaling")
 
     import pandas as pd
-
     from depthlab.atomic_files import save_figure
     from depthlab.provenance import Provenance, sidecar_path
     from depthlab.scaling_plots import plot_scaling_fit, published_exponents
@@ -23,8 +22,12 @@ def main() -> None:
     provenance = Provenance("scaling.plot", config=spec, inputs=[spec["fit"], spec["samples"]])
     with open(spec["fit"]) as handle:
         record = json.load(handle)
-    fig = plot_scaling_fit(record, pd.read_csv(spec["samples"]), title=record.get("name", ""),
-                           published=published_exponents(record["law"]))
+    fig = plot_scaling_fit(
+        record,
+        pd.read_csv(spec["samples"]),
+        title=record.get("name", ""),
+        published=published_exponents(record["law"]),
+    )
     save_figure(spec["out"], fig)
     provenance.write(sidecar_path(spec["out"]))
 

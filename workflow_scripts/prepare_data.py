@@ -27,11 +27,14 @@ def main() -> None:
     start = time.perf_counter()
     meta = prepare_corpus(spec["data"], spec["out"], seed=spec["seed"], threads=args.threads)
     splits = meta["splits"]
-    print(f"data: {splits['train']['documents']} train / {splits['val']['documents']} val "
-          f"documents, {splits['train']['tokens']} / {splits['val']['tokens']} tokens, "
-          f"{(splits['train']['bytes'] + splits['val']['bytes']) / 1e6:.2f} MB of text, "
-          f"vocab {meta['vocab_size']} ({meta['dtype']}), "
-          f"{time.perf_counter() - start:.1f} s -> {spec['out']}", file=sys.stderr)
+    print(
+        f"data: {splits['train']['documents']} train / {splits['val']['documents']} val "
+        f"documents, {splits['train']['tokens']} / {splits['val']['tokens']} tokens, "
+        f"{(splits['train']['bytes'] + splits['val']['bytes']) / 1e6:.2f} MB of text, "
+        f"vocab {meta['vocab_size']} ({meta['dtype']}), "
+        f"{time.perf_counter() - start:.1f} s -> {spec['out']}",
+        file=sys.stderr,
+    )
     print(json.dumps(meta, sort_keys=True))
 
 

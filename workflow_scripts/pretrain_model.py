@@ -17,22 +17,33 @@ processes. Rerunning after a crash resumes from the state folder.
 import json
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin on a shared core
+os.environ.setdefault(
+    "OMP_WAIT_POLICY", "PASSIVE"
+)  # idle OpenMP threads must not spin on a shared core
 
 from depthlab.cli import main_guard, stage_parser, start_job  # noqa: E402
 
 
 def main() -> None:
     parser = stage_parser(__doc__, "pretrain_model")
-    parser.add_argument("--no-progress", action="store_true",
-                        help="no progress bar or progress lines")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar or progress lines"
+    )
     args, spec = start_job(__doc__, "pretrain_model", parser=parser)
 
     from depthlab.training import pretrain
 
-    summary = pretrain(spec["model_name"], spec["model"], spec["data"], spec["out"],
-                       spec["state_dir"], seed=spec["seed"], threads=args.threads,
-                       progress=not args.no_progress, tracking=spec.get("tracking"))
+    summary = pretrain(
+        spec["model_name"],
+        spec["model"],
+        spec["data"],
+        spec["out"],
+        spec["state_dir"],
+        seed=spec["seed"],
+        threads=args.threads,
+        progress=not args.no_progress,
+        tracking=spec.get("tracking"),
+    )
     print(json.dumps(summary))
 
 

@@ -75,10 +75,10 @@ def main() -> None:
 
     from depthlab import pruning_stage
 
-    summary = pruning_stage.run(spec, device=resolve_device(spec["device"]),
-                                log=lambda message: print(message, flush=True))
-    print(f"[{spec['model_name']}] done in {summary['wall_s']:.1f} s: "
-          f"{summary['phase_seconds']}")
+    summary = pruning_stage.run(
+        spec, device=resolve_device(spec["device"]), log=lambda message: print(message, flush=True)
+    )
+    print(f"[{spec['model_name']}] done in {summary['wall_s']:.1f} s: {summary['phase_seconds']}")
 
 
 if __name__ == "__main__":

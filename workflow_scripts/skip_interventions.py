@@ -71,8 +71,14 @@ def main() -> None:
     from depthlab.skip_stage import run
 
     summary = run(spec, device=resolve_device(spec["device"]))
-    print(json.dumps({k: summary.get(k) for k in ("model", "prompts", "rows", "effect_seconds",
-                                                  "problem_seconds")}))
+    print(
+        json.dumps(
+            {
+                k: summary.get(k)
+                for k in ("model", "prompts", "rows", "effect_seconds", "problem_seconds")
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -23,15 +23,21 @@ def main() -> None:
     from depthlab.toy import run_teacher_kind
 
     provenance = Provenance("toy.train", config=spec, seed=spec["seed"])
-    losses, angles = run_teacher_kind(spec["teacher_kind"], spec["settings"], spec["seed"],
-                                      log=lambda line: print(line, file=sys.stderr, flush=True),
-                                      temperature_index=spec["temperature_index"])
+    losses, angles = run_teacher_kind(
+        spec["teacher_kind"],
+        spec["settings"],
+        spec["seed"],
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+        temperature_index=spec["temperature_index"],
+    )
     with atomic_path(spec["out"], is_dir=True) as tmp:
         losses.to_csv(tmp / "losses.csv", index=False)
         write_json(tmp / "teacher.json", angles)
         provenance.write(tmp / "provenance.json")
-    print(f"{spec['teacher_kind']} teacher: mean successive-update angle "
-          f"{angles['mean_angle_deg']:.2f} deg; {len(losses)} students -> {spec['out']}")
+    print(
+        f"{spec['teacher_kind']} teacher: mean successive-update angle "
+        f"{angles['mean_angle_deg']:.2f} deg; {len(losses)} students -> {spec['out']}"
+    )
 
 
 if __name__ == "__main__":

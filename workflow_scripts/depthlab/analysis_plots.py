@@ -81,20 +81,38 @@ def _curve_panels(frame, summaries, measures, title, facts=None, log_y=()):
             subset = frame[(frame["measure"] == measure) & frame["model"].isin(models)].copy()
             missing = [m for m in models if m not in set(subset["model"])]
             if not subset.empty:
-                depth = subset["model"].map(
-                    lambda m: summaries[m]["architecture"]["num_layers"])
+                depth = subset["model"].map(lambda m: summaries[m]["architecture"]["num_layers"])
                 subset["x"] = (subset["layer"] + _x_offset(measure)) / depth
                 subset["base"] = subset["model"].map(lambda m: facts[m]["base"])
-                sns.lineplot(subset, x="x", y="value", hue="base", palette=colours,
-                             style="base", dashes={facts[m]["base"]: style.DASHES[
-                                 style.line_style(facts[m], facts)] for m in models},
-                             errorbar=style.SEED_BAND, marker=".", markeredgecolor=None,
-                             legend=False, ax=ax)
+                sns.lineplot(
+                    subset,
+                    x="x",
+                    y="value",
+                    hue="base",
+                    palette=colours,
+                    style="base",
+                    dashes={
+                        facts[m]["base"]: style.DASHES[style.line_style(facts[m], facts)]
+                        for m in models
+                    },
+                    errorbar=style.SEED_BAND,
+                    marker=".",
+                    markeredgecolor=None,
+                    legend=False,
+                    ax=ax,
+                )
             if missing:
                 reasons = {m: _missing_reason(summaries[m], measure) for m in missing}
-                ax.text(0.5, 0.5, "\n".join(f"{m}: {r}" for m, r in reasons.items()),
-                        ha="center", va="center", transform=ax.transAxes, fontsize=8,
-                        color="dimgray")
+                ax.text(
+                    0.5,
+                    0.5,
+                    "\n".join(f"{m}: {r}" for m, r in reasons.items()),
+                    ha="center",
+                    va="center",
+                    transform=ax.transAxes,
+                    fontsize=8,
+                    color="dimgray",
+                )
             ax.set_title(MEASURE_LABELS.get(measure, measure), fontsize=9)
             ax.set_xlabel("relative depth l / L")
             ax.set_ylabel("")
@@ -107,15 +125,25 @@ def _curve_panels(frame, summaries, measures, title, facts=None, log_y=()):
             name = style.label(fact)
             if name in labels:
                 continue
-            absent = [m for m in measures if not ((frame["model"] == model)
-                                                  & (frame["measure"] == m)).any()]
+            absent = [
+                m
+                for m in measures
+                if not ((frame["model"] == model) & (frame["measure"] == m)).any()
+            ]
             if absent:
                 name += f" ({_missing_reason(summaries[model], absent[0])})"
             if counts[fact["base"]] > 1:
                 name += f" (mean of {counts[fact['base']]} seeds, band: range)"
             labels.append(name)
-            handles.append(plt.Line2D([], [], color=colours[fact["base"]], marker=".",
-                                      ls=style.line_style(fact, facts)))
+            handles.append(
+                plt.Line2D(
+                    [],
+                    [],
+                    color=colours[fact["base"]],
+                    marker=".",
+                    ls=style.line_style(fact, facts),
+                )
+            )
         subfig.legend(handles, labels, loc="outside right center", fontsize=8)
         subfig.suptitle(group, fontsize=10, x=0.02, ha="left")
     fig.suptitle(title, fontsize=11)
@@ -143,78 +171,124 @@ def plot_angular_distance(frame, summaries, measure="angular_distance_last", fac
         base = facts[model]["base"]
         grids.setdefault(base, []).append(grid)
         samples[base] = int(subset["count"].iloc[0])
-    with warnings.catch_warnings():   # cells beyond the last layer are NaN in every seed
+    with warnings.catch_warnings():  # cells beyond the last layer are NaN in every seed
         warnings.simplefilter("ignore", RuntimeWarning)
         means = {base: np.nanmean(np.stack(g), axis=0) for base, g in grids.items()}
     norm = style.shared_norm(means.values(), vmin=0.0)
-    grouped = {group: list(dict.fromkeys(facts[m]["base"] for m in models))
-               for group, models in style.groups(facts).items()}
+    grouped = {
+        group: list(dict.fromkeys(facts[m]["base"] for m in models))
+        for group, models in style.groups(facts).items()
+    }
     base_fact = {f["base"]: f for f in facts.values()}
     cols = max(len(b) for b in grouped.values()) if grouped else 1
     cols = min(cols, 8)
     rows_per = {g: math.ceil(len(b) / cols) for g, b in grouped.items()}
-    fig = plt.figure(figsize=(2.6 * cols + 1.2, 2.5 * sum(rows_per.values()) + 0.8 * len(grouped)),
-                     layout="constrained")
-    subfigs = np.atleast_1d(fig.subfigures(len(grouped), 1, height_ratios=[
-        rows_per[g] + 0.3 for g in grouped] if grouped else None))
+    fig = plt.figure(
+        figsize=(2.6 * cols + 1.2, 2.5 * sum(rows_per.values()) + 0.8 * len(grouped)),
+        layout="constrained",
+    )
+    subfigs = np.atleast_1d(
+        fig.subfigures(
+            len(grouped), 1, height_ratios=[rows_per[g] + 0.3 for g in grouped] if grouped else None
+        )
+    )
     all_axes = []
     for subfig, (group, bases) in zip(subfigs, grouped.items()):
         axes = subfig.subplots(rows_per[group], cols, squeeze=False)
         for ax, base in zip(axes.flat, bases):
             depth = means[base].shape[0]
-            ax.imshow(means[base], origin="lower", aspect="auto", cmap="viridis", norm=norm,
-                      extent=(-0.5, depth - 0.5, 0.5, depth + 0.5))
+            ax.imshow(
+                means[base],
+                origin="lower",
+                aspect="auto",
+                cmap="viridis",
+                norm=norm,
+                extent=(-0.5, depth - 0.5, 0.5, depth + 0.5),
+            )
             seeds = len(grids[base])
-            ax.set_title(f"{style.label(base_fact[base])} ({samples[base]} samples"
-                         + (f", mean of {seeds} seeds" if seeds > 1 else "") + ")", fontsize=8)
+            ax.set_title(
+                f"{style.label(base_fact[base])} ({samples[base]} samples"
+                + (f", mean of {seeds} seeds" if seeds > 1 else "")
+                + ")",
+                fontsize=8,
+            )
             ax.set_xlabel("start layer l", fontsize=8)
             ax.set_ylabel("block size n", fontsize=8)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
             all_axes.append(ax)
-        for ax in list(axes.flat)[len(bases):]:
+        for ax in list(axes.flat)[len(bases) :]:
             ax.axis("off")
-        subfig.colorbar(ScalarMappable(norm=norm, cmap="viridis"), ax=axes, shrink=0.9,
-                        label="d (same scale\nin every panel)")
+        subfig.colorbar(
+            ScalarMappable(norm=norm, cmap="viridis"),
+            ax=axes,
+            shrink=0.9,
+            label="d (same scale\nin every panel)",
+        )
         subfig.suptitle(group, fontsize=10, x=0.02, ha="left")
     missing = [m for m in summaries if m not in present]
     which = "last token" if measure.endswith("last") else "all tokens"
-    fig.suptitle(f"Angular distance d(x^l, x^(l+n)) = arccos(cos)/pi between layer inputs, "
-                 f"{which}, range 0 to {norm.vmax:.3f}"
-                 + (f"; not measured: {', '.join(missing)}" if missing else ""), fontsize=11)
+    fig.suptitle(
+        f"Angular distance d(x^l, x^(l+n)) = arccos(cos)/pi between layer inputs, "
+        f"{which}, range 0 to {norm.vmax:.3f}"
+        + (f"; not measured: {', '.join(missing)}" if missing else ""),
+        fontsize=11,
+    )
     return fig
 
 
 def plot_variance_growth(frame, summaries, facts=None):
     return _curve_panels(
-        frame, summaries, ["h_var", "h_norm", "h_mean"],
+        frame,
+        summaries,
+        ["h_var", "h_norm", "h_mean"],
         "Variance, norm and mean of the residual stream h_l by relative depth "
         "(Curse of Depth layout: Pre-LN variance growth vs LayerNorm Scaling)",
-        facts, log_y=("h_var", "h_norm"))
+        facts,
+        log_y=("h_var", "h_norm"),
+    )
 
 
 def plot_contributions(frame, summaries, facts=None):
     return _curve_panels(
-        frame, summaries,
-        ["attn_rel_norm", "mlp_rel_norm", "block_rel_norm", "cos_attn_residual",
-         "cos_mlp_residual", "cos_update_residual", "cos_adjacent"],
+        frame,
+        summaries,
+        [
+            "attn_rel_norm",
+            "mlp_rel_norm",
+            "block_rel_norm",
+            "cos_attn_residual",
+            "cos_mlp_residual",
+            "cos_update_residual",
+            "cos_adjacent",
+        ],
         "Relative contribution of each sublayer to the residual and its cosine with it "
         "(Csordas et al., relative-contribution and cosine figures)",
-        facts, log_y=("attn_rel_norm", "mlp_rel_norm", "block_rel_norm"))
+        facts,
+        log_y=("attn_rel_norm", "mlp_rel_norm", "block_rel_norm"),
+    )
 
 
 def plot_logit_lens(frame, summaries, facts=None):
     return _curve_panels(
-        frame, summaries, ["logit_lens_kl", "logit_lens_top5"],
+        frame,
+        summaries,
+        ["logit_lens_kl", "logit_lens_top5"],
         "Logit lens: KL(p_l || p_L) and top-5 overlap with the final prediction "
-        "(Csordas et al., logit-lens figure)", facts)
+        "(Csordas et al., logit-lens figure)",
+        facts,
+    )
 
 
 def plot_angles(frame, summaries, facts=None):
     return _curve_panels(
-        frame, summaries, ["angle_adjacent", "angle_update"],
+        frame,
+        summaries,
+        ["angle_adjacent", "angle_update"],
         "Angle between adjacent hidden states and between successive updates "
-        "(Liu et al., Inverse Depth Scaling: layer-similarity angles)", facts)
+        "(Liu et al., Inverse Depth Scaling: layer-similarity angles)",
+        facts,
+    )
 
 
 def plot_all(frame, summaries, facts=None) -> dict:

@@ -21,20 +21,28 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     from .measures import analyse
     from .provenance import Provenance
 
-    provenance = Provenance("analysis", config=spec,
-                            inputs=provenance_inputs(spec["texts"], [spec["model_path"]]))
+    provenance = Provenance(
+        "analysis", config=spec, inputs=provenance_inputs(spec["texts"], [spec["model_path"]])
+    )
     adapter, tokenizer = load(spec["model_path"], spec["revision"], spec["dtype"], device)
     max_length = clamp_max_length(spec["max_length"], [adapter], log)
-    batches = text_batches(spec, tokenizer, max_length, max_samples=spec["max_samples"],
-                           max_tokens=spec["max_tokens"])
+    batches = text_batches(
+        spec, tokenizer, max_length, max_samples=spec["max_samples"], max_tokens=spec["max_tokens"]
+    )
     start = time.perf_counter()
-    result = analyse(adapter, batches, logit_lens=spec["logit_lens"],
-                     all_token_distance=spec["all_token_distance"],
-                     logit_lens_stride=spec["logit_lens_stride"])
+    result = analyse(
+        adapter,
+        batches,
+        logit_lens=spec["logit_lens"],
+        all_token_distance=spec["all_token_distance"],
+        logit_lens_stride=spec["logit_lens_stride"],
+    )
     seconds = time.perf_counter() - start
     if result.samples < spec["max_samples"] and spec["max_tokens"] is None:
-        log(f"note: max_samples is {spec['max_samples']} but the text set has only "
-            f"{result.samples} usable documents; used {result.samples}")
+        log(
+            f"note: max_samples is {spec['max_samples']} but the text set has only "
+            f"{result.samples} usable documents; used {result.samples}"
+        )
 
     summary = {
         "model": spec["model_name"],
@@ -53,15 +61,23 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     }
     layers = [str(i) for i in range(result.num_layers + 1)]
     with atomic_path(spec["out"], is_dir=True) as out:
-        write_dataframe(out / "measures.csv",
-                        result.to_frame(model=spec["model_name"], text_set=spec["text_set"]))
-        write_dataframe(out / "angular_distance_last.csv",
-                        pd.DataFrame(result.angular_distance_last, columns=layers)
-                        .rename_axis("layer").reset_index())
+        write_dataframe(
+            out / "measures.csv",
+            result.to_frame(model=spec["model_name"], text_set=spec["text_set"]),
+        )
+        write_dataframe(
+            out / "angular_distance_last.csv",
+            pd.DataFrame(result.angular_distance_last, columns=layers)
+            .rename_axis("layer")
+            .reset_index(),
+        )
         if result.angular_distance_all is not None:
-            write_dataframe(out / "angular_distance_all.csv",
-                            pd.DataFrame(result.angular_distance_all, columns=layers)
-                            .rename_axis("layer").reset_index())
+            write_dataframe(
+                out / "angular_distance_all.csv",
+                pd.DataFrame(result.angular_distance_all, columns=layers)
+                .rename_axis("layer")
+                .reset_index(),
+            )
         write_json(out / "summary.json", summary)
         provenance.extra["summary"] = summary
         provenance.write(out / "provenance.json")

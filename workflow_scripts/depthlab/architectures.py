@@ -20,6 +20,9 @@ of mix_ln): h_{l+1} = N2(s*N1(s*h_l + a_l) + m_l) (s = 1, DeepNorm: s = alpha); 
 still the raw sublayer outputs (for BERT the `dense` projection before dropout, residual and
 LayerNorm), so ||m_l|| / ||h_l + a_l|| compares the MLP output with the *un-normalised* residual
 sum; ||h_{l+1} - h_l|| / ||h_l|| is the block's whole update, norms included.
+
+Size: one adapter table for every supported family plus the loaders that apply it; the
+family rules must be read together.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from .errors import UnsupportedModelError, CheckpointError
+
+from .errors import CheckpointError, UnsupportedModelError
 
 if TYPE_CHECKING:  # torch is imported where it is used: the folder checks below run without it
     import torch
@@ -54,20 +58,48 @@ class Layout:
 
 
 LLAMA = Layout("llama", layers="layers", final_norm="norm", attention="self_attn", mlp="mlp")
-OLMO2 = Layout("olmo2", layers="layers", final_norm="norm", attention="post_attention_layernorm",
-               mlp="post_feedforward_layernorm")
-GPT_NEOX = Layout("gpt_neox", layers="layers", final_norm="final_layer_norm",
-                  attention="attention", mlp="mlp")
+OLMO2 = Layout(
+    "olmo2",
+    layers="layers",
+    final_norm="norm",
+    attention="post_attention_layernorm",
+    mlp="post_feedforward_layernorm",
+)
+GPT_NEOX = Layout(
+    "gpt_neox", layers="layers", final_norm="final_layer_norm", attention="attention", mlp="mlp"
+)
 GPT2 = Layout("gpt2", layers="h", final_norm="ln_f", attention="attn", mlp="mlp")
-OPT = Layout("opt", layers="decoder.layers", final_norm="decoder.final_layer_norm",
-             attention="self_attn", mlp="fc2", project_out="decoder.project_out")
-BERT = Layout("bert", layers="encoder.layer", final_norm=None, attention="attention.output.dense",
-              mlp="output.dense")
+OPT = Layout(
+    "opt",
+    layers="decoder.layers",
+    final_norm="decoder.final_layer_norm",
+    attention="self_attn",
+    mlp="fc2",
+    project_out="decoder.project_out",
+)
+BERT = Layout(
+    "bert",
+    layers="encoder.layer",
+    final_norm=None,
+    attention="attention.output.dense",
+    mlp="output.dense",
+)
 
 LAYOUTS_BY_MODEL_TYPE = {
-    "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "olmo": LLAMA,
-    "depthlab_llama": LLAMA, "olmo2": OLMO2, "gpt_neox": GPT_NEOX, "gpt2": GPT2, "opt": OPT,
-    "bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "electra": BERT,
+    "llama": LLAMA,
+    "mistral": LLAMA,
+    "qwen2": LLAMA,
+    "qwen3": LLAMA,
+    "olmo": LLAMA,
+    "depthlab_llama": LLAMA,
+    "olmo2": OLMO2,
+    "gpt_neox": GPT_NEOX,
+    "gpt2": GPT2,
+    "opt": OPT,
+    "bert": BERT,
+    "roberta": BERT,
+    "xlm-roberta": BERT,
+    "electra": BERT,
 }
 # Tried in this order for an unknown model_type whose modules look like a known family.
 STRUCTURAL_LAYOUTS = (OLMO2, LLAMA, GPT_NEOX, GPT2, OPT, BERT)
@@ -90,10 +122,10 @@ class ModelAdapter:
 
     family: str
     model: nn.Module
-    backbone: nn.Module                 # embeddings + layers; called for the pass
+    backbone: nn.Module  # embeddings + layers; called for the pass
     layers: list[nn.Module]
-    attention: list[nn.Module]          # a_l = output of attention[l]
-    mlp: list[nn.Module]                # m_l = output of mlp[l]
+    attention: list[nn.Module]  # a_l = output of attention[l]
+    mlp: list[nn.Module]  # m_l = output of mlp[l]
     final_norm: nn.Module | None
     project_out: nn.Module | None
     lm_head: nn.Module | None
@@ -149,12 +181,19 @@ def _layout_for(model: nn.Module, base: nn.Module) -> Layout:
     for layout in STRUCTURAL_LAYOUTS:
         if _matches(base, layout):
             return layout
-    tried = ", ".join(sorted({f"{layout.layers} (+ {layout.attention}, {layout.mlp})"
-                              for layout in STRUCTURAL_LAYOUTS}))
+    tried = ", ".join(
+        sorted(
+            {
+                f"{layout.layers} (+ {layout.attention}, {layout.mlp})"
+                for layout in STRUCTURAL_LAYOUTS
+            }
+        )
+    )
     raise UnsupportedModelError(
         f"cannot analyse {type(model).__name__} (model_type {model_type!r}): no decoder layers "
         f"found in {type(base).__name__}; looked for {tried}. Supported model types: "
-        f"{', '.join(sorted(LAYOUTS_BY_MODEL_TYPE))}")
+        f"{', '.join(sorted(LAYOUTS_BY_MODEL_TYPE))}"
+    )
 
 
 def _post_ln_layers(model: nn.Module, layout: Layout, layers) -> list[bool]:
@@ -178,22 +217,29 @@ def adapt(model: nn.Module) -> ModelAdapter:
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
         raise UnsupportedModelError(
             f"{type(model).__name__} ({layout.family} layout): decoder layers "
-            f"'{layout.layers}' not found in {type(base).__name__}")
+            f"'{layout.layers}' not found in {type(base).__name__}"
+        )
     attention, mlp = [], []
     for index, layer in enumerate(layers):
-        for path, sink, what in ((layout.attention, attention, "attention"),
-                                 (layout.mlp, mlp, "MLP")):
+        for path, sink, what in (
+            (layout.attention, attention, "attention"),
+            (layout.mlp, mlp, "MLP"),
+        ):
             module = _get_path(layer, path)
             if module is None:
                 raise UnsupportedModelError(
                     f"{type(model).__name__} ({layout.family} layout): layer {index} has no "
-                    f"{what} module '{path}'")
+                    f"{what} module '{path}'"
+                )
             sink.append(module)
     final_norm = _get_path(base, layout.final_norm)
-    if layout.final_norm is not None and final_norm is None \
-            and layout is not OPT:  # OPT-350m (Post-LN) has no final norm by design
-        raise UnsupportedModelError(f"{type(model).__name__} ({layout.family} layout): final "
-                                    f"norm '{layout.final_norm}' not found")
+    if (
+        layout.final_norm is not None and final_norm is None and layout is not OPT
+    ):  # OPT-350m (Post-LN) has no final norm by design
+        raise UnsupportedModelError(
+            f"{type(model).__name__} ({layout.family} layout): final "
+            f"norm '{layout.final_norm}' not found"
+        )
     lm_head = model.get_output_embeddings() if model is not base else None
     notes = []
     if lm_head is None:
@@ -226,7 +272,7 @@ def resolve_model_path(path: str) -> str:
     config does not depend on where site-packages lives."""
     if not path.startswith(PACKAGE_PREFIX):
         return path
-    package, _, sub = path[len(PACKAGE_PREFIX):].partition("/")
+    package, _, sub = path[len(PACKAGE_PREFIX) :].partition("/")
     spec = importlib.util.find_spec(package) if package else None
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"model path {path!r}: package {package!r} is not installed")
@@ -273,8 +319,14 @@ def _is_causal_lm(config) -> bool:
 SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "tokenizer.model",
-                    "spiece.model", "sentencepiece.bpe.model")
+VOCABULARY_FILES = (
+    "tokenizer.json",
+    "vocab.json",
+    "vocab.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
 SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors format's own limit
 
 
@@ -290,8 +342,12 @@ def local_model_folder(path: str) -> Path | None:
         return candidate
     if candidate.exists():
         raise CheckpointError(f"{path}: is a file, not a model folder")
-    looks_local = (resolved.startswith(("/", ".", "~")) or resolved.count("/") > 1
-                   or os.sep != "/" and os.sep in resolved)
+    looks_local = (
+        resolved.startswith(("/", ".", "~"))
+        or resolved.count("/") > 1
+        or os.sep != "/"
+        and os.sep in resolved
+    )
     if looks_local:
         raise CheckpointError(f"{path}: no such model folder")
     return None
@@ -315,31 +371,48 @@ def check_safetensors_file(file: str | os.PathLike) -> None:
         with open(file, "rb") as handle:
             head = handle.read(8)
             if len(head) < 8:
-                raise CheckpointError(f"{file}: truncated ({size} bytes; a safetensors file "
-                                      f"starts with an 8-byte header length)")
+                raise CheckpointError(
+                    f"{file}: truncated ({size} bytes; a safetensors file "
+                    f"starts with an 8-byte header length)"
+                )
             header_length = int.from_bytes(head, "little")
             if header_length > SAFETENSORS_MAX_HEADER or 8 + header_length > size:
                 raise CheckpointError(
                     f"{file}: truncated or not safetensors: the header length field says "
-                    f"{header_length} bytes, the file has {size}")
+                    f"{header_length} bytes, the file has {size}"
+                )
             raw = handle.read(header_length)
     except OSError as error:
         raise CheckpointError(f"{file}: cannot read ({error.strerror or error})") from None
     try:
         header = json.loads(raw.decode("utf-8"))
-        ends = [int(entry["data_offsets"][1]) for name, entry in header.items()
-                if name != "__metadata__"]
-    except (UnicodeDecodeError, ValueError, RecursionError, AttributeError, KeyError, TypeError,
-            IndexError) as error:
-        raise CheckpointError(f"{file}: corrupt safetensors header ({type(error).__name__}: "
-                              f"{error})") from None
+        ends = [
+            int(entry["data_offsets"][1])
+            for name, entry in header.items()
+            if name != "__metadata__"
+        ]
+    except (
+        UnicodeDecodeError,
+        ValueError,
+        RecursionError,
+        AttributeError,
+        KeyError,
+        TypeError,
+        IndexError,
+    ) as error:
+        raise CheckpointError(
+            f"{file}: corrupt safetensors header ({type(error).__name__}: {error})"
+        ) from None
     expected = 8 + header_length + max(ends, default=0)
     if size < expected:
-        raise CheckpointError(f"{file}: truncated: {size} bytes, its header describes "
-                              f"{expected} (an interrupted copy or download?)")
+        raise CheckpointError(
+            f"{file}: truncated: {size} bytes, its header describes "
+            f"{expected} (an interrupted copy or download?)"
+        )
     if size > expected:
-        raise CheckpointError(f"{file}: corrupt: {size - expected} bytes after the tensors its "
-                              f"header describes")
+        raise CheckpointError(
+            f"{file}: corrupt: {size - expected} bytes after the tensors its header describes"
+        )
 
 
 def _check_pickle_weights(file: Path) -> None:
@@ -390,10 +463,12 @@ def check_model_files(folder: str | os.PathLike) -> dict:
                     else:
                         _check_pickle_weights(folder / name)
                     return {}
-            raise CheckpointError(f"{folder}: adapter folder without adapter weights "
-                                  f"({' or '.join(ADAPTER_WEIGHTS)})")
-        raise CheckpointError(f"{folder}: no config.json (not a Hugging Face model folder, or "
-                              f"an incomplete copy)")
+            raise CheckpointError(
+                f"{folder}: adapter folder without adapter weights ({' or '.join(ADAPTER_WEIGHTS)})"
+            )
+        raise CheckpointError(
+            f"{folder}: no config.json (not a Hugging Face model folder, or an incomplete copy)"
+        )
     config = _read_json(config_file, "config.json")
     if not isinstance(config, dict):
         raise CheckpointError(f"{config_file}: not a JSON object")
@@ -408,8 +483,10 @@ def check_model_files(folder: str | os.PathLike) -> dict:
         else:
             _check_pickle_weights(file)
         return config
-    raise CheckpointError(f"{folder}: no weights file ({', '.join(SAFETENSORS_WEIGHTS)} or "
-                          f"{', '.join(PICKLE_WEIGHTS)})")
+    raise CheckpointError(
+        f"{folder}: no weights file ({', '.join(SAFETENSORS_WEIGHTS)} or "
+        f"{', '.join(PICKLE_WEIGHTS)})"
+    )
 
 
 def embedding_size(config: dict) -> int | None:
@@ -438,8 +515,11 @@ def _ids_in_files(folder: Path) -> list[int] | None:
             ids.extend(range(len(vocab)))
         else:
             raise CheckpointError(f"{folder / 'tokenizer.json'}: no model vocabulary")
-        ids.extend(t["id"] for t in spec.get("added_tokens") or []
-                   if isinstance(t, dict) and isinstance(t.get("id"), int))
+        ids.extend(
+            t["id"]
+            for t in spec.get("added_tokens") or []
+            if isinstance(t, dict) and isinstance(t.get("id"), int)
+        )
     elif (folder / "vocab.json").is_file():
         vocab = _read_json(folder / "vocab.json", "vocab.json")
         if not isinstance(vocab, dict):
@@ -468,7 +548,8 @@ def _check_tokenizer_fits(folder: Path, max_id: int, count: int, config: dict) -
         raise CheckpointError(
             f"{folder}: the tokenizer's vocabulary ({count} tokens, ids up to {max_id}) exceeds "
             f"the model's embedding (vocab_size {embedding} in config.json): ids >= {embedding} "
-            f"have no embedding row")
+            f"have no embedding row"
+        )
 
 
 def check_local_model(path: str) -> None:
@@ -485,8 +566,10 @@ def check_local_model(path: str) -> None:
         return
     config = check_model_files(folder)
     if not any((folder / name).is_file() for name in VOCABULARY_FILES):
-        raise CheckpointError(f"{folder}: no tokenizer (none of {', '.join(VOCABULARY_FILES)}); "
-                              f"save the model's tokenizer into the folder")
+        raise CheckpointError(
+            f"{folder}: no tokenizer (none of {', '.join(VOCABULARY_FILES)}); "
+            f"save the model's tokenizer into the folder"
+        )
     ids = _ids_in_files(folder)
     if ids is None:  # sentencepiece only: ask the tokenizer itself
         tokenizer = _auto_tokenizer(str(folder), None, folder)
@@ -504,12 +587,18 @@ def _auto_tokenizer(path: str, revision: str | None, folder: Path | None):
     try:
         return AutoTokenizer.from_pretrained(path, revision=revision)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
-        raise CheckpointError(f"{folder}: cannot load its tokenizer ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0] if str(error) else ''})") from None
+        raise CheckpointError(
+            f"{folder}: cannot load its tokenizer ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''})"
+        ) from None
 
 
-def load_model(path: str, dtype: str | torch.dtype = "float32", device: str = "cpu",
-               revision: str | None = None):
+def load_model(
+    path: str,
+    dtype: str | torch.dtype = "float32",
+    device: str = "cpu",
+    revision: str | None = None,
+):
     """Load a checkpoint for analysis: its causal LM when the checkpoint has one (so the logit
     lens has its head), else the bare model (BERT-style encoders). Refuses checkpoints whose
     weights would be partly random.
@@ -537,20 +626,37 @@ def load_model(path: str, dtype: str | torch.dtype = "float32", device: str = "c
         raise CheckpointError(f"{folder / 'config.json'}: {str(error).splitlines()[0]}") from None
     auto = AutoModelForCausalLM if _is_causal_lm(config) else AutoModel
     try:
-        model, info = auto.from_pretrained(path, revision=revision, dtype=dtype,
-                                           output_loading_info=True)
-    except (SafetensorError, OSError, ValueError, RuntimeError, EOFError,
-            zipfile.BadZipFile) as error:
+        model, info = auto.from_pretrained(
+            path, revision=revision, dtype=dtype, output_loading_info=True
+        )
+    except (
+        SafetensorError,
+        OSError,
+        ValueError,
+        RuntimeError,
+        EOFError,
+        zipfile.BadZipFile,
+    ) as error:
         if folder is None:
             raise
-        weights = next((folder / name for name in (*SAFETENSORS_WEIGHTS, *PICKLE_WEIGHTS)
-                        if (folder / name).is_file()), folder)
-        raise CheckpointError(f"{weights}: cannot load the weights ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0] if str(error) else ''})") from None
+        weights = next(
+            (
+                folder / name
+                for name in (*SAFETENSORS_WEIGHTS, *PICKLE_WEIGHTS)
+                if (folder / name).is_file()
+            ),
+            folder,
+        )
+        raise CheckpointError(
+            f"{weights}: cannot load the weights ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''})"
+        ) from None
     missing = [k for k in info.get("missing_keys", []) if "position_ids" not in k]
     if missing:
-        raise CheckpointError(f"{path}: checkpoint lacks weights for {missing[:5]} "
-                              f"({len(missing)} in all); they would be randomly initialised")
+        raise CheckpointError(
+            f"{path}: checkpoint lacks weights for {missing[:5]} "
+            f"({len(missing)} in all); they would be randomly initialised"
+        )
     return model.to(device).eval()
 
 
@@ -564,15 +670,19 @@ def load_tokenizer(path: str, revision: str | None = None):
     folder = local_model_folder(path)
     if folder is not None and not any((folder / n).is_file() for n in VOCABULARY_FILES):
         raise CheckpointError(f"{folder}: no tokenizer (none of {', '.join(VOCABULARY_FILES)})")
-    tokenizer = _auto_tokenizer(str(folder) if folder is not None else resolve_model_path(path),
-                                revision, folder)
+    tokenizer = _auto_tokenizer(
+        str(folder) if folder is not None else resolve_model_path(path), revision, folder
+    )
     if folder is not None and (folder / "config.json").is_file():
         ids = tokenizer.get_vocab().values()
-        _check_tokenizer_fits(folder, max(ids, default=-1), len(ids),
-                              _read_json(folder / "config.json", "config.json"))
+        _check_tokenizer_fits(
+            folder,
+            max(ids, default=-1),
+            len(ids),
+            _read_json(folder / "config.json", "config.json"),
+        )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     if tokenizer.pad_token is None:
-        raise CheckpointError(f"{path}: tokenizer has no pad, eos or unk token to pad batches "
-                              f"with")
+        raise CheckpointError(f"{path}: tokenizer has no pad, eos or unk token to pad batches with")
     return tokenizer

@@ -99,8 +99,10 @@ def json_safe(obj):
 def write_json(path: str | os.PathLike, obj) -> None:
     """Strict JSON (no NaN tokens, which most readers reject), written atomically."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(json_safe(obj), indent=2, sort_keys=True, default=str,
-                                  allow_nan=False) + "\n")
+        tmp.write_text(
+            json.dumps(json_safe(obj), indent=2, sort_keys=True, default=str, allow_nan=False)
+            + "\n"
+        )
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -26,9 +26,9 @@ SHORT = 12  # checksum characters shown
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    kind: str     # changed | missing | dirty | config
-    path: str     # the file (or record, for dirty) concerned
-    record: str   # the provenance record that holds the checksum or commit
+    kind: str  # changed | missing | dirty | config
+    path: str  # the file (or record, for dirty) concerned
+    record: str  # the provenance record that holds the checksum or commit
     detail: str
 
 
@@ -68,8 +68,11 @@ def _base_dir(record: dict, record_file: Path) -> Path:
     if cwd and record_file.resolve().is_relative_to(Path(cwd).resolve()):
         return Path(cwd)
     relative = [p for p in record.get("inputs", {}) if not Path(p).is_absolute()]
-    relative += [f["path"] for f in (record.get("config_source") or {}).get("files", [])
-                 if not Path(f["path"]).is_absolute()]
+    relative += [
+        f["path"]
+        for f in (record.get("config_source") or {}).get("files", [])
+        if not Path(f["path"]).is_absolute()
+    ]
     for ancestor in record_file.resolve().parents:
         if any((ancestor / p).exists() for p in relative):
             return ancestor
@@ -105,8 +108,10 @@ class Auditor:
     def audit(self, target: str | Path) -> list[Problem]:
         record_file = record_for(target)
         if record_file is None:
-            raise ProvenanceNotFound(f"{target}: no provenance record (no .provenance.json "
-                                     f"sidecar, no {RECORD_NAME} in its folder or above)")
+            raise ProvenanceNotFound(
+                f"{target}: no provenance record (no .provenance.json "
+                f"sidecar, no {RECORD_NAME} in its folder or above)"
+            )
         self.write(_show(Path(target)))
         self._node(record_file, indent=1)
         return self.problems
@@ -127,8 +132,10 @@ class Auditor:
             return
         base = _base_dir(record, record_file)
         self.write(f"{pad}record   {shown}")
-        self.write(f"{pad}rule     {record.get('rule') or '(not recorded)'}"
-                   f"  (stage {record.get('stage')}, {record.get('end', '?')})")
+        self.write(
+            f"{pad}rule     {record.get('rule') or '(not recorded)'}"
+            f"  (stage {record.get('stage')}, {record.get('end', '?')})"
+        )
         if record.get("command") and self.show_spec:
             self.write(f"{pad}command  {record['command']}")
         self._git(record, shown, pad)
@@ -143,8 +150,14 @@ class Auditor:
             return
         self.write(f"{pad}inputs")
         for name, recorded in inputs.items():
-            self._input(name, recorded, record.get("input_files", {}).get(name), record_file,
-                        base, indent + 1)
+            self._input(
+                name,
+                recorded,
+                record.get("input_files", {}).get(name),
+                record_file,
+                base,
+                indent + 1,
+            )
 
     def _git(self, record: dict, shown: str, pad: str) -> None:
         git = record.get("git") or {}
@@ -153,11 +166,15 @@ class Auditor:
             changes = git.get("changes") or []
             count = git.get("n_changes", len(changes))
             listed = ", ".join(c.strip() for c in changes[:5])
-            detail = f"commit {commit} with {count} uncommitted change(s)" + \
-                (f": {listed}" + (", ..." if count > 5 else "") if listed else "")
+            detail = f"commit {commit} with {count} uncommitted change(s)" + (
+                f": {listed}" + (", ..." if count > 5 else "") if listed else ""
+            )
             self.problems.append(Problem("dirty", shown, shown, detail))
-            self.write(f"{pad}git      {commit} DIRTY ({count} uncommitted change(s)"
-                       + (f": {listed}" if listed else "") + ")")
+            self.write(
+                f"{pad}git      {commit} DIRTY ({count} uncommitted change(s)"
+                + (f": {listed}" if listed else "")
+                + ")"
+            )
         elif git.get("dirty") is None:
             self.warnings.append(f"{shown}: git state unknown (not run from a git checkout)")
             self.write(f"{pad}git      {commit} (dirty flag unknown)")
@@ -178,8 +195,9 @@ class Auditor:
                 self.problems.append(Problem("config", _show(path), shown, "config file gone"))
             elif self._sha256(path) != recorded:
                 status = f"CHANGED (now {self._sha256(path)[:SHORT]})"
-                self.problems.append(Problem("config", _show(path), shown,
-                                             "config file changed since the job ran"))
+                self.problems.append(
+                    Problem("config", _show(path), shown, "config file changed since the job ran")
+                )
             else:
                 status = "ok"
             self.write(f"{pad}config   {entry['path']}  sha256 {recorded[:SHORT]}  {status}")
@@ -187,21 +205,30 @@ class Auditor:
             overrides = json.dumps(source["overrides"], separators=(",", ":"))
             self.write(f"{pad}         --config overrides {overrides}")
 
-    def _input(self, name: str, recorded: str, recorded_files: dict | None, record_file: Path,
-               base: Path, indent: int) -> None:
+    def _input(
+        self,
+        name: str,
+        recorded: str,
+        recorded_files: dict | None,
+        record_file: Path,
+        base: Path,
+        indent: int,
+    ) -> None:
         pad = "  " * indent
         self.n_inputs += 1
         path = Path(name) if Path(name).is_absolute() else base / name
         record_shown = _show(record_file)
         if not path.exists():
-            self.problems.append(Problem("missing", _show(path), record_shown,
-                                         "recorded input no longer exists"))
+            self.problems.append(
+                Problem("missing", _show(path), record_shown, "recorded input no longer exists")
+            )
             self.write(f"{pad}MISSING  {name}  sha256 {recorded[:SHORT]}")
         elif self._sha256(path) == recorded:
             self.write(f"{pad}ok       {name}  sha256 {recorded[:SHORT]}")
         else:
-            self.write(f"{pad}CHANGED  {name}  sha256 {recorded[:SHORT]}, now "
-                       f"{self._sha256(path)[:SHORT]}")
+            self.write(
+                f"{pad}CHANGED  {name}  sha256 {recorded[:SHORT]}, now {self._sha256(path)[:SHORT]}"
+            )
             for changed, detail in self._changed_files(path, recorded_files):
                 self.problems.append(Problem("changed", _show(changed), record_shown, detail))
                 self.write(f"{pad}           {_show(changed)}: {detail}")
@@ -217,9 +244,11 @@ class Auditor:
         if not path.is_dir() or recorded_files is None:
             return [(path, "sha256 differs from the recorded one")]
         now = sha256_files(path)
-        found = [(path / rel, "sha256 differs from the recorded one")
-                 for rel in sorted(set(now) & set(recorded_files))
-                 if now[rel] != recorded_files[rel]]
+        found = [
+            (path / rel, "sha256 differs from the recorded one")
+            for rel in sorted(set(now) & set(recorded_files))
+            if now[rel] != recorded_files[rel]
+        ]
         found += [(path / rel, "deleted") for rel in sorted(set(recorded_files) - set(now))]
         found += [(path / rel, "added") for rel in sorted(set(now) - set(recorded_files))]
         return found or [(path, "sha256 differs from the recorded one")]
@@ -229,13 +258,18 @@ def problem_lines(problems: list[Problem]) -> list[str]:
     """One line per problem; a file whose checksum several records hold is named once."""
     grouped: dict[tuple, list[str]] = {}
     for problem in problems:
-        grouped.setdefault((problem.kind, problem.path, problem.detail), []).append(
-            problem.record)
+        grouped.setdefault((problem.kind, problem.path, problem.detail), []).append(problem.record)
     lines = []
     for (kind, path, detail), records in grouped.items():
-        where = "" if records == [path] else (
-            f"; recorded in {records[0]}" if len(records) == 1
-            else f"; recorded in {len(records)} records: {', '.join(records)}")
+        where = (
+            ""
+            if records == [path]
+            else (
+                f"; recorded in {records[0]}"
+                if len(records) == 1
+                else f"; recorded in {len(records)} records: {', '.join(records)}"
+            )
+        )
         lines.append(f"{kind.upper()}: {path} ({detail}{where})")
     return lines
 
@@ -243,8 +277,10 @@ def problem_lines(problems: list[Problem]) -> list[str]:
 def summary_line(auditor: Auditor) -> str:
     records, inputs = len(auditor.seen), auditor.n_inputs
     if not auditor.problems:
-        return (f"audit OK: {records} record(s), {inputs} input(s): every recorded checksum "
-                "matches the file on disk and every commit was clean")
+        return (
+            f"audit OK: {records} record(s), {inputs} input(s): every recorded checksum "
+            "matches the file on disk and every commit was clean"
+        )
     lines = problem_lines(auditor.problems)
     kinds = [line.split(":", 1)[0].lower() for line in lines]
     counted = ", ".join(f"{kinds.count(kind)} {kind}" for kind in dict.fromkeys(kinds))
@@ -254,12 +290,17 @@ def summary_line(auditor: Auditor) -> str:
 def main(argv=None) -> int:
     """Command line of workflow_scripts/audit.py; exit status 0 clean, 1 problems, 2 no record."""
     parser = argparse.ArgumentParser(
-        prog="audit.py", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="a result folder or file, a figure, or a provenance record")
-    parser.add_argument("--brief", action="store_true",
-                        help="leave out each record's command and spec")
+        prog="audit.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="a result folder or file, a figure, or a provenance record",
+    )
+    parser.add_argument(
+        "--brief", action="store_true", help="leave out each record's command and spec"
+    )
     args = parser.parse_args(argv)
     auditor = Auditor(show_spec=not args.brief)
     try:

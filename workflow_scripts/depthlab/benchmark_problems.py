@@ -46,13 +46,16 @@ import os
 import re
 
 import numpy as np
+
 from .errors import DataError, DatasetProblemError
 
 DATASET_FAMILIES = {"math": (1, 5), "mquake": (2, 4)}  # family: (lowest, highest) level
 FAMILY_KEYS = {"math": ("dataset", "levels", "max_new_tokens"), "mquake": ("dataset", "levels")}
-DATASET_KEYS = {"hf_dataset": ("source", "name", "config_name", "split", "revision"),
-                "jsonl": ("source", "path")}
-MATH_STOP = "\nProblem:"        # a base model that has answered goes on with a new problem
+DATASET_KEYS = {
+    "hf_dataset": ("source", "name", "config_name", "split", "revision"),
+    "jsonl": ("source", "path"),
+}
+MATH_STOP = "\nProblem:"  # a base model that has answered goes on with a new problem
 DEFAULT_MAX_NEW_TOKENS = 512
 
 
@@ -67,18 +70,27 @@ def validate_dataset_family(name: str, family, key: str) -> None:
         raise DatasetProblemError(f"{key}: a mapping with {', '.join(FAMILY_KEYS[name])}")
     for field in family:
         if field not in FAMILY_KEYS[name]:
-            raise DatasetProblemError(f"{key}.{field}: unknown field (known: "
-                                      f"{', '.join(FAMILY_KEYS[name])})")
+            raise DatasetProblemError(
+                f"{key}.{field}: unknown field (known: {', '.join(FAMILY_KEYS[name])})"
+            )
     levels = family.get("levels")
     what = "hop counts" if name == "mquake" else "MATH levels"
-    if not isinstance(levels, list) or not levels or any(
-            isinstance(k, bool) or not isinstance(k, int) or not low <= k <= high
-            for k in levels) or len(set(levels)) != len(levels):
-        raise DatasetProblemError(f"{key}.levels: a non-empty list of distinct {what} in "
-                                  f"{low}..{high} (got {levels!r})")
+    if (
+        not isinstance(levels, list)
+        or not levels
+        or any(
+            isinstance(k, bool) or not isinstance(k, int) or not low <= k <= high for k in levels
+        )
+        or len(set(levels)) != len(levels)
+    ):
+        raise DatasetProblemError(
+            f"{key}.levels: a non-empty list of distinct {what} in {low}..{high} (got {levels!r})"
+        )
     if "dataset" not in family:
-        raise DatasetProblemError(f"{key}.dataset: required ({{source: hf_dataset, name, "
-                                  f"config_name, split, revision}} or {{source: jsonl, path}})")
+        raise DatasetProblemError(
+            f"{key}.dataset: required ({{source: hf_dataset, name, "
+            f"config_name, split, revision}} or {{source: jsonl, path}})"
+        )
     validate_dataset_spec(family["dataset"], f"{key}.dataset")
     tokens = family.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
@@ -91,8 +103,10 @@ def validate_dataset_spec(spec, key: str) -> None:
         raise DatasetProblemError(f"{key}.source: hf_dataset or jsonl (got {source!r})")
     for field in spec:
         if field not in DATASET_KEYS[source]:
-            raise DatasetProblemError(f"{key}.{field}: unknown field for source {source} "
-                                      f"(known: {', '.join(DATASET_KEYS[source])})")
+            raise DatasetProblemError(
+                f"{key}.{field}: unknown field for source {source} "
+                f"(known: {', '.join(DATASET_KEYS[source])})"
+            )
     required = ("name", "split") if source == "hf_dataset" else ("path",)
     for field in required:
         if not isinstance(spec.get(field), str) or not spec[field]:
@@ -117,13 +131,19 @@ def iter_records(spec: dict, where: str):
 
     pinned = {"revision": spec["revision"]} if spec.get("revision") else {}
     try:
-        dataset = datasets.load_dataset(spec["name"], spec.get("config_name"),
-                                        split=spec["split"], **pinned)
+        dataset = datasets.load_dataset(
+            spec["name"], spec.get("config_name"), split=spec["split"], **pinned
+        )
     except (OSError, ValueError, datasets.exceptions.DatasetsError) as error:
-        cause = (f"{error}" if not isinstance(error, datasets.exceptions.DatasetsError)
-                 else _root_cause(error))
-        raise DataError(f"{where}.name: cannot load dataset '{spec['name']}' "
-                        f"({spec.get('config_name')}) split '{spec['split']}': {cause}") from None
+        cause = (
+            f"{error}"
+            if not isinstance(error, datasets.exceptions.DatasetsError)
+            else _root_cause(error)
+        )
+        raise DataError(
+            f"{where}.name: cannot load dataset '{spec['name']}' "
+            f"({spec.get('config_name')}) split '{spec['split']}': {cause}"
+        ) from None
     yield from enumerate(dataset)
 
 
@@ -175,9 +195,22 @@ def normalise_answer(text: str) -> str:
     text = text.strip()
     text = re.sub(r"\\text\{\s*([^{}]*?)\s*\}", r"\1", text)
     text = re.sub(r"\\(?:mbox|mathrm|textbf)\{\s*([^{}]*?)\s*\}", r"\1", text)
-    for old, new in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", ""),
-                     ("\\ ", ""), ("dfrac", "frac"), ("tfrac", "frac"), ("^\\circ", ""),
-                     ("^{\\circ}", ""), ("\\$", ""), ("$", ""), ("\\%", ""), ("%", "")):
+    for old, new in (
+        ("\\left", ""),
+        ("\\right", ""),
+        ("\\!", ""),
+        ("\\,", ""),
+        ("\\;", ""),
+        ("\\ ", ""),
+        ("dfrac", "frac"),
+        ("tfrac", "frac"),
+        ("^\\circ", ""),
+        ("^{\\circ}", ""),
+        ("\\$", ""),
+        ("$", ""),
+        ("\\%", ""),
+        ("%", ""),
+    ):
         text = text.replace(old, new)
     text = re.sub(r"\s+", "", text)
     text = text.rstrip(".")
@@ -193,18 +226,26 @@ def math_problem(record: dict, level: int, max_new_tokens: int) -> dict | None:
     final = boxed_answer(solution)
     if final is None:
         return None
-    return {"family": "math", "level": level, "prompt": f"Problem: {problem.strip()}\nAnswer:",
-            "answer": solution.strip(), "grade": "boxed", "final_answer": final,
-            "max_new_tokens": max_new_tokens}
+    return {
+        "family": "math",
+        "level": level,
+        "prompt": f"Problem: {problem.strip()}\nAnswer:",
+        "answer": solution.strip(),
+        "grade": "boxed",
+        "final_answer": final,
+        "max_new_tokens": max_new_tokens,
+    }
 
 
 def mquake_hops(record: dict) -> int | None:
     """A MQuAKE record's hop count: its original triples (the Remastered copy's flattened
     orig_triples or the princeton-nlp layout's orig.triples), else its single-hop questions."""
     orig = record.get("orig")
-    for triples in (record.get("orig_triples"),
-                    orig.get("triples") if isinstance(orig, dict) else None,
-                    record.get("single_hops")):
+    for triples in (
+        record.get("orig_triples"),
+        orig.get("triples") if isinstance(orig, dict) else None,
+        record.get("single_hops"),
+    ):
         if isinstance(triples, list) and triples:
             return len(triples)
     return None
@@ -212,11 +253,20 @@ def mquake_hops(record: dict) -> int | None:
 
 def mquake_problem(record: dict, level: int) -> dict | None:
     questions, answer = record.get("questions"), record.get("answer")
-    if not isinstance(questions, list) or not questions or not isinstance(questions[0], str) \
-            or not isinstance(answer, str) or not answer.strip():
+    if (
+        not isinstance(questions, list)
+        or not questions
+        or not isinstance(questions[0], str)
+        or not isinstance(answer, str)
+        or not answer.strip()
+    ):
         return None
-    return {"family": "mquake", "level": level,
-            "prompt": f"Question: {questions[0].strip()}\nAnswer:", "answer": answer.strip()}
+    return {
+        "family": "mquake",
+        "level": level,
+        "prompt": f"Question: {questions[0].strip()}\nAnswer:",
+        "answer": answer.strip(),
+    }
 
 
 def convert_record(family: str, record, settings: dict) -> tuple[int | None, dict | None]:
@@ -225,14 +275,18 @@ def convert_record(family: str, record, settings: dict) -> tuple[int | None, dic
         return None, None
     if family == "math":
         level = math_level(record)
-        return level, (math_problem(record, level, settings.get(
-            "max_new_tokens", DEFAULT_MAX_NEW_TOKENS)) if level is not None else None)
+        return level, (
+            math_problem(record, level, settings.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
+            if level is not None
+            else None
+        )
     level = mquake_hops(record)
     return level, (mquake_problem(record, level) if level is not None else None)
 
 
-def dataset_problems(family: str, settings: dict, per_level: int, seed: int, first_index: int,
-                     where: str) -> tuple[list[dict], dict]:
+def dataset_problems(
+    family: str, settings: dict, per_level: int, seed: int, first_index: int, where: str
+) -> tuple[list[dict], dict]:
     """The problems of one dataset family: per level, `per_level` usable records drawn without
     replacement (generator [seed, 7919, index], index = the (family, level) position among the
     set's levels, from `first_index`), in dataset order. Returns (problems, summary)."""
@@ -253,12 +307,18 @@ def dataset_problems(family: str, settings: dict, per_level: int, seed: int, fir
         pool = usable[level]
         available[level] = len(pool)
         if not pool:
-            raise DatasetProblemError(f"{where}.levels: level {level} has no usable record in "
-                                      f"the dataset ({records} records read)")
+            raise DatasetProblemError(
+                f"{where}.levels: level {level} has no usable record in "
+                f"the dataset ({records} records read)"
+            )
         rng = np.random.default_rng([seed, 7919, first_index + offset])
         chosen = np.sort(rng.choice(len(pool), size=min(per_level, len(pool)), replace=False))
         problems += [pool[i] for i in chosen]
-    summary = {"dataset": settings["dataset"], "records": records,
-               "unusable_records": unusable, "available": available,
-               "drawn": {level: min(per_level, available[level]) for level in levels}}
+    summary = {
+        "dataset": settings["dataset"],
+        "records": records,
+        "unusable_records": unusable,
+        "available": available,
+        "drawn": {level: min(per_level, available[level]) for level in levels},
+    }
     return problems, summary

@@ -30,6 +30,9 @@ and fresh students each) are its seeds.
 
 `read_run_data(spec)` reads a run's outputs into `RunData`; `build_claims(data)` is pure, so the
 tests plant tables directly. `compare_claims(a, b)` lists what changed between two tables.
+
+Size: each claim's measurement and its rule sit side by side, so a reviewer reads one claim's
+test in one place; the number-only estimate and verdict rules live in depthlab.verdicts.
 """
 
 from __future__ import annotations
@@ -44,200 +47,41 @@ import pandas as pd
 
 from . import paper_values as pv
 from .paper_values import COD, CSORDAS, GROMOV, LIU, PAPER_VALUES
+from .verdicts import (
+    CONFIDENCE,
+    NOT_TESTABLE,
+    Estimate,
+    _band_text,
+    difference,
+    ols_slope,
+    over_seeds,
+    t_interval,
+    verdict_equivalent,
+    verdict_positive,
+    verdict_size,
+    verdict_value,
+    with_seeds,
+)
 
-CONFIDENCE = 0.95
-MIN_SEEDS = 3
-REPRODUCED = "reproduced"
-NOT_REPRODUCED = "not reproduced"
-NOT_TESTABLE = "not testable at this scale"
-INDICATIVE = "one seed: indicative"
-SIZE_REPRODUCED = "size reproduced"
-SIZE_NOT_REPRODUCED = "size not reproduced"
-NO_SIZE = "no size stated"
-DECIDED = (REPRODUCED, NOT_REPRODUCED)
-COLUMNS = ("claim_id", "paper", "claim", "paper_value", "measured", "low", "high", "interval",
-           "seeds", "scale", "verdict", "reason", "size_band", "size_measured", "size_low",
-           "size_high", "size_verdict")
-
-
-# ---------------------------------------------------------------------------------------------
-# Estimates and intervals
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A measured value with an optional interval [low, high] and how it was made."""
-
-    value: float
-    low: float = math.nan
-    high: float = math.nan
-    method: str = ""
-    n: int = 1            # seeds the value averages over (decides when >= MIN_SEEDS)
-    se: float = math.nan  # standard error, where the method has one
-
-    @property
-    def has_interval(self) -> bool:
-        return math.isfinite(self.low) and math.isfinite(self.high)
-
-
-def _t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
-    from scipy import stats
-
-    return float(stats.t.ppf(0.5 + confidence / 2, df))
-
-
-def _z_quantile(confidence: float = CONFIDENCE) -> float:
-    from scipy import stats
-
-    return float(stats.norm.ppf(0.5 + confidence / 2))
-
-
-def t_interval(values, what: str, confidence: float = CONFIDENCE) -> Estimate:
-    """Mean of `values` with a t-interval (no interval for fewer than 2 finite values)."""
-    values = np.asarray([v for v in values if math.isfinite(v)], dtype=np.float64)
-    if values.size == 0:
-        return Estimate(math.nan, method=f"no finite {what}")
-    mean = float(values.mean())
-    if values.size < 2:
-        return Estimate(mean, method=f"one {what}: no interval")
-    se = float(values.std(ddof=1) / math.sqrt(values.size))
-    half = _t_quantile(values.size - 1, confidence) * se
-    return Estimate(mean, mean - half, mean + half,
-                    f"{confidence:.0%} t-interval over {values.size} {what}", 1, se)
-
-
-def over_seeds(estimates: list[Estimate], confidence: float = CONFIDENCE) -> Estimate:
-    """The per-seed estimates of one claim as one. >= MIN_SEEDS seeds: their mean with a
-    t-interval over seeds (n - 1 df); one seed: its own (within-model) estimate; two: their mean
-    without an interval. `n` is the number of seeds either way."""
-    n = len(estimates)
-    if n == 1:
-        e = estimates[0]
-        return replace(e, n=1, method=f"{e.method}, within one model (no seed-to-seed variance)"
-                       if e.method else "one model")
-    values = [e.value for e in estimates]
-    if n < MIN_SEEDS:
-        return Estimate(float(np.mean(values)), method=f"mean of {n} seeds: no between-seed "
-                        f"interval (needs {MIN_SEEDS})", n=n)
-    e = t_interval(values, "seeds", confidence)
-    return replace(e, n=n)
-
-
-def ols_slope(x, y, confidence: float = CONFIDENCE, what: str = "layers") -> Estimate:
-    """Least-squares slope of y on x with its t-interval (df = n - 2)."""
-    from scipy import stats
-
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if x.size < 3:
-        return Estimate(math.nan, method="fewer than 3 points")
-    fit = stats.linregress(x, y)
-    half = _t_quantile(x.size - 2, confidence) * fit.stderr
-    return Estimate(float(fit.slope), fit.slope - half, fit.slope + half,
-                    f"{confidence:.0%} OLS interval over {x.size} {what}", 1, float(fit.stderr))
-
-
-def difference(a: Estimate, b: Estimate, confidence: float = CONFIDENCE) -> Estimate:
-    """a - b; the interval combines the two standard errors (normal), when both have one."""
-    value = a.value - b.value
-    if not (math.isfinite(a.se) and math.isfinite(b.se)):
-        return Estimate(value, method="no interval")
-    se = math.hypot(a.se, b.se)
-    half = _z_quantile(confidence) * se
-    return Estimate(value, value - half, value + half,
-                    f"{confidence:.0%} normal interval from the two standard errors", 1, se)
-
-
-# ---------------------------------------------------------------------------------------------
-# Verdicts
-
-
-def _interval_text(e: Estimate) -> str:
-    return f"[{e.low:.4g}, {e.high:.4g}]"
-
-
-def verdict_positive(e: Estimate, blockers=(), negligible: float = 0.0) -> tuple[str, str]:
-    """The claim: the effect is > 0, and not negligible: reproduced when the interval lies above
-    `negligible`; not reproduced when it lies below 0 or wholly inside (-negligible,
-    negligible) (a precise null); not testable otherwise."""
-    if blockers:
-        return NOT_TESTABLE, "; ".join(blockers)
-    if not math.isfinite(e.value):
-        return NOT_TESTABLE, e.method or "no value"
-    if not e.has_interval:
-        return NOT_TESTABLE, f"{e.method or 'no interval'} (add seeds)"
-    if e.low > negligible:
-        return REPRODUCED, f"interval {_interval_text(e)} above {negligible:g}"
-    if e.high < 0:
-        return NOT_REPRODUCED, f"interval {_interval_text(e)} below 0"
-    if negligible > 0 and -negligible < e.low and e.high < negligible:
-        return NOT_REPRODUCED, (f"negligible: interval {_interval_text(e)} inside "
-                                f"(-{negligible:g}, {negligible:g})")
-    return NOT_TESTABLE, (f"interval {_interval_text(e)} too wide to decide (negligible band "
-                          f"±{negligible:g})")
-
-
-def verdict_equivalent(estimates: dict, margin: float, blockers=()) -> tuple[str, str]:
-    """The claim: no difference. `estimates`: {label: Estimate} (e.g. every level - the easiest
-    level). Reproduced when every interval lies inside [-margin, margin]; not reproduced when one
-    lies wholly outside it; not testable otherwise (an interval too wide, or none)."""
-    if blockers:
-        return NOT_TESTABLE, "; ".join(blockers)
-    if not estimates:
-        return NOT_TESTABLE, "nothing to compare"
-    missing = [k for k, e in estimates.items() if not e.has_interval]
-    if missing:
-        return NOT_TESTABLE, f"no interval for {', '.join(map(str, missing))} (add seeds)"
-    shown = "; ".join(f"{k}: {e.value:.3g} {_interval_text(e)}" for k, e in estimates.items())
-    outside = [k for k, e in estimates.items() if e.low > margin or e.high < -margin]
-    if outside:
-        return NOT_REPRODUCED, (f"{', '.join(map(str, outside))} outside ±{margin:g} "
-                                f"({shown})")
-    if all(-margin <= e.low and e.high <= margin for e in estimates.values()):
-        return REPRODUCED, f"all inside ±{margin:g} ({shown})"
-    return NOT_TESTABLE, f"an interval crosses ±{margin:g}: too wide to decide ({shown})"
-
-
-def verdict_value(e: Estimate, paper_value: float, blockers=()) -> tuple[str, str]:
-    """The claim: the parameter equals the paper's value (inside our interval)."""
-    if blockers:
-        return NOT_TESTABLE, "; ".join(blockers)
-    if not e.has_interval:
-        return NOT_TESTABLE, e.method or "no interval"
-    if e.low <= paper_value <= e.high:
-        return REPRODUCED, f"{paper_value:g} inside {_interval_text(e)}"
-    return NOT_REPRODUCED, f"{paper_value:g} outside {_interval_text(e)}"
-
-
-def with_seeds(e: Estimate, verdict: tuple[str, str], trained_here: bool = True,
-               blockers=()) -> tuple[str, str]:
-    """A verdict on a model trained here stands only over >= MIN_SEEDS seeds; with fewer it is
-    `one seed: indicative`, with what the rule says on this run's interval as the reason."""
-    if blockers or not trained_here or e.n >= MIN_SEEDS:
-        return verdict
-    return INDICATIVE, (f"{e.n} seed{'s' if e.n > 1 else ''} (a verdict needs {MIN_SEEDS}): on "
-                        f"this run's interval {verdict[0]}: {verdict[1]}")
-
-
-def verdict_size(e: Estimate | None, band, verdict: str) -> str:
-    """The size verdict: size reproduced when the interval lies inside the paper's band, size not
-    reproduced when it lies wholly outside; not testable otherwise. Follows an indicative or
-    blocked main verdict."""
-    if band is None:
-        return NO_SIZE
-    if verdict == INDICATIVE:
-        return INDICATIVE
-    if e is None or not e.has_interval or verdict not in DECIDED:
-        return NOT_TESTABLE
-    lo, hi = band
-    if lo <= e.low and e.high <= hi:
-        return SIZE_REPRODUCED
-    if e.low > hi or e.high < lo:
-        return SIZE_NOT_REPRODUCED
-    return NOT_TESTABLE
-
-
-def _band_text(band, unit: str = "") -> str:
-    return "" if band is None else f"[{band[0]:.3g}, {band[1]:.3g}]{unit}"
+COLUMNS = (
+    "claim_id",
+    "paper",
+    "claim",
+    "paper_value",
+    "measured",
+    "low",
+    "high",
+    "interval",
+    "seeds",
+    "scale",
+    "verdict",
+    "reason",
+    "size_band",
+    "size_measured",
+    "size_low",
+    "size_high",
+    "size_verdict",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,8 +129,9 @@ def next_layer_distance(matrix: pd.DataFrame) -> pd.Series:
     (angular_distance_all.csv / angular_distance_last.csv: a `layer` column, columns 0..L)."""
     frame = matrix.set_index("layer") if "layer" in matrix else matrix
     values = frame.to_numpy(dtype=np.float64)
-    return pd.Series([values[l, l + 1] for l in range(values.shape[0] - 1)],
-                     index=range(values.shape[0] - 1))
+    return pd.Series(
+        [values[l, l + 1] for l in range(values.shape[0] - 1)], index=range(values.shape[0] - 1)
+    )
 
 
 def single_layer_drop(single: pd.DataFrame) -> tuple[pd.Series, str]:
@@ -319,8 +164,11 @@ def healing_gap_change(sweep: pd.DataFrame) -> Estimate | None:
     if not ns:
         return None
     before = {s: _unhealed(sweep, s) for s in ("angular", "deepest")}
-    change = [abs(before["deepest"][n] - before["angular"][n])
-              - abs(healed["deepest"][n] - healed["angular"][n]) for n in ns]
+    change = [
+        abs(before["deepest"][n] - before["angular"][n])
+        - abs(healed["deepest"][n] - healed["angular"][n])
+        for n in ns
+    ]
     return t_interval(change, "healed n")
 
 
@@ -329,8 +177,9 @@ def bonferroni(confidence: float, comparisons: int) -> float:
     return 1 - (1 - confidence) / max(comparisons, 1)
 
 
-def depth_score_trend(effects: pd.DataFrame, family: str, resamples: int, seed: int,
-                      confidence: float = CONFIDENCE) -> dict:
+def depth_score_trend(
+    effects: pd.DataFrame, family: str, resamples: int, seed: int, confidence: float = CONFIDENCE
+) -> dict:
     """The depth score (normalised: / (L - 1)) of every difficulty level of one family of
     problem_effects.csv, as differences from the easiest level and as the OLS slope over all
     levels, each with a percentile bootstrap over problems within each level. The differences'
@@ -340,11 +189,16 @@ def depth_score_trend(effects: pd.DataFrame, family: str, resamples: int, seed: 
     from .depth_score import depth_score
 
     rows = effects[effects["family"] == family]
-    table = rows.pivot_table(index=["level", "problem"], columns="skipped",
-                             values="output_effect").dropna()
+    table = rows.pivot_table(
+        index=["level", "problem"], columns="skipped", values="output_effect"
+    ).dropna()
     levels = sorted(table.index.get_level_values("level").unique())
-    result = {"levels": levels, "scores": [], "diffs": {}, "slope": Estimate(
-        math.nan, method="fewer than 2 difficulty levels")}
+    result = {
+        "levels": levels,
+        "scores": [],
+        "diffs": {},
+        "slope": Estimate(math.nan, method="fewer than 2 difficulty levels"),
+    }
     if len(levels) < 2:
         return result
     arrays = [table.xs(level, level="level").to_numpy() for level in levels]
@@ -366,8 +220,9 @@ def depth_score_trend(effects: pd.DataFrame, family: str, resamples: int, seed: 
             boot_slopes.append(s)
     result["scores"] = [float(s) for s in scores]
     if not boot_diffs:
-        result["diffs"] = {lv: Estimate(float(d), method="bootstrap failed")
-                           for lv, d in zip(levels[1:], diffs)}
+        result["diffs"] = {
+            lv: Estimate(float(d), method="bootstrap failed") for lv, d in zip(levels[1:], diffs)
+        }
         result["slope"] = Estimate(slope, method="bootstrap failed")
         return result
     boot_diffs = np.asarray(boot_diffs)
@@ -375,13 +230,20 @@ def depth_score_trend(effects: pd.DataFrame, family: str, resamples: int, seed: 
     for i, level in enumerate(levels[1:]):
         low, high = np.quantile(boot_diffs[:, i], [(1 - adjusted) / 2, (1 + adjusted) / 2])
         result["diffs"][level] = Estimate(
-            float(diffs[i]), float(low), float(high),
+            float(diffs[i]),
+            float(low),
+            float(high),
             f"{adjusted:.3g} bootstrap over problems ({resamples} resamples; {confidence:.0%} "
-            f"jointly over {len(levels) - 1} differences), level {level} - level {levels[0]}")
+            f"jointly over {len(levels) - 1} differences), level {level} - level {levels[0]}",
+        )
     low, high = np.quantile(boot_slopes, [(1 - confidence) / 2, (1 + confidence) / 2])
-    result["slope"] = Estimate(slope, float(low), float(high),
-                               f"{confidence:.0%} bootstrap over problems ({resamples} "
-                               f"resamples), OLS slope over levels {levels}")
+    result["slope"] = Estimate(
+        slope,
+        float(low),
+        float(high),
+        f"{confidence:.0%} bootstrap over problems ({resamples} "
+        f"resamples), OLS slope over levels {levels}",
+    )
     return result
 
 
@@ -395,12 +257,15 @@ def hardest_level_solved(accuracy: pd.DataFrame, family: str) -> str | None:
         return f"no accuracy for family {family}"
     hard = rows.iloc[-1]
     correct = int(round(hard["accuracy"] * hard["problems"]))
-    test = stats.binomtest(correct, int(hard["problems"]), float(hard["chance"]),
-                           alternative="greater")
+    test = stats.binomtest(
+        correct, int(hard["problems"]), float(hard["chance"]), alternative="greater"
+    )
     if test.pvalue < 0.05:
         return None
-    return (f"level {hard['level']} accuracy {hard['accuracy']:.2f} is not above chance "
-            f"{hard['chance']:.2f}")
+    return (
+        f"level {hard['level']} accuracy {hard['accuracy']:.2f} is not above chance "
+        f"{hard['chance']:.2f}"
+    )
 
 
 def map_error_advantage(errors: pd.DataFrame) -> Estimate:
@@ -410,8 +275,7 @@ def map_error_advantage(errors: pd.DataFrame) -> Estimate:
     for all source layers together (lowest mean error: a map that ignores the source's depth,
     chosen in hindsight, so the baseline is favoured) and eq(s) the target layer nearest the
     source's relative depth; mean with a t-interval over source layers (> 0: depth matters)."""
-    grid = errors.pivot_table(index="source_layer", columns="target_layer",
-                              values="relative_error")
+    grid = errors.pivot_table(index="source_layer", columns="target_layer", values="relative_error")
     source_depth = errors.groupby("source_layer")["source_depth"].first()
     target_depth = errors.groupby("target_layer")["target_depth"].first()
     constant = int(grid.mean(axis=0).idxmin())
@@ -428,24 +292,33 @@ def fit_parameter(fit: dict, name: str, bounds, tolerance: float = 1e-6) -> tupl
     touches the exponent bounds (or the fit reports it at a bound)."""
     interval = fit.get("intervals", {}).get(name, {})
     confidence = fit.get("bootstrap", {}).get("confidence", CONFIDENCE)
-    e = Estimate(float(fit["estimates"][name]), float(interval.get("low", math.nan)),
-                 float(interval.get("high", math.nan)),
-                 f"{confidence:.0%} bootstrap ({fit.get('bootstrap', {}).get('resamples')} "
-                 f"resamples, {fit.get('bootstrap', {}).get('unit', 'points')})")
+    e = Estimate(
+        float(fit["estimates"][name]),
+        float(interval.get("low", math.nan)),
+        float(interval.get("high", math.nan)),
+        f"{confidence:.0%} bootstrap ({fit.get('bootstrap', {}).get('resamples')} "
+        f"resamples, {fit.get('bootstrap', {}).get('unit', 'points')})",
+    )
     lo, hi = bounds
     slack = tolerance * (hi - lo)
-    touches = [v for v in (e.value, e.low, e.high)
-               if math.isfinite(v) and (v <= lo + slack or v >= hi - slack)]
+    touches = [
+        v
+        for v in (e.value, e.low, e.high)
+        if math.isfinite(v) and (v <= lo + slack or v >= hi - slack)
+    ]
     return e, bool(touches) or name in fit.get("parameters_at_bounds", [])
 
 
 def _replicates(fit_row: dict) -> dict:
     """{replicate: (a, a_se)} of one toy fit row (fit.json `fits` entry): its per-replicate fits
     (`replicates`), or the row itself as replicate 0 when it has none."""
-    reps = fit_row.get("replicates") or [{"replicate": 0, "a": fit_row["a"],
-                                          "a_se": fit_row.get("a_se", math.nan)}]
-    return {int(r.get("replicate", i)): (float(r["a"]), float(r.get("a_se") or math.nan))
-            for i, r in enumerate(reps)}
+    reps = fit_row.get("replicates") or [
+        {"replicate": 0, "a": fit_row["a"], "a_se": fit_row.get("a_se", math.nan)}
+    ]
+    return {
+        int(r.get("replicate", i)): (float(r["a"]), float(r.get("a_se") or math.nan))
+        for i, r in enumerate(reps)
+    }
 
 
 def toy_exponent_gaps(fit: dict, bounds=None) -> dict:
@@ -456,8 +329,11 @@ def toy_exponent_gaps(fit: dict, bounds=None) -> dict:
     result = {}
     rows = fit.get("fits", [])
     for temperature in sorted({float(r["temperature"]) for r in rows}):
-        kinds = {r["teacher_kind"]: _replicates(r) for r in rows
-                 if float(r["temperature"]) == temperature}
+        kinds = {
+            r["teacher_kind"]: _replicates(r)
+            for r in rows
+            if float(r["temperature"]) == temperature
+        }
         if not {"tied", "independent"} <= set(kinds):
             continue
         tied, indep = kinds["tied"], kinds["independent"]
@@ -468,10 +344,13 @@ def toy_exponent_gaps(fit: dict, bounds=None) -> dict:
             for kind, reps in kinds.items():
                 if any(a <= lo + 1e-6 or a >= hi - 1e-6 for a, _ in reps.values()):
                     blockers.append(f"{kind} exponent at its bound {[lo, hi]}")
-        gaps = [difference(Estimate(tied[r][0], se=tied[r][1]),
-                           Estimate(indep[r][0], se=indep[r][1])) for r in paired]
-        ratios = [Estimate(tied[r][0] / indep[r][0] if indep[r][0] > 0 else math.nan)
-                  for r in paired]
+        gaps = [
+            difference(Estimate(tied[r][0], se=tied[r][1]), Estimate(indep[r][0], se=indep[r][1]))
+            for r in paired
+        ]
+        ratios = [
+            Estimate(tied[r][0] / indep[r][0] if indep[r][0] > 0 else math.nan) for r in paired
+        ]
         result[temperature] = (gaps, ratios, blockers)
     return result
 
@@ -489,25 +368,25 @@ class RunData:
     below (members: `<name>_s<seed>` when the config seeds the model, else [name])."""
 
     cod_pairs: list = field(default_factory=list)
-    trained: set = field(default_factory=set)           # models trained here (seeds matter)
-    task_trained: set = field(default_factory=set)      # trained here on the depth problems
-    val_loss: dict = field(default_factory=dict)        # final validation loss
-    unigram: dict = field(default_factory=dict)         # unigram entropy of the model's val split
-    scale: dict = field(default_factory=dict)           # "12 layers x 128, 262k tokens"
-    h_var: dict = field(default_factory=dict)           # Series by state l
-    distance: dict = field(default_factory=dict)        # d(l, l+1) Series by layer l
+    trained: set = field(default_factory=set)  # models trained here (seeds matter)
+    task_trained: set = field(default_factory=set)  # trained here on the depth problems
+    val_loss: dict = field(default_factory=dict)  # final validation loss
+    unigram: dict = field(default_factory=dict)  # unigram entropy of the model's val split
+    scale: dict = field(default_factory=dict)  # "12 layers x 128, 262k tokens"
+    h_var: dict = field(default_factory=dict)  # Series by state l
+    distance: dict = field(default_factory=dict)  # d(l, l+1) Series by layer l
     distance_tokens: dict = field(default_factory=dict)  # "all tokens" | "last token"
-    single_layer: dict = field(default_factory=dict)    # single_layer.csv frames
+    single_layer: dict = field(default_factory=dict)  # single_layer.csv frames
     pruning_groups: dict = field(default_factory=dict)  # {group: members} of pruned models
-    sweeps: dict = field(default_factory=dict)          # pruning sweep.csv frames
-    depth_groups: dict = field(default_factory=dict)    # {group: members} of scored models
+    sweeps: dict = field(default_factory=dict)  # pruning sweep.csv frames
+    depth_groups: dict = field(default_factory=dict)  # {group: members} of scored models
     problem_effects: dict = field(default_factory=dict)
     accuracy: dict = field(default_factory=dict)
     bootstrap: dict = field(default_factory=lambda: {"resamples": 1000, "seed": 0})
-    map_groups: dict = field(default_factory=dict)      # {config pair: [expanded pairs]}
-    map_errors: dict = field(default_factory=dict)      # relative_error.csv frames by pair
-    map_ends: dict = field(default_factory=dict)        # pair -> (source, target, target layers)
-    fits: dict = field(default_factory=dict)            # name -> (fit.json dict, bounds)
+    map_groups: dict = field(default_factory=dict)  # {config pair: [expanded pairs]}
+    map_errors: dict = field(default_factory=dict)  # relative_error.csv frames by pair
+    map_ends: dict = field(default_factory=dict)  # pair -> (source, target, target layers)
+    fits: dict = field(default_factory=dict)  # name -> (fit.json dict, bounds)
     toy_fit: dict | None = None
     toy_bounds: tuple | None = None
 
@@ -518,8 +397,10 @@ def _not_learned(data: RunData, members) -> list[str]:
     for name in members:
         loss, unigram = data.val_loss.get(name), data.unigram.get(name)
         if loss is not None and unigram is not None and not loss < unigram:
-            reasons.append(f"{name} val loss {loss:.3f} is not below the unigram loss "
-                           f"{unigram:.3f} (did not learn)")
+            reasons.append(
+                f"{name} val loss {loss:.3f} is not below the unigram loss "
+                f"{unigram:.3f} (did not learn)"
+            )
     return reasons
 
 
@@ -532,18 +413,40 @@ def _seed_pairs(base: list, treat: list) -> list[tuple[str, str]]:
     return list(zip(base, treat))
 
 
-def _row(claim_id, paper, claim, paper_key, e: Estimate, scale, verdict,
-         paper_value: str | None = None, size: tuple | None = None) -> dict:
+def _row(
+    claim_id,
+    paper,
+    claim,
+    paper_key,
+    e: Estimate,
+    scale,
+    verdict,
+    paper_value: str | None = None,
+    size: tuple | None = None,
+) -> dict:
     """One table row. size: (band, band text, size Estimate or None) where the paper states a
     size; the size verdict follows the main verdict's seeds and blockers."""
     band, band_text, size_e = size or (None, "", None)
     size_e = size_e if size_e is not None else Estimate(math.nan)
-    return {"claim_id": claim_id, "paper": paper, "claim": claim,
-            "paper_value": paper_value or PAPER_VALUES[paper_key].describe(),
-            "measured": e.value, "low": e.low, "high": e.high, "interval": e.method,
-            "seeds": e.n, "scale": scale, "verdict": verdict[0], "reason": verdict[1],
-            "size_band": band_text, "size_measured": size_e.value, "size_low": size_e.low,
-            "size_high": size_e.high, "size_verdict": verdict_size(size_e, band, verdict[0])}
+    return {
+        "claim_id": claim_id,
+        "paper": paper,
+        "claim": claim,
+        "paper_value": paper_value or PAPER_VALUES[paper_key].describe(),
+        "measured": e.value,
+        "low": e.low,
+        "high": e.high,
+        "interval": e.method,
+        "seeds": e.n,
+        "scale": scale,
+        "verdict": verdict[0],
+        "reason": verdict[1],
+        "size_band": band_text,
+        "size_measured": size_e.value,
+        "size_low": size_e.low,
+        "size_high": size_e.high,
+        "size_verdict": verdict_size(size_e, band, verdict[0]),
+    }
 
 
 def _decide(e: Estimate, rule: tuple[str, str], trained_here: bool, blockers) -> tuple[str, str]:
@@ -565,51 +468,93 @@ def _cod_claims(data: RunData) -> list[dict]:
 
         if all(m in data.h_var for m in members):
             growth = over_seeds([log_variance_slope(data.h_var[b]) for b, _ in pairs])
-            rows.append(_row(f"cod_variance_growth{suffix}", COD,
-                             f"{base}: ln Var(h_l) rises with depth l (slope > "
-                             f"{pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}); a precondition of the "
-                             f"paper's argument, which cod_lns_variance tests",
-                             "cod_variance_growth", growth, scale,
-                             positive(growth, pv.COD_VARIANCE_SLOPE_NEGLIGIBLE)))
-            less = over_seeds([difference(log_variance_slope(data.h_var[b]),
-                                          log_variance_slope(data.h_var[t])) for b, t in pairs])
-            rows.append(_row(f"cod_lns_variance{suffix}", COD,
-                             f"{treat}'s variance grows less: slope({base}) - slope({treat}) > "
-                             f"{pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}", "cod_variance_growth",
-                             less, scale, positive(less, pv.COD_VARIANCE_SLOPE_NEGLIGIBLE)))
+            rows.append(
+                _row(
+                    f"cod_variance_growth{suffix}",
+                    COD,
+                    f"{base}: ln Var(h_l) rises with depth l (slope > "
+                    f"{pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}); a precondition of the "
+                    f"paper's argument, which cod_lns_variance tests",
+                    "cod_variance_growth",
+                    growth,
+                    scale,
+                    positive(growth, pv.COD_VARIANCE_SLOPE_NEGLIGIBLE),
+                )
+            )
+            less = over_seeds(
+                [
+                    difference(log_variance_slope(data.h_var[b]), log_variance_slope(data.h_var[t]))
+                    for b, t in pairs
+                ]
+            )
+            rows.append(
+                _row(
+                    f"cod_lns_variance{suffix}",
+                    COD,
+                    f"{treat}'s variance grows less: slope({base}) - slope({treat}) > "
+                    f"{pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}",
+                    "cod_variance_growth",
+                    less,
+                    scale,
+                    positive(less, pv.COD_VARIANCE_SLOPE_NEGLIGIBLE),
+                )
+            )
         if all(m in data.val_loss for m in members):
             gain = over_seeds([Estimate(data.val_loss[b] - data.val_loss[t]) for b, t in pairs])
             band = pv.COD_LNS_GAIN_BAND
-            rows.append(_row(f"cod_val_loss{suffix}", COD,
-                             f"{treat} reaches a lower validation loss: loss({base}) - "
-                             f"loss({treat}) > {pv.COD_LNS_GAIN_NEGLIGIBLE:g} nats",
-                             "cod_lns_gain", gain, scale,
-                             positive(gain, pv.COD_LNS_GAIN_NEGLIGIBLE),
-                             f"gain {PAPER_VALUES['cod_lns_gain'].describe()} nats = ln of "
-                             f"perplexity Pre-LN {PAPER_VALUES['cod_ppl_pre_ln'].describe()} / "
-                             f"LNS {PAPER_VALUES['cod_ppl_lns'].describe()}",
-                             size=(band, _band_text(band, " nats"), gain)))
+            rows.append(
+                _row(
+                    f"cod_val_loss{suffix}",
+                    COD,
+                    f"{treat} reaches a lower validation loss: loss({base}) - "
+                    f"loss({treat}) > {pv.COD_LNS_GAIN_NEGLIGIBLE:g} nats",
+                    "cod_lns_gain",
+                    gain,
+                    scale,
+                    positive(gain, pv.COD_LNS_GAIN_NEGLIGIBLE),
+                    f"gain {PAPER_VALUES['cod_lns_gain'].describe()} nats = ln of "
+                    f"perplexity Pre-LN {PAPER_VALUES['cod_ppl_pre_ln'].describe()} / "
+                    f"LNS {PAPER_VALUES['cod_ppl_lns'].describe()}",
+                    size=(band, _band_text(band, " nats"), gain),
+                )
+            )
         if all(m in data.distance for m in members):
-            gap = over_seeds([deep_layer_gap(data.distance[b], data.distance[t])
-                              for b, t in pairs])
+            gap = over_seeds([deep_layer_gap(data.distance[b], data.distance[t]) for b, t in pairs])
             tokens = sorted({data.distance_tokens.get(m, "last token") for m in members})
-            rows.append(_row(f"cod_angular_distance{suffix}", COD,
-                             f"deep {base} layers are closer to identity: mean over the deeper "
-                             f"half of d(l, l+1)[{treat}] - d(l, l+1)[{base}] > "
-                             f"{pv.COD_ANGULAR_NEGLIGIBLE:g} ({' / '.join(tokens)}"
-                             f"{'' if tokens == ['all tokens'] else '; the paper: all tokens'})",
-                             "cod_angular_distance", gap, scale,
-                             positive(gap, pv.COD_ANGULAR_NEGLIGIBLE)))
+            rows.append(
+                _row(
+                    f"cod_angular_distance{suffix}",
+                    COD,
+                    f"deep {base} layers are closer to identity: mean over the deeper "
+                    f"half of d(l, l+1)[{treat}] - d(l, l+1)[{base}] > "
+                    f"{pv.COD_ANGULAR_NEGLIGIBLE:g} ({' / '.join(tokens)}"
+                    f"{'' if tokens == ['all tokens'] else '; the paper: all tokens'})",
+                    "cod_angular_distance",
+                    gap,
+                    scale,
+                    positive(gap, pv.COD_ANGULAR_NEGLIGIBLE),
+                )
+            )
         if all(m in data.single_layer for m in members):
-            drops = [(single_layer_drop(data.single_layer[b]),
-                      single_layer_drop(data.single_layer[t])) for b, t in pairs]
+            drops = [
+                (single_layer_drop(data.single_layer[b]), single_layer_drop(data.single_layer[t]))
+                for b, t in pairs
+            ]
             what = drops[0][0][1]
             gap = over_seeds([deep_layer_gap(db[0], dt[0]) for db, dt in drops])
-            rows.append(_row(f"cod_delta_p{suffix}", COD,
-                             f"removing one deep {base} layer hurts less: mean over the deeper "
-                             f"half of {what}[{treat}] - {what}[{base}] > "
-                             f"{pv.COD_DELTA_P_NEGLIGIBLE:g}",
-                             "cod_delta_p", gap, scale, positive(gap, pv.COD_DELTA_P_NEGLIGIBLE)))
+            rows.append(
+                _row(
+                    f"cod_delta_p{suffix}",
+                    COD,
+                    f"removing one deep {base} layer hurts less: mean over the deeper "
+                    f"half of {what}[{treat}] - {what}[{base}] > "
+                    f"{pv.COD_DELTA_P_NEGLIGIBLE:g}",
+                    "cod_delta_p",
+                    gap,
+                    scale,
+                    positive(gap, pv.COD_DELTA_P_NEGLIGIBLE),
+                )
+            )
     return rows
 
 
@@ -623,26 +568,54 @@ def _gromov_claims(data: RunData) -> list[dict]:
         trained = any(m in data.trained for m in members)
         scale = _scale(data, members)
         before = over_seeds([block_choice_gap(data.sweeps[m]) for m in members])
-        rows.append(_row(f"gromov_block_choice:{group}", GROMOV,
-                         f"{group}: the angular block beats dropping the deepest layers before "
-                         f"healing: mean over n of val_loss(deepest) - val_loss(angular) > "
-                         f"{negligible:g}", "gromov_block_vs_baseline", before, scale,
-                         _decide(before, verdict_positive(before, blockers, negligible),
-                                 trained, blockers)))
+        rows.append(
+            _row(
+                f"gromov_block_choice:{group}",
+                GROMOV,
+                f"{group}: the angular block beats dropping the deepest layers before "
+                f"healing: mean over n of val_loss(deepest) - val_loss(angular) > "
+                f"{negligible:g}",
+                "gromov_block_vs_baseline",
+                before,
+                scale,
+                _decide(before, verdict_positive(before, blockers, negligible), trained, blockers),
+            )
+        )
         changes = [healing_gap_change(data.sweeps[m]) for m in members]
-        claim = (f"{group}: healing shrinks the gap: mean over healed n of |gap before| - "
-                 f"|gap after| > {negligible:g}")
+        claim = (
+            f"{group}: healing shrinks the gap: mean over healed n of |gap before| - "
+            f"|gap after| > {negligible:g}"
+        )
         if any(c is None for c in changes):
-            rows.append(_row(f"gromov_healing_gap:{group}", GROMOV, claim,
-                             "gromov_block_vs_baseline", Estimate(math.nan, n=len(members)),
-                             scale, (NOT_TESTABLE, ("needs healed angular and deepest variants "
-                                                    "(pruning.healing.strategies)"))))
+            rows.append(
+                _row(
+                    f"gromov_healing_gap:{group}",
+                    GROMOV,
+                    claim,
+                    "gromov_block_vs_baseline",
+                    Estimate(math.nan, n=len(members)),
+                    scale,
+                    (
+                        NOT_TESTABLE,
+                        ("needs healed angular and deepest variants (pruning.healing.strategies)"),
+                    ),
+                )
+            )
         else:
             after = over_seeds(changes)
-            rows.append(_row(f"gromov_healing_gap:{group}", GROMOV, claim,
-                             "gromov_block_vs_baseline", after, scale,
-                             _decide(after, verdict_positive(after, blockers, negligible),
-                                     trained, blockers)))
+            rows.append(
+                _row(
+                    f"gromov_healing_gap:{group}",
+                    GROMOV,
+                    claim,
+                    "gromov_block_vs_baseline",
+                    after,
+                    scale,
+                    _decide(
+                        after, verdict_positive(after, blockers, negligible), trained, blockers
+                    ),
+                )
+            )
     return rows
 
 
@@ -652,10 +625,15 @@ def _depth_score_rows(data: RunData, group: str, members: list, family: str) -> 
     problems, the pretrained-LLM statement (no rise: every level within the margin of the
     easiest) for every other model."""
     blockers = _not_learned(data, members) + [
-        r for m in members if (r := hardest_level_solved(data.accuracy[m], family))]
+        r for m in members if (r := hardest_level_solved(data.accuracy[m], family))
+    ]
     trained = any(m in data.trained for m in members)
-    trends = [depth_score_trend(data.problem_effects[m], family, data.bootstrap["resamples"],
-                                data.bootstrap["seed"]) for m in members]
+    trends = [
+        depth_score_trend(
+            data.problem_effects[m], family, data.bootstrap["resamples"], data.bootstrap["seed"]
+        )
+        for m in members
+    ]
     levels = trends[0]["levels"]
     scores = np.mean([t["scores"] for t in trends], axis=0) if trends[0]["scores"] else []
     shown = " / ".join(f"{s:.3g}" for s in scores)
@@ -663,30 +641,45 @@ def _depth_score_rows(data: RunData, group: str, members: list, family: str) -> 
     if all(m in data.task_trained for m in members):
         negligible = pv.CSORDAS_DEPTH_SCORE_SLOPE_NEGLIGIBLE
         slope = over_seeds([t["slope"] for t in trends])
-        return _row(f"csordas_depth_score:{group}:{family}", CSORDAS,
-                    f"tests the from-scratch statement (MoEUT section), not the pretrained-LLM "
-                    f"one: {group}, trained here on the problems, uses more depth on harder "
-                    f"{family} problems: slope of the normalised depth score over all levels "
-                    f"> {negligible:g} per level", "csordas_depth_score_scratch", slope, scale,
-                    _decide(slope, verdict_positive(slope, blockers, negligible), trained,
-                            blockers))
+        return _row(
+            f"csordas_depth_score:{group}:{family}",
+            CSORDAS,
+            f"tests the from-scratch statement (MoEUT section), not the pretrained-LLM "
+            f"one: {group}, trained here on the problems, uses more depth on harder "
+            f"{family} problems: slope of the normalised depth score over all levels "
+            f"> {negligible:g} per level",
+            "csordas_depth_score_scratch",
+            slope,
+            scale,
+            _decide(slope, verdict_positive(slope, blockers, negligible), trained, blockers),
+        )
     margin = pv.CSORDAS_DEPTH_SCORE_MARGIN
     confidence = bonferroni(CONFIDENCE, max(len(levels) - 1, 1))
-    diffs = {level: over_seeds([t["diffs"][level] for t in trends], confidence)
-             for level in trends[0]["diffs"]}
+    diffs = {
+        level: over_seeds([t["diffs"][level] for t in trends], confidence)
+        for level in trends[0]["diffs"]
+    }
     if not diffs:
-        e, verdict = Estimate(math.nan, method="fewer than 2 difficulty levels",
-                              n=len(members)), (NOT_TESTABLE, "fewer than 2 difficulty levels")
+        e, verdict = (
+            Estimate(math.nan, method="fewer than 2 difficulty levels", n=len(members)),
+            (NOT_TESTABLE, "fewer than 2 difficulty levels"),
+        )
     else:
         # shown: the level whose difference from the easiest is largest in size
         e = max(diffs.values(), key=lambda d: abs(d.value) if math.isfinite(d.value) else -1)
         rule = verdict_equivalent({f"level {k}": d for k, d in diffs.items()}, margin, blockers)
         verdict = _decide(e, rule, trained, blockers)
-    return _row(f"csordas_depth_score:{group}:{family}", CSORDAS,
-                f"tests the pretrained-LLM statement: {group} on {family}: the depth score does "
-                f"not rise with difficulty: every level - the easiest (normalised) inside "
-                f"±{margin:g}; shown: the largest difference", "csordas_depth_score", e, scale,
-                verdict)
+    return _row(
+        f"csordas_depth_score:{group}:{family}",
+        CSORDAS,
+        f"tests the pretrained-LLM statement: {group} on {family}: the depth score does "
+        f"not rise with difficulty: every level - the easiest (normalised) inside "
+        f"±{margin:g}; shown: the largest difference",
+        "csordas_depth_score",
+        e,
+        scale,
+        verdict,
+    )
 
 
 def _csordas_claims(data: RunData) -> list[dict]:
@@ -702,13 +695,20 @@ def _csordas_claims(data: RunData) -> list[dict]:
         gain = over_seeds([map_error_advantage(data.map_errors[p]) for p in pairs])
         source, target, _ = ends[0]
         scale = f"{data.scale.get(source, source)} -> {data.scale.get(target, target)}"
-        rows.append(_row(f"csordas_linear_maps:{key}", CSORDAS,
-                         f"{key}: mapping each source layer to the target layer at its relative "
-                         f"depth beats the best depth-blind map (one target layer for all): "
-                         f"mean over source layers of err(s, c*) - err(s, equal depth) > "
-                         f"{negligible:g} (relative error)", "csordas_linear_maps", gain, scale,
-                         _decide(gain, verdict_positive(gain, blockers, negligible), trained,
-                                 blockers)))
+        rows.append(
+            _row(
+                f"csordas_linear_maps:{key}",
+                CSORDAS,
+                f"{key}: mapping each source layer to the target layer at its relative "
+                f"depth beats the best depth-blind map (one target layer for all): "
+                f"mean over source layers of err(s, c*) - err(s, equal depth) > "
+                f"{negligible:g} (relative error)",
+                "csordas_linear_maps",
+                gain,
+                scale,
+                _decide(gain, verdict_positive(gain, blockers, negligible), trained, blockers),
+            )
+        )
     for group, members in data.depth_groups.items():
         if not all(m in data.problem_effects for m in members):
             continue
@@ -724,43 +724,63 @@ def _liu_claims(data: RunData) -> list[dict]:
     rows = []
     for name, (fit, bounds) in data.fits.items():
         scale = f"{fit.get('n_points_used', '?')} points ({name})"
-        checks = ([("a_l", "liu_a_l"), ("a_m", "liu_a_m")]
-                  if fit.get("law") == "decomposed" else [("alpha", "besiroglu_alpha")])
+        checks = (
+            [("a_l", "liu_a_l"), ("a_m", "liu_a_m")]
+            if fit.get("law") == "decomposed"
+            else [("alpha", "besiroglu_alpha")]
+        )
         for parameter, key in checks:
             if parameter not in fit.get("estimates", {}):
                 continue
             e, at_bound = fit_parameter(fit, parameter, bounds)
-            blockers = [f"{parameter} at bound: estimate or interval touches {list(bounds)}"
-                        ] if at_bound else []
+            blockers = (
+                [f"{parameter} at bound: estimate or interval touches {list(bounds)}"]
+                if at_bound
+                else []
+            )
             # another parameter at its bound means the fitted law degenerated
             others = [p for p in fit.get("parameters_at_bounds", []) if p != parameter]
             if others:
                 blockers.append(f"the fit is degenerate: {', '.join(others)} at a bound")
             paper = PAPER_VALUES[key]
             band = SIZE_BANDS.get(key)
-            rows.append(_row(f"{key}:{name}", paper.paper,
-                             f"fitted {parameter} matches the paper's {paper.value:g}", key, e,
-                             scale, verdict_value(e, paper.value, blockers),
-                             size=(band, _band_text(band), e)))
+            rows.append(
+                _row(
+                    f"{key}:{name}",
+                    paper.paper,
+                    f"fitted {parameter} matches the paper's {paper.value:g}",
+                    key,
+                    e,
+                    scale,
+                    verdict_value(e, paper.value, blockers),
+                    size=(band, _band_text(band), e),
+                )
+            )
     if data.toy_fit is not None:
         depths = sorted({r["student_depth"] for r in data.toy_fit.get("losses", [])})
         negligible, band = pv.LIU_TOY_GAP_NEGLIGIBLE, pv.LIU_TOY_RATIO_BAND
         for temperature, (gaps, ratios, blockers) in toy_exponent_gaps(
-                data.toy_fit, data.toy_bounds).items():
+            data.toy_fit, data.toy_bounds
+        ).items():
             gap = over_seeds(gaps)
-            ratio = (over_seeds(ratios) if all(math.isfinite(r.value) for r in ratios)
-                     else None)
-            rows.append(_row(f"liu_toy_tied_exceeds:T={temperature:g}", LIU,
-                             f"toy students at T={temperature:g}: the tied-teacher depth exponent "
-                             f"exceeds the independent one (a_tied - a_indep > {negligible:g}); "
-                             f"size: a_tied / a_indep", "liu_toy_tied", gap,
-                             f"student depths {depths}",
-                             _decide(gap, verdict_positive(gap, blockers, negligible), True,
-                                     blockers),
-                             f"a_l ≈ {PAPER_VALUES['liu_toy_tied'].value:g} tied vs ≈ "
-                             f"{PAPER_VALUES['liu_toy_independent'].describe()} independent "
-                             f"(ratio ≈ 3)",
-                             size=(band, _band_text(band, " (ratio)"), ratio)))
+            ratio = over_seeds(ratios) if all(math.isfinite(r.value) for r in ratios) else None
+            rows.append(
+                _row(
+                    f"liu_toy_tied_exceeds:T={temperature:g}",
+                    LIU,
+                    f"toy students at T={temperature:g}: the tied-teacher depth exponent "
+                    f"exceeds the independent one (a_tied - a_indep > {negligible:g}); "
+                    f"size: a_tied / a_indep",
+                    "liu_toy_tied",
+                    gap,
+                    f"student depths {depths}",
+                    _decide(gap, verdict_positive(gap, blockers, negligible), True, blockers),
+                    f"a_l ≈ {PAPER_VALUES['liu_toy_tied'].value:g} tied vs ≈ "
+                    f"{PAPER_VALUES['liu_toy_independent'].describe()} independent "
+                    f"(ratio ≈ 3)",
+                    size=(band, _band_text(band, " (ratio)"), ratio),
+                )
+            )
     return rows
 
 
@@ -773,6 +793,7 @@ def build_claims(data: RunData) -> pd.DataFrame:
 def render_markdown(claims: pd.DataFrame, title: str) -> str:
     """The claims table as Markdown: measured value with its interval, verdict with reason,
     size verdict with the paper's band."""
+
     def measured(row):
         if not math.isfinite(row.measured):
             return "-"
@@ -784,18 +805,30 @@ def render_markdown(claims: pd.DataFrame, title: str) -> str:
     def size(row):
         if not row.size_band:
             return row.size_verdict
-        value = ("-" if not math.isfinite(row.size_measured) else f"{row.size_measured:.4g}"
-                 + (f" [{row.size_low:.4g}, {row.size_high:.4g}]"
-                    if math.isfinite(row.size_low) and math.isfinite(row.size_high) else ""))
+        value = (
+            "-"
+            if not math.isfinite(row.size_measured)
+            else f"{row.size_measured:.4g}"
+            + (
+                f" [{row.size_low:.4g}, {row.size_high:.4g}]"
+                if math.isfinite(row.size_low) and math.isfinite(row.size_high)
+                else ""
+            )
+        )
         return f"**{row.size_verdict}**: {value} vs band {row.size_band}"
 
-    table = pd.DataFrame({
-        "claim": [f"`{r.claim_id}` {r.claim}" for r in claims.itertuples()],
-        "paper": claims["paper"], "paper's value": claims["paper_value"],
-        "measured [interval]": [measured(r) for r in claims.itertuples()],
-        "seeds": claims["seeds"], "scale": claims["scale"],
-        "verdict": [f"**{r.verdict}**: {r.reason}" for r in claims.itertuples()],
-        "size": [size(r) for r in claims.itertuples()]})
+    table = pd.DataFrame(
+        {
+            "claim": [f"`{r.claim_id}` {r.claim}" for r in claims.itertuples()],
+            "paper": claims["paper"],
+            "paper's value": claims["paper_value"],
+            "measured [interval]": [measured(r) for r in claims.itertuples()],
+            "seeds": claims["seeds"],
+            "scale": claims["scale"],
+            "verdict": [f"**{r.verdict}**: {r.reason}" for r in claims.itertuples()],
+            "size": [size(r) for r in claims.itertuples()],
+        }
+    )
     # a bare | would end the cell (claims such as |gap before| - |gap after|)
     table = table.map(lambda cell: cell.replace("|", "\\|") if isinstance(cell, str) else cell)
     return f"# {title}\n\n" + table.to_markdown(index=False) + "\n"
@@ -828,13 +861,19 @@ def compare_claims(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
         if isinstance(sa, str) and isinstance(sb, str) and sa != sb:
             found.append((claim, "size verdict changed", sa, sb))
         va, vb = float(ra["measured"]), float(rb["measured"])
-        la, ha, lb, hb = (float(ra["low"]), float(ra["high"]), float(rb["low"]),
-                          float(rb["high"]))
-        outside = ((math.isfinite(la) and math.isfinite(vb) and not _inside(vb, la, ha))
-                   or (math.isfinite(lb) and math.isfinite(va) and not _inside(va, lb, hb)))
+        la, ha, lb, hb = (float(ra["low"]), float(ra["high"]), float(rb["low"]), float(rb["high"]))
+        outside = (math.isfinite(la) and math.isfinite(vb) and not _inside(vb, la, ha)) or (
+            math.isfinite(lb) and math.isfinite(va) and not _inside(va, lb, hb)
+        )
         if outside:
-            found.append((claim, "value moved", f"{va:.4g} [{la:.4g}, {ha:.4g}]",
-                          f"{vb:.4g} [{lb:.4g}, {hb:.4g}]"))
+            found.append(
+                (
+                    claim,
+                    "value moved",
+                    f"{va:.4g} [{la:.4g}, {ha:.4g}]",
+                    f"{vb:.4g} [{lb:.4g}, {hb:.4g}]",
+                )
+            )
     return pd.DataFrame(found, columns=["claim_id", "kind", "A", "B"])
 
 
@@ -850,8 +889,10 @@ def render_comparison(findings: pd.DataFrame, a: str, b: str) -> str:
         lines.append(f"{row.kind:<21} {row.claim_id}: {row.A or '-'} -> {row.B or '-'}")
     changed = int(findings["kind"].isin(["verdict changed", "size verdict changed"]).sum())
     moved = int((findings["kind"] == "value moved").sum())
-    lines.append(f"{changed} verdict(s) changed, {moved} value(s) moved outside the other's "
-                 f"interval, {len(findings) - changed - moved} claim(s) in one table only")
+    lines.append(
+        f"{changed} verdict(s) changed, {moved} value(s) moved outside the other's "
+        f"interval, {len(findings) - changed - moved} claim(s) in one table only"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -868,7 +909,7 @@ def claims_table_path(path: str | Path) -> Path:
 def input_files(spec: dict) -> list[str]:
     """Every file `read_run_data(spec)` reads (for provenance)."""
     files = []
-    for name, model in spec["models"].items():
+    for model in spec["models"].values():
         files += [f"{model['dir']}/train_log.csv", f"{model['dir']}/config.json"]
     files += [f"{d}/{f}" for d in spec["data"] for f in ("meta.json", "val.bin")]
     for d in spec["analysis"].values():
@@ -900,9 +941,13 @@ def read_run_data(spec: dict) -> RunData:
     from .data import load_tokens
     from .pretrain_runs import read_run
 
-    data = RunData(cod_pairs=[tuple(p) for p in spec["cod_pairs"]],
-                   pruning_groups=spec["pruning_groups"], depth_groups=spec["depth_groups"],
-                   map_groups=spec["map_groups"], bootstrap=spec["bootstrap"])
+    data = RunData(
+        cod_pairs=[tuple(p) for p in spec["cod_pairs"]],
+        pruning_groups=spec["pruning_groups"],
+        depth_groups=spec["depth_groups"],
+        map_groups=spec["map_groups"],
+        bootstrap=spec["bootstrap"],
+    )
     unigram = {folder: unigram_entropy(load_tokens(folder, "val")) for folder in spec["data"]}
     for name, model in spec["models"].items():
         run = read_run(model["dir"])
@@ -920,8 +965,9 @@ def read_run_data(spec: dict) -> RunData:
             data.distance[name] = next_layer_distance(pd.read_csv(all_tokens))
             data.distance_tokens[name] = "all tokens"
         else:
-            distance = measures[(measures["measure"] == "angular_distance_last")
-                                & (measures["n"] == 1)]
+            distance = measures[
+                (measures["measure"] == "angular_distance_last") & (measures["n"] == 1)
+            ]
             data.distance[name] = distance.set_index("layer")["value"]
             data.distance_tokens[name] = "last token"
     for name, folder in spec["pruning"].items():

@@ -26,17 +26,24 @@ from .errors import ConfigError, DepthlabError, UserError  # noqa: F401  (script
 
 def stage_parser(doc: str | None, stage: str) -> argparse.ArgumentParser:
     """An argument parser with the spec arguments of `stage` and `--threads`."""
-    parser = argparse.ArgumentParser(description=doc,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--spec", help=f"JSON: the resolved spec of one `{stage}` job, as the "
-                                       "workflow passes it")
-    source.add_argument("--config", nargs="+", metavar="FILE",
-                        help="config YAML file(s), merged left to right; with --job, the job's "
-                             "spec is resolved exactly as the workflow resolves it")
+    source.add_argument(
+        "--spec", help=f"JSON: the resolved spec of one `{stage}` job, as the workflow passes it"
+    )
+    source.add_argument(
+        "--config",
+        nargs="+",
+        metavar="FILE",
+        help="config YAML file(s), merged left to right; with --job, the job's "
+        "spec is resolved exactly as the workflow resolves it",
+    )
     parser.add_argument("--job", help=f"with --config: the `{stage}` job to run (omit to list)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch / BLAS threads (the rule's `threads:`)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch / BLAS threads (the rule's `threads:`)"
+    )
     parser.set_defaults(stage=stage)
     return parser
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 PACKAGE = "depthlab"
@@ -28,7 +28,7 @@ def _module_file(package_dir: Path, dotted: str) -> Path | None:
 
 
 def _dotted_name(package_dir: Path, path: Path) -> str:
-    """"config.load" for depthlab/config/load.py, "config" for depthlab/config/__init__.py."""
+    """ "config.load" for depthlab/config/load.py, "config" for depthlab/config/__init__.py."""
     parts = list(path.relative_to(package_dir).with_suffix("").parts)
     if parts and parts[-1] == "__init__":
         parts.pop()
@@ -74,7 +74,9 @@ def _with_parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-def import_closure(script: Path, package_dir: Path, untracked: frozenset = frozenset()) -> list[Path]:
+def import_closure(
+    script: Path, package_dir: Path, untracked: frozenset = frozenset()
+) -> list[Path]:
     """The package files `script` runs: its imports, transitively, sorted; modules named in
     `untracked` (and their submodules) are left out. The package's __init__.py is included."""
     package_dir = Path(package_dir).resolve()
@@ -98,13 +100,17 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 node.body = body[1:] or [ast.Pass()]
     return tree
 
 
-@lru_cache(maxsize=None)
+@cache
 def source_fingerprint(path: Path) -> str:
     """sha256 of the file's syntax tree without docstrings (comments never reach the tree)."""
     tree = _without_docstrings(ast.parse(Path(path).read_text()))
@@ -115,6 +121,7 @@ def code_fingerprint(files, root: Path) -> str:
     """One fingerprint of several files: their paths relative to `root` and their syntax."""
     digest = hashlib.sha256()
     for path in sorted(Path(f).resolve() for f in files):
-        digest.update(f"{path.relative_to(Path(root).resolve())}\0{source_fingerprint(path)}\n"
-                      .encode())
+        digest.update(
+            f"{path.relative_to(Path(root).resolve())}\0{source_fingerprint(path)}\n".encode()
+        )
     return digest.hexdigest()[:16]

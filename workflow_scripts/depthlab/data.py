@@ -27,6 +27,10 @@ Output folder (written atomically):
   meta.json      dtype, vocab_size, eos/pad/bos ids, per-split token and document counts and the
                  sha256 of each .bin (load_tokens checks length, id range and checksum), source
   provenance.json
+
+Size: one module because the three sources, the filtering and split rule, the BPE and the
+token-array format with the checks of `load_tokens` are one format contract; writer and reader
+must change together.
 """
 
 from __future__ import annotations
@@ -51,8 +55,8 @@ from pathlib import Path
 import numpy as np
 
 from .atomic_files import atomic_path
-from .provenance import Provenance
 from .errors import DataError
+from .provenance import Provenance
 
 EOS_TOKEN = "<|endoftext|>"  # also bos, as in GPT-2
 PAD_TOKEN = "<|pad|>"
@@ -255,8 +259,7 @@ def docstring_source(cfg: dict, keep: DocumentFilter, threads: int = 1):
                     size = len(text.encode("utf-8"))
                     total += size
                     per_package[owner] += size
-                    description["megabytes_per_package"][owner] = round(
-                        per_package[owner] / 1e6, 3)
+                    description["megabytes_per_package"][owner] = round(per_package[owner] / 1e6, 3)
                     yield text
                     if total >= max_bytes:
                         description["reached_max_megabytes"] = True
@@ -279,8 +282,9 @@ def resolve_text_files(paths: list[str]) -> list[Path]:
     files = []
     for pattern in paths:
         if glob.has_magic(pattern):
-            matches = sorted(Path(p) for p in glob.glob(pattern, recursive=True)
-                             if Path(p).is_file())
+            matches = sorted(
+                Path(p) for p in glob.glob(pattern, recursive=True) if Path(p).is_file()
+            )
             if not matches:
                 raise DataError(f"{where}: pattern '{pattern}' matches no file")
             files.extend(matches)
@@ -309,8 +313,10 @@ def _decode_jsonl_line(path, number: int, raw: bytes, where: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise DataError(f"{where}: {path}:{number}: not UTF-8 (byte 0x{raw[error.start]:02x} at "
-                        f"column {error.start + 1}: {error.reason})") from None
+        raise DataError(
+            f"{where}: {path}:{number}: not UTF-8 (byte 0x{raw[error.start]:02x} at "
+            f"column {error.start + 1}: {error.reason})"
+        ) from None
 
 
 def _unencodable(text: str) -> str | None:
@@ -318,8 +324,10 @@ def _unencodable(text: str) -> str | None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        return (f"character {error.start + 1} is {text[error.start]!r}, an unpaired surrogate "
-                f"(not UTF-8 text)")
+        return (
+            f"character {error.start + 1} is {text[error.start]!r}, an unpaired surrogate "
+            f"(not UTF-8 text)"
+        )
     return None
 
 
@@ -343,12 +351,14 @@ def iter_jsonl_records(path: str | os.PathLike, where: str = "texts"):
             record = json.loads(line)
         except json.JSONDecodeError as error:
             at = "" if error.msg.endswith(" at") else " at"
-            raise DataError(f"{where}: {path}:{number}: not JSON ({error.msg}{at} column "
-                            f"{error.colno})") from None
+            raise DataError(
+                f"{where}: {path}:{number}: not JSON ({error.msg}{at} column {error.colno})"
+            ) from None
         except (RecursionError, ValueError) as error:  # deep nesting; int over 4300 digits
             reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
-            raise DataError(f"{where}: {path}:{number}: not JSON that can be read "
-                            f"({reason})") from None
+            raise DataError(
+                f"{where}: {path}:{number}: not JSON that can be read ({reason})"
+            ) from None
         if not isinstance(record, dict):
             raise DataError(f"{where}: {path}:{number}: not a JSON object")
         yield number, record
@@ -381,8 +391,14 @@ def _root_cause(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"
 
 
-def iter_dataset_texts(name: str, config_name: str | None, split: str, field: str,
-                       where: str = "dataset", **load_kwargs):
+def iter_dataset_texts(
+    name: str,
+    config_name: str | None,
+    split: str,
+    field: str,
+    where: str = "dataset",
+    **load_kwargs,
+):
     """The `field` of every record of a `datasets` dataset split (streamed when asked).
 
     A dataset that cannot be loaded or read (a local data file with a line that is not JSON or
@@ -395,11 +411,16 @@ def iter_dataset_texts(name: str, config_name: str | None, split: str, field: st
         dataset = datasets.load_dataset(name, config_name, split=split, **load_kwargs)
     except (OSError, ValueError, datasets.exceptions.DatasetsError) as error:
         # not found, offline, bad config name or split, unreadable data files
-        cause = (f"{error}" if not isinstance(error, datasets.exceptions.DatasetsError)
-                 else _root_cause(error))
+        cause = (
+            f"{error}"
+            if not isinstance(error, datasets.exceptions.DatasetsError)
+            else _root_cause(error)
+        )
         files = load_kwargs.get("data_files")
-        raise DataError(f"{where}.{key}: cannot load dataset '{name}' split '{split}'"
-                        f"{f' from {files}' if files is not None else ''}: {cause}") from None
+        raise DataError(
+            f"{where}.{key}: cannot load dataset '{name}' split '{split}'"
+            f"{f' from {files}' if files is not None else ''}: {cause}"
+        ) from None
     records = iter(dataset)
     number = 0
     while True:
@@ -409,13 +430,17 @@ def iter_dataset_texts(name: str, config_name: str | None, split: str, field: st
             return
         except (OSError, ValueError, datasets.exceptions.DatasetsError) as error:
             files = load_kwargs.get("data_files")
-            raise DataError(f"{where}.{key}: cannot read dataset '{name}' split '{split}'"
-                            f"{f' from {files}' if files is not None else ''} past record "
-                            f"{number}: {_root_cause(error)}") from None
+            raise DataError(
+                f"{where}.{key}: cannot read dataset '{name}' split '{split}'"
+                f"{f' from {files}' if files is not None else ''} past record "
+                f"{number}: {_root_cause(error)}"
+            ) from None
         number += 1
         if field not in record:
-            raise DataError(f"{where}.text_field: '{field}' is not a field of dataset '{name}' "
-                            f"(fields: {', '.join(sorted(record))})")
+            raise DataError(
+                f"{where}.text_field: '{field}' is not a field of dataset '{name}' "
+                f"(fields: {', '.join(sorted(record))})"
+            )
         if not isinstance(record[field], str):
             raise DataError(f"{where}.text_field: '{field}' of dataset '{name}' is not text")
         yield record[field]
@@ -427,8 +452,15 @@ def iter_texts(texts: dict, field: str = "text"):
     if texts["source"] == "jsonl":
         return iter_jsonl_texts(texts["path"], field, "texts.path")
     pinned = {"revision": texts["revision"]} if texts.get("revision") else {}
-    return iter_dataset_texts(texts["name"], texts.get("config_name"), texts["split"], field,
-                              "texts.name", streaming=True, **pinned)
+    return iter_dataset_texts(
+        texts["name"],
+        texts.get("config_name"),
+        texts["split"],
+        field,
+        "texts.name",
+        streaming=True,
+        **pinned,
+    )
 
 
 def text_file_source(cfg: dict, keep: DocumentFilter):
@@ -462,8 +494,9 @@ def _hf_split(cfg: dict, split: str, limit: int, keep: DocumentFilter):
         if cfg.get(key) is not None:
             kwargs[key] = cfg[key]
     kept = 0
-    for text in iter_dataset_texts(cfg["name"], cfg.get("config_name"), split,
-                                   cfg["text_field"], "data.hf_dataset", **kwargs):
+    for text in iter_dataset_texts(
+        cfg["name"], cfg.get("config_name"), split, cfg["text_field"], "data.hf_dataset", **kwargs
+    ):
         if keep.keep(text):
             yield text
             kept += 1
@@ -478,10 +511,14 @@ def _local_data_files(data_files) -> list[Path]:
     if isinstance(data_files, str):
         data_files = [data_files]
     if isinstance(data_files, dict):
-        data_files = list(itertools.chain.from_iterable(
-            [v] if isinstance(v, str) else v for v in data_files.values()))
-    return sorted({Path(p) for pattern in data_files for p in glob.glob(pattern)
-                   if Path(p).is_file()})
+        data_files = list(
+            itertools.chain.from_iterable(
+                [v] if isinstance(v, str) else v for v in data_files.values()
+            )
+        )
+    return sorted(
+        {Path(p) for pattern in data_files for p in glob.glob(pattern) if Path(p).is_file()}
+    )
 
 
 def hf_dataset_source(cfg: dict, keep: DocumentFilter):
@@ -501,12 +538,18 @@ def hf_dataset_source(cfg: dict, keep: DocumentFilter):
         if val_split is not None:
             yield from (("val", text) for text in _hf_split(cfg, val_split, max_val, keep))
         train_label = "train" if val_split is not None else None
-        yield from ((train_label, text)
-                    for text in _hf_split(cfg, cfg["split"], cfg["max_documents"], keep))
+        yield from (
+            (train_label, text) for text in _hf_split(cfg, cfg["split"], cfg["max_documents"], keep)
+        )
 
-    description = {"kind": "hf_dataset", "name": cfg["name"], "config_name": cfg.get("config_name"),
-                   "split": cfg["split"], "val_split": val_split,
-                   "data_files": cfg.get("data_files")}
+    description = {
+        "kind": "hf_dataset",
+        "name": cfg["name"],
+        "config_name": cfg.get("config_name"),
+        "split": cfg["split"],
+        "val_split": val_split,
+        "data_files": cfg.get("data_files"),
+    }
     try:
         description["datasets_version"] = importlib.metadata.version("datasets")
     except importlib.metadata.PackageNotFoundError:
@@ -531,8 +574,9 @@ def open_source(data_config: dict, keep: DocumentFilter, threads: int = 1):
         return _unlabelled(docs), description, files
     if source == "hf_dataset":
         return hf_dataset_source(data_config.get("hf_dataset"), keep)
-    raise DataError(f"data.source: unknown source '{source}' "
-                    f"(docstrings, text_files or hf_dataset)")
+    raise DataError(
+        f"data.source: unknown source '{source}' (docstrings, text_files or hf_dataset)"
+    )
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -546,8 +590,11 @@ def train_bpe(documents: list[str], vocab_size: int):
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[EOS_TOKEN, PAD_TOKEN], show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # every byte encodable
+        vocab_size=vocab_size,
+        special_tokens=[EOS_TOKEN, PAD_TOKEN],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )  # every byte encodable
     tokenizer.train_from_iterator(documents, trainer, length=len(documents))
     return tokenizer
 
@@ -556,8 +603,12 @@ def hf_tokenizer(tokenizer):
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token=EOS_TOKEN, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
-        clean_up_tokenization_spaces=False)  # decode must give back the exact text
+        tokenizer_object=tokenizer,
+        bos_token=EOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        clean_up_tokenization_spaces=False,
+    )  # decode must give back the exact text
 
 
 def load_pretrained_tokenizer(name: str, revision: str | None = None):
@@ -569,8 +620,9 @@ def load_pretrained_tokenizer(name: str, revision: str | None = None):
     except (OSError, ValueError) as error:
         raise DataError(f"{where}: cannot load tokenizer '{name}': {error}") from None
     if tokenizer.eos_token_id is None:
-        raise DataError(f"{where}: tokenizer '{name}' has no eos token (needed as the document "
-                        f"separator)")
+        raise DataError(
+            f"{where}: tokenizer '{name}' has no eos token (needed as the document separator)"
+        )
     return tokenizer
 
 
@@ -604,13 +656,17 @@ class SplitWriter:
             return
         ids = encode_documents(self.tokenizer, self.pending)
         count = sum(len(i) for i in ids) + len(ids)
-        flat = np.fromiter(itertools.chain.from_iterable(
-            itertools.chain(i, (self.eos_id,)) for i in ids), dtype=self.dtype, count=count)
+        flat = np.fromiter(
+            itertools.chain.from_iterable(itertools.chain(i, (self.eos_id,)) for i in ids),
+            dtype=self.dtype,
+            count=count,
+        )
         flat.tofile(self.bin)
         self.sha256.update(flat.tobytes())
         if self.jsonl is not None:
-            self.jsonl.writelines(json.dumps({"text": t}, ensure_ascii=False) + "\n"
-                                  for t in self.pending)
+            self.jsonl.writelines(
+                json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in self.pending
+            )
         self.counts["documents"] += len(self.pending)
         self.counts["tokens"] += count
         self.counts["bytes"] += sum(len(t.encode("utf-8")) for t in self.pending)
@@ -628,8 +684,9 @@ class SplitWriter:
 # --------------------------------------------------------------------------- the stage
 
 
-def prepare_corpus(data_config: dict, out_dir: str | os.PathLike, seed: int,
-                   threads: int = 1) -> dict:
+def prepare_corpus(
+    data_config: dict, out_dir: str | os.PathLike, seed: int, threads: int = 1
+) -> dict:
     """Build the data stage's output folder atomically; returns its meta.json content.
 
     `seed` is recorded only: the split hashes each document and BPE training is deterministic,
@@ -647,10 +704,14 @@ def prepare_corpus(data_config: dict, out_dir: str | os.PathLike, seed: int,
     seconds, clock = {}, time.perf_counter()
 
     with atomic_path(out_dir, is_dir=True) as tmp, contextlib.closing(documents):
-        tokenizer = (load_pretrained_tokenizer(pretrained, tok_cfg.get("revision"))
-                     if pretrained else None)
-        specials = (sorted(set(tokenizer.all_special_tokens) - {""}) if tokenizer
-                    else [EOS_TOKEN, PAD_TOKEN])
+        tokenizer = (
+            load_pretrained_tokenizer(pretrained, tok_cfg.get("revision")) if pretrained else None
+        )
+        specials = (
+            sorted(set(tokenizer.all_special_tokens) - {""})
+            if tokenizer
+            else [EOS_TOKEN, PAD_TOKEN]
+        )
         special_pattern = re.compile("|".join(map(re.escape, specials)))  # eos at least
 
         def labelled():
@@ -670,12 +731,16 @@ def prepare_corpus(data_config: dict, out_dir: str | os.PathLike, seed: int,
             # The BPE must exist before the first document is encoded: hold this corpus.
             held = list(stream)
             seconds["corpus"] = time.perf_counter() - clock
-            _log(f"corpus: {len(held)} documents from {source['kind']} in "
-                 f"{seconds['corpus']:.1f} s")
+            _log(
+                f"corpus: {len(held)} documents from {source['kind']} in {seconds['corpus']:.1f} s"
+            )
             clock = time.perf_counter()
             tokenizer = hf_tokenizer(train_bpe([t for s, t in held if s == "train"], vocab_size))
-            tokenizer_info = {"kind": "byte_level_bpe", "trained_on": "train split",
-                              "vocab_size_requested": vocab_size}
+            tokenizer_info = {
+                "kind": "byte_level_bpe",
+                "trained_on": "train split",
+                "vocab_size_requested": vocab_size,
+            }
             stream = iter(held)
         else:
             tokenizer_info = {"kind": "pretrained", "name": pretrained}
@@ -694,19 +759,28 @@ def prepare_corpus(data_config: dict, out_dir: str | os.PathLike, seed: int,
             writers[split].add(text)
         splits = {split: writer.close() for split, writer in writers.items()}
         seconds["encode"] = time.perf_counter() - clock
-        _log(f"encode: {splits['train']['tokens'] + splits['val']['tokens']} tokens in "
-             f"{seconds['encode']:.1f} s")
+        _log(
+            f"encode: {splits['train']['tokens'] + splits['val']['tokens']} tokens in "
+            f"{seconds['encode']:.1f} s"
+        )
 
         total = splits["train"]["documents"] + splits["val"]["documents"]
         if total == 0:
-            raise DataError(f"data.source: the '{data_config['source']}' corpus is empty after "
-                            f"filtering (dropped: {keep.dropped or 'nothing'})")
+            raise DataError(
+                f"data.source: the '{data_config['source']}' corpus is empty after "
+                f"filtering (dropped: {keep.dropped or 'nothing'})"
+            )
         for split in SPLITS:
             if not splits[split]["documents"]:
-                key = ("data.hf_dataset.val_split" if source.get("val_split") is not None
-                       else "data.val_fraction")
-                raise DataError(f"{key}: the {split} split is empty ({total} documents in all); "
-                                f"use a larger corpus or another val_fraction")
+                key = (
+                    "data.hf_dataset.val_split"
+                    if source.get("val_split") is not None
+                    else "data.val_fraction"
+                )
+                raise DataError(
+                    f"{key}: the {split} split is empty ({total} documents in all); "
+                    f"use a larger corpus or another val_fraction"
+                )
 
         meta = {
             "format": "flat token ids per split, each document followed by eos_id",
@@ -716,8 +790,11 @@ def prepare_corpus(data_config: dict, out_dir: str | os.PathLike, seed: int,
             "bos_id": bos_id,
             "pad_id": pad_id,
             "splits": splits,
-            "split_rule": ("source val_split" if source.get("val_split") is not None else
-                           f"sha256(text) < val_fraction={val_fraction}"),
+            "split_rule": (
+                "source val_split"
+                if source.get("val_split") is not None
+                else f"sha256(text) < val_fraction={val_fraction}"
+            ),
             "source": source,
             "tokenizer": tokenizer_info,
             "dropped_documents": dict(sorted(keep.dropped.items())),
@@ -767,8 +844,12 @@ def verify_tokens(data_dir: str | os.PathLike, split: str, meta: dict | None = N
     meta = read_meta(data_dir) if meta is None else meta
     meta_path = data_dir / "meta.json"
     dtype = np.dtype(_meta_field(meta, "dtype", meta_path, lambda v: v in ("uint16", "uint32")))
-    vocab = _meta_field(meta, "vocab_size", meta_path,
-                        lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0)
+    vocab = _meta_field(
+        meta,
+        "vocab_size",
+        meta_path,
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+    )
     splits = meta.get("splits")
     recorded = splits.get(split) if isinstance(splits, dict) else None
     recorded = recorded if isinstance(recorded, dict) else {}
@@ -785,35 +866,50 @@ def verify_tokens(data_dir: str | os.PathLike, split: str, meta: dict | None = N
     if not path.is_file():
         raise DataError(f"{path}: not a file")
     if stat.st_size % dtype.itemsize:
-        raise DataError(f"{path}: {stat.st_size} bytes is not a whole number of {dtype.name} "
-                        f"tokens (truncated mid-token?); rerun the data stage")
+        raise DataError(
+            f"{path}: {stat.st_size} bytes is not a whole number of {dtype.name} "
+            f"tokens (truncated mid-token?); rerun the data stage"
+        )
     length = stat.st_size // dtype.itemsize
     if expected_tokens is not None and length != expected_tokens:
         what = "truncated" if length < expected_tokens else "longer than written"
-        raise DataError(f"{path}: {length} tokens, but meta.json records {expected_tokens} "
-                        f"({what}); rerun the data stage")
+        raise DataError(
+            f"{path}: {length} tokens, but meta.json records {expected_tokens} "
+            f"({what}); rerun the data stage"
+        )
     if length == 0:
         raise DataError(f"{path}: no tokens; rerun the data stage")
-    key = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns, dtype.name, vocab,
-           expected_sha)
+    key = (
+        str(path.resolve()),
+        stat.st_ino,
+        stat.st_size,
+        stat.st_mtime_ns,
+        dtype.name,
+        vocab,
+        expected_sha,
+    )
     if key in _VERIFIED:
         return
     tokens = np.memmap(path, dtype=dtype, mode="r")
     digest = hashlib.sha256()
     for start in range(0, length, VERIFY_CHUNK_TOKENS):
-        chunk = np.asarray(tokens[start:start + VERIFY_CHUNK_TOKENS])
+        chunk = np.asarray(tokens[start : start + VERIFY_CHUNK_TOKENS])
         if int(chunk.max()) >= vocab:
             position = start + int(np.argmax(chunk >= vocab))
-            raise DataError(f"{path}: token id {int(tokens[position])} at position {position} is "
-                            f"outside the vocabulary (vocab_size {vocab} in meta.json); the file "
-                            f"does not belong to this tokenizer or is corrupt")
+            raise DataError(
+                f"{path}: token id {int(tokens[position])} at position {position} is "
+                f"outside the vocabulary (vocab_size {vocab} in meta.json); the file "
+                f"does not belong to this tokenizer or is corrupt"
+            )
         if expected_sha is not None:
             digest.update(chunk.data)
     del tokens
     if expected_sha is not None and digest.hexdigest() != expected_sha:
-        raise DataError(f"{path}: sha256 {digest.hexdigest()[:16]}... differs from the "
-                        f"{expected_sha[:16]}... meta.json records: the file changed after the "
-                        f"data stage wrote it (overwritten or zeroed?); rerun the data stage")
+        raise DataError(
+            f"{path}: sha256 {digest.hexdigest()[:16]}... differs from the "
+            f"{expected_sha[:16]}... meta.json records: the file changed after the "
+            f"data stage wrote it (overwritten or zeroed?); rerun the data stage"
+        )
     _VERIFIED.add(key)
 
 

@@ -26,8 +26,9 @@ def depth_score(effect) -> float:
     return float((np.arange(effect.size) * effect).sum() / total)
 
 
-def depth_scores_by_group(effects: np.ndarray, groups, resamples: int = 1000,
-                          confidence: float = 0.95, seed: int = 0):
+def depth_scores_by_group(
+    effects: np.ndarray, groups, resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+):
     """Depth score per group (e.g. difficulty level) of the mean effect vector of its prompts,
     with a percentile bootstrap interval over prompts. effects: (prompts, layers), NaN rows
     (no measured position) dropped. Returns a frame: group, prompts, depth_score,
@@ -53,7 +54,9 @@ def depth_scores_by_group(effects: np.ndarray, groups, resamples: int = 1000,
             boot.append(depth_score(sample.mean(axis=0)))
         boot = np.asarray([b for b in boot if np.isfinite(b)])
         alpha = (1 - confidence) / 2
-        low, high = (np.quantile(boot, [alpha, 1 - alpha]) if boot.size else (np.nan, np.nan))
+        low, high = np.quantile(boot, [alpha, 1 - alpha]) if boot.size else (np.nan, np.nan)
         rows.append((group, len(member), score, score / max(L - 1, 1), float(low), float(high)))
-    return pd.DataFrame(rows, columns=["group", "prompts", "depth_score",
-                                       "depth_score_normalised", "ci_low", "ci_high"])
+    return pd.DataFrame(
+        rows,
+        columns=["group", "prompts", "depth_score", "depth_score_normalised", "ci_low", "ci_high"],
+    )

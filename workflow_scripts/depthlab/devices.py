@@ -1,6 +1,7 @@
 """Device choice, one rule for every stage: `auto` is cuda when a GPU is visible, else cpu."""
 
 from __future__ import annotations
+
 from .errors import DeviceError
 
 

@@ -15,12 +15,11 @@ import numpy as np
 NORM_SCHEMES = ("pre_ln", "post_ln", "mix_ln", "deepnorm", "scaled_init", "lns")
 # Indices into seaborn's colourblind palette: Pre-LN and LNS, the contrast every Curse of Depth
 # figure draws, get blue and vermilion; grey and pink stay free for hub models.
-_SCHEME_INDEX = {"pre_ln": 0, "post_ln": 1, "mix_ln": 2, "lns": 3, "deepnorm": 4,
-                 "scaled_init": 5}
+_SCHEME_INDEX = {"pre_ln": 0, "post_ln": 1, "mix_ln": 2, "lns": 3, "deepnorm": 4, "scaled_init": 5}
 _HUB_INDICES = (7, 6, 8, 9)
 NORM_GROUP = "norm schemes"
 HUB_GROUP = "hub models"
-SEED_BAND = ("pi", 100)   # seaborn errorbar: the full range over seed replicates
+SEED_BAND = ("pi", 100)  # seaborn errorbar: the full range over seed replicates
 _SWEEP_NAME = re.compile(r"^(?P<sweep>.+)_l(?P<depth>\d+)_m(?P<width>\d+)$")
 
 
@@ -56,8 +55,13 @@ def model_facts(names, facts: dict | None = None) -> dict:
         if "sweep" in fact and match:
             fact.update(depth=int(match["depth"]), width=int(match["width"]))
         fact["base"] = base
-        fact["group"] = (f"sweep {fact['sweep']}" if "sweep" in fact
-                         else HUB_GROUP if fact.get("kind") == "hf" else NORM_GROUP)
+        fact["group"] = (
+            f"sweep {fact['sweep']}"
+            if "sweep" in fact
+            else HUB_GROUP
+            if fact.get("kind") == "hf"
+            else NORM_GROUP
+        )
         out[name] = fact
     return out
 

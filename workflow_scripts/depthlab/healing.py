@@ -52,19 +52,24 @@ class HealSettings:
     weight_decay: float
 
     @classmethod
-    def from_dict(cls, values: dict, where: str = "pruning.healing") -> "HealSettings":
+    def from_dict(cls, values: dict, where: str = "pruning.healing") -> HealSettings:
         names = [f.name for f in fields(cls)]
         missing = [n for n in names if n not in values]
         if missing:
             raise PruningError(f"{where}.{missing[0]}: missing healing setting")
-        settings = cls(**{n: values[n] for n in names if n != "target_modules"},
-                       target_modules=tuple(values["target_modules"]))
+        settings = cls(
+            **{n: values[n] for n in names if n != "target_modules"},
+            target_modules=tuple(values["target_modules"]),
+        )
         if settings.method not in METHODS:
-            raise PruningError(f"{where}.method: unknown method '{settings.method}' "
-                             f"(known: {', '.join(METHODS)})")
+            raise PruningError(
+                f"{where}.method: unknown method '{settings.method}' (known: {', '.join(METHODS)})"
+            )
         if settings.schedule not in SCHEDULES:
-            raise PruningError(f"{where}.schedule: unknown schedule '{settings.schedule}' "
-                             f"(known: {', '.join(SCHEDULES)})")
+            raise PruningError(
+                f"{where}.schedule: unknown schedule '{settings.schedule}' "
+                f"(known: {', '.join(SCHEDULES)})"
+            )
         return settings
 
 
@@ -94,8 +99,9 @@ def validate_healing_settings(values: dict, where: str = "pruning.healing") -> N
 
 
 def _schedule(settings: HealSettings):
-    shape = SimpleNamespace(warmup_steps=settings.warmup_steps, steps=settings.steps,
-                            min_lr_ratio=settings.min_lr_ratio)
+    shape = SimpleNamespace(
+        warmup_steps=settings.warmup_steps, steps=settings.steps, min_lr_ratio=settings.min_lr_ratio
+    )
 
     def multiplier(step: int) -> float:
         if settings.schedule == "constant":
@@ -108,18 +114,23 @@ def _schedule(settings: HealSettings):
 def _lora_config(settings: HealSettings):
     from peft import LoraConfig
 
-    return LoraConfig(r=settings.rank, lora_alpha=settings.alpha,
-                      lora_dropout=settings.dropout,
-                      target_modules=list(settings.target_modules), bias="none",
-                      task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=settings.rank,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=list(settings.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
 
 
 def _check_targets(model, settings: HealSettings) -> None:
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     missing = [t for t in settings.target_modules if t not in names]
     if missing:
-        raise PruningError(f"pruning.healing.target_modules: {missing} are not modules of "
-                         f"{type(model).__name__}")
+        raise PruningError(
+            f"pruning.healing.target_modules: {missing} are not modules of {type(model).__name__}"
+        )
 
 
 def _quantised_copy(pruned, device: str):
@@ -127,21 +138,33 @@ def _quantised_copy(pruned, device: str):
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig  # QLoRA only
 
     _register_depthlab_models()
-    config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                bnb_4bit_compute_dtype=torch.float32,
-                                bnb_4bit_use_double_quant=True)
+    config = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=torch.float32,
+        bnb_4bit_use_double_quant=True,
+    )
     with tempfile.TemporaryDirectory(prefix="depthlab-qlora-") as folder:
         # the export keeps each layer's LNS factor / DeepNorm alpha of its original depth
         export_pruned(pruned, (), folder)
         quantised = AutoModelForCausalLM.from_pretrained(
-            folder, quantization_config=config, dtype=torch.float32,
-            device_map={"": device})
+            folder, quantization_config=config, dtype=torch.float32, device_map={"": device}
+        )
     return quantised
 
 
-def heal(pruned, train_tokens: np.ndarray, settings: HealSettings, seed: int,
-         device: str = "cpu", log=None, tensorboard_dir=None, wandb: dict | None = None,
-         run_name: str = "healing", run_config: dict | None = None):
+def heal(
+    pruned,
+    train_tokens: np.ndarray,
+    settings: HealSettings,
+    seed: int,
+    device: str = "cpu",
+    log=None,
+    tensorboard_dir=None,
+    wandb: dict | None = None,
+    run_name: str = "healing",
+    run_config: dict | None = None,
+):
     """Train adapters on `pruned` (a model of its own, e.g. depthlab.layer_removal.prune_copy;
     it is modified: the adapters are merged into it) and return (merged model in eval mode, record).
     `log` also gets a progress line about every quarter of the steps (a bar on a terminal);
@@ -155,8 +178,10 @@ def heal(pruned, train_tokens: np.ndarray, settings: HealSettings, seed: int,
     _check_targets(pruned, settings)
     context = getattr(pruned.config, "max_position_embeddings", None)
     if context is not None and settings.seq_len > context:
-        raise PruningError(f"pruning.healing.seq_len: {settings.seq_len} exceeds the model's "
-                         f"context of {context} positions")
+        raise PruningError(
+            f"pruning.healing.seq_len: {settings.seq_len} exceeds the model's "
+            f"context of {context} positions"
+        )
     torch.manual_seed(seed)
     base = _quantised_copy(pruned, device) if settings.method == "qlora" else pruned
     if settings.method == "qlora":
@@ -165,18 +190,32 @@ def heal(pruned, train_tokens: np.ndarray, settings: HealSettings, seed: int,
         base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
     model = get_peft_model(base, _lora_config(settings))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                  lr=settings.lr, weight_decay=settings.weight_decay)
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=settings.lr,
+        weight_decay=settings.weight_decay,
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(settings))
     model.train()
     losses, start = [], time.perf_counter()
-    progress = Progress(settings.steps, "healing", enabled=log is not None,
-                        every=max(1, settings.steps // 4), write=log)
-    tracker = Tracker(tensorboard_dir, enabled=tensorboard_dir is not None, wandb=wandb,
-                      run_name=run_name, run_config=run_config)
+    progress = Progress(
+        settings.steps,
+        "healing",
+        enabled=log is not None,
+        every=max(1, settings.steps // 4),
+        write=log,
+    )
+    tracker = Tracker(
+        tensorboard_dir,
+        enabled=tensorboard_dir is not None,
+        wandb=wandb,
+        run_name=run_name,
+        run_config=run_config,
+    )
     for step in range(settings.steps):
-        window = train_batch(train_tokens, step, seed, settings.batch_size,
-                             settings.seq_len).to(device)
+        window = train_batch(train_tokens, step, seed, settings.batch_size, settings.seq_len).to(
+            device
+        )
         loss = language_model_loss(model, window, None)
         loss.backward()
         lr = optimizer.param_groups[0]["lr"]
@@ -196,14 +235,18 @@ def heal(pruned, train_tokens: np.ndarray, settings: HealSettings, seed: int,
     merged = model.merge_and_unload().eval()
     for parameter in merged.parameters():
         parameter.requires_grad_(False)
-    record = {"method": settings.method, "steps": settings.steps,
-              "trainable_parameters": int(trainable), "train_seconds": round(seconds, 3),
-              "first_train_loss": losses[0] if losses else None,
-              "last_train_loss": float(np.mean(losses[-max(1, len(losses) // 10):]))
-              if losses else None}
+    record = {
+        "method": settings.method,
+        "steps": settings.steps,
+        "trainable_parameters": int(trainable),
+        "train_seconds": round(seconds, 3),
+        "first_train_loss": losses[0] if losses else None,
+        "last_train_loss": float(np.mean(losses[-max(1, len(losses) // 10) :])) if losses else None,
+    }
     if log:
-        log(f"healed ({settings.method}, {settings.steps} steps, {trainable} adapter "
+        log(
+            f"healed ({settings.method}, {settings.steps} steps, {trainable} adapter "
             f"parameters) in {seconds:.1f} s: train loss {record['first_train_loss']:.3f} -> "
-            f"{record['last_train_loss']:.3f}")
+            f"{record['last_train_loss']:.3f}"
+        )
     return merged, record
-

@@ -33,6 +33,9 @@ benchmark compare this with, is tests/skip_reference.py.
 
 Statistics are computed per token in float32 (float64 for a float64 model) and summed in float64;
 memory is bounded by one batch (its clean states and the stacked rows), never by the token count.
+
+Size: one algorithm (the batched staircase replay) with its settings and statistics; split,
+the row bookkeeping would cross a module boundary at every layer.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from .residual_stream import position_ids_from_mask
 KINDS = ("layer", "attention", "mlp")
 SCOPES = ("all", "future")
 VARIANTS = tuple(f"{kind}_{scope}" for kind in KINDS for scope in SCOPES)
-DENOMINATOR_EPS = 1e-6          # as the reference code: ||Delta_l|| clamped at 1e-6
+DENOMINATOR_EPS = 1e-6  # as the reference code: ||Delta_l|| clamped at 1e-6
 LOGIT_CHUNK_ELEMENTS = 1 << 22  # tokens x vocab per output-effect chunk
 
 
@@ -63,23 +66,26 @@ class SkipSettings:
     """What to intervene on and where (see the module docstring)."""
 
     variants: tuple[str, ...] = ("layer_all", "layer_future")
-    layers: tuple[int, ...] | None = None   # skipped layers; None: every layer
-    no_skip_front: int = 1                  # first real tokens never intervened on (BOS / sink)
-    future_positions: int = 4               # sampled t per prompt for the future scope
-    future_min_position: int = 8            # smallest t (real-token index)
-    max_rows: int = 256                     # rows (prompt x t copies) per stacked forward
+    layers: tuple[int, ...] | None = None  # skipped layers; None: every layer
+    no_skip_front: int = 1  # first real tokens never intervened on (BOS / sink)
+    future_positions: int = 4  # sampled t per prompt for the future scope
+    future_min_position: int = 8  # smallest t (real-token index)
+    max_rows: int = 256  # rows (prompt x t copies) per stacked forward
     seed: int = 0
 
     @classmethod
-    def from_spec(cls, spec: dict, where: str = "skip") -> "SkipSettings":
+    def from_spec(cls, spec: dict, where: str = "skip") -> SkipSettings:
         validate_intervention_settings(spec, where=where)
         layers = spec.get("layers")
-        return cls(variants=tuple(spec["variants"]),
-                   layers=None if layers is None else tuple(int(x) for x in layers),
-                   no_skip_front=int(spec["no_skip_front"]),
-                   future_positions=int(spec["future_positions"]),
-                   future_min_position=int(spec["future_min_position"]),
-                   max_rows=int(spec["max_rows"]), seed=int(spec.get("seed", 0)))
+        return cls(
+            variants=tuple(spec["variants"]),
+            layers=None if layers is None else tuple(int(x) for x in layers),
+            no_skip_front=int(spec["no_skip_front"]),
+            future_positions=int(spec["future_positions"]),
+            future_min_position=int(spec["future_min_position"]),
+            max_rows=int(spec["max_rows"]),
+            seed=int(spec.get("seed", 0)),
+        )
 
     def skipped_layers(self, num_layers: int) -> list[int]:
         if self.layers is None:
@@ -91,8 +97,9 @@ class SkipSettings:
 def parse_variant(name: str, where: str = "variants") -> tuple[str, str]:
     """`<kind>_<scope>` -> (kind, scope); ValueError naming `where` for an unknown one."""
     if not isinstance(name, str) or name not in VARIANTS:
-        raise ValueError(f"{where}: unknown intervention kind {name!r} "
-                         f"(known: {', '.join(VARIANTS)})")
+        raise ValueError(
+            f"{where}: unknown intervention kind {name!r} (known: {', '.join(VARIANTS)})"
+        )
     kind, scope = name.rsplit("_", 1)
     return kind, scope
 
@@ -103,12 +110,15 @@ def check_layer_indices(layers, num_layers: int, where: str = "layers") -> None:
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
             raise ValueError(f"{where}: layer index {index!r} is not an integer")
         if not 0 <= int(index) < num_layers:
-            raise ValueError(f"{where}: layer index {index} is out of range for a model with "
-                             f"{num_layers} layers (0..{num_layers - 1})")
+            raise ValueError(
+                f"{where}: layer index {index} is out of range for a model with "
+                f"{num_layers} layers (0..{num_layers - 1})"
+            )
 
 
-def validate_intervention_settings(spec: dict, num_layers: int | None = None,
-                                   where: str = "depth_use.skip") -> None:
+def validate_intervention_settings(
+    spec: dict, num_layers: int | None = None, where: str = "depth_use.skip"
+) -> None:
     """Config-time check of a skip-intervention settings dict (keys as SkipSettings, plus an
     optional `depth_score_variant`); raises ValueError whose message starts with the key."""
     variants = spec.get("variants")
@@ -119,8 +129,12 @@ def validate_intervention_settings(spec: dict, num_layers: int | None = None,
     if len(set(variants)) != len(variants):
         twice = sorted({v for v in variants if list(variants).count(v) > 1})
         raise ValueError(f"{where}.variants: listed more than once: {', '.join(twice)}")
-    for key, low in (("no_skip_front", 0), ("future_positions", 1), ("future_min_position", 1),
-                     ("max_rows", 1)):
+    for key, low in (
+        ("no_skip_front", 0),
+        ("future_positions", 1),
+        ("future_min_position", 1),
+        ("max_rows", 1),
+    ):
         value = spec.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise ValueError(f"{where}.{key}: an integer >= {low} (got {value!r})")
@@ -132,17 +146,19 @@ def validate_intervention_settings(spec: dict, num_layers: int | None = None,
             check_layer_indices(layers, num_layers, f"{where}.layers")
         else:
             for index in layers:
-                if isinstance(index, bool) or not isinstance(index, (int, np.integer)) \
-                        or index < 0:
-                    raise ValueError(f"{where}.layers: layer index {index!r} is not an "
-                                     f"integer >= 0")
+                if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
+                    raise ValueError(
+                        f"{where}.layers: layer index {index!r} is not an integer >= 0"
+                    )
     score_variant = spec.get("depth_score_variant")
     if score_variant is not None:
         kind, scope = parse_variant(score_variant, f"{where}.depth_score_variant")
         if scope != "all":
-            raise ValueError(f"{where}.depth_score_variant: {score_variant!r} intervenes only "
-                             f"before a sampled position; the depth score needs an '_all' "
-                             f"variant (the effect at the answer positions)")
+            raise ValueError(
+                f"{where}.depth_score_variant: {score_variant!r} intervenes only "
+                f"before a sampled position; the depth score needs an '_all' "
+                f"variant (the effect at the answer positions)"
+            )
 
 
 def future_positions(num_real: int, prompt_id: int, settings: SkipSettings) -> list[int]:
@@ -194,12 +210,31 @@ class SkipEffects:
             for index, s in enumerate(self.skipped_layers):
                 count = int(self.counts[variant][index])
                 for l in range(L):
-                    rows.append((variant, s, l, "update", self.update_max[variant][index, l],
-                                 self.update_mean[variant][index, l], count))
-                rows.append((variant, s, L, "output", self.output_max[variant][index],
-                             self.output_mean[variant][index], count))
-        frame = pd.DataFrame(rows, columns=["variant", "skipped", "layer", "measure", "max",
-                                            "mean", "count"])
+                    rows.append(
+                        (
+                            variant,
+                            s,
+                            l,
+                            "update",
+                            self.update_max[variant][index, l],
+                            self.update_mean[variant][index, l],
+                            count,
+                        )
+                    )
+                rows.append(
+                    (
+                        variant,
+                        s,
+                        L,
+                        "output",
+                        self.output_max[variant][index],
+                        self.output_mean[variant][index],
+                        count,
+                    )
+                )
+        frame = pd.DataFrame(
+            rows, columns=["variant", "skipped", "layer", "measure", "max", "mean", "count"]
+        )
         for key, value in reversed(labels.items()):
             frame.insert(0, key, value)
         return frame
@@ -252,7 +287,7 @@ class _LayerCall:
         args = tuple(expand(a) for a in self.args)
         kwargs = {k: expand(v) for k, v in self.kwargs.items()}
         if self.keyword:
-            return _first(layer(hidden_states=hidden, *args, **kwargs))
+            return _first(layer(*args, hidden_states=hidden, **kwargs))
         return _first(layer(hidden, *args, **kwargs))
 
 
@@ -272,11 +307,16 @@ def clean_pass(adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: t
     final = {}
     handles = []
     for index, layer in enumerate(adapter.layers):
+
         def pre(module, args, kwargs, index=index):
             calls[index] = _LayerCall(args, kwargs)
+
         handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
-    handles.append(adapter.layers[-1].register_forward_hook(
-        lambda module, args, output: final.__setitem__("h", _first(output))))
+    handles.append(
+        adapter.layers[-1].register_forward_hook(
+            lambda module, args, output: final.__setitem__("h", _first(output))
+        )
+    )
     try:
         adapter.backbone(**_backbone_kwargs(adapter, input_ids, attention_mask))
     finally:
@@ -333,26 +373,37 @@ def _relative_change(clean_update, new_update):
 class _Rows:
     """Metadata of stacked intervention rows (all tensors on the model's device)."""
 
-    prompt: torch.Tensor     # (R,) index in the batch
-    skipped: torch.Tensor    # (R,) skipped layer
-    kind: torch.Tensor       # (R,) index into KINDS
+    prompt: torch.Tensor  # (R,) index in the batch
+    skipped: torch.Tensor  # (R,) skipped layer
+    kind: torch.Tensor  # (R,) index into KINDS
     intervene: torch.Tensor  # (R, T) bool
-    measure: torch.Tensor    # (R, T) bool
-    variant: list[str]       # per row
-    row_ids: list[int]       # per row: index of the row in the batch's row list
+    measure: torch.Tensor  # (R, T) bool
+    variant: list[str]  # per row
+    row_ids: list[int]  # per row: index of the row in the batch's row list
 
-    def cat(self, other: "_Rows") -> "_Rows":
+    def cat(self, other: _Rows) -> _Rows:
         cat = lambda a, b: torch.cat([a, b])  # noqa: E731
-        return _Rows(cat(self.prompt, other.prompt), cat(self.skipped, other.skipped),
-                     cat(self.kind, other.kind), cat(self.intervene, other.intervene),
-                     cat(self.measure, other.measure), self.variant + other.variant,
-                     self.row_ids + other.row_ids)
+        return _Rows(
+            cat(self.prompt, other.prompt),
+            cat(self.skipped, other.skipped),
+            cat(self.kind, other.kind),
+            cat(self.intervene, other.intervene),
+            cat(self.measure, other.measure),
+            self.variant + other.variant,
+            self.row_ids + other.row_ids,
+        )
 
-    def select(self, index: list[int]) -> "_Rows":
+    def select(self, index: list[int]) -> _Rows:
         ix = torch.tensor(index, dtype=torch.long, device=self.prompt.device)
-        return _Rows(self.prompt[ix], self.skipped[ix], self.kind[ix], self.intervene[ix],
-                     self.measure[ix], [self.variant[i] for i in index],
-                     [self.row_ids[i] for i in index])
+        return _Rows(
+            self.prompt[ix],
+            self.skipped[ix],
+            self.kind[ix],
+            self.intervene[ix],
+            self.measure[ix],
+            [self.variant[i] for i in index],
+            [self.row_ids[i] for i in index],
+        )
 
 
 def _row_specs(attention_mask, prompt_ids, measure_mask, settings, variants, skipped):
@@ -396,11 +447,15 @@ def _build_rows(specs, device) -> _Rows:
         intervene += inter
         measure += meas
         variant += [v] * len(prompts)
-    rows = _Rows(torch.tensor(prompt, dtype=torch.long, device=device),
-                 torch.tensor(skipped, dtype=torch.long, device=device),
-                 torch.tensor(kind, dtype=torch.long, device=device),
-                 torch.stack(intervene), torch.stack(measure), variant,
-                 list(range(len(prompt))))
+    rows = _Rows(
+        torch.tensor(prompt, dtype=torch.long, device=device),
+        torch.tensor(skipped, dtype=torch.long, device=device),
+        torch.tensor(kind, dtype=torch.long, device=device),
+        torch.stack(intervene),
+        torch.stack(measure),
+        variant,
+        list(range(len(prompt))),
+    )
     return rows
 
 
@@ -408,7 +463,7 @@ def _chunks(rows: _Rows, max_rows: int) -> list[_Rows]:
     """Rows sorted by skipped layer, cut into chunks of at most max_rows (the staircase of one
     chunk starts at its smallest skipped layer)."""
     order = sorted(range(len(rows.variant)), key=lambda i: (int(rows.skipped[i]), i))
-    return [rows.select(order[i:i + max_rows]) for i in range(0, len(order), max_rows)]
+    return [rows.select(order[i : i + max_rows]) for i in range(0, len(order), max_rows)]
 
 
 class _SublayerMask:
@@ -453,15 +508,23 @@ def _output_effects(adapter, final_rows, rows: _Rows, clean_probs) -> torch.Tens
     chunk = max(1, LOGIT_CHUNK_ELEMENTS // vocab)
     out = []
     for start in range(0, r_index.numel(), chunk):
-        r, t = r_index[start:start + chunk], t_index[start:start + chunk]
+        r, t = r_index[start : start + chunk], t_index[start : start + chunk]
         new = _probabilities(adapter, final_rows[r, t])
         new -= clean_probs[rows.prompt[r], t]
         out.append(torch.linalg.vector_norm(new, dim=-1).to(torch.float64))
     return torch.cat(out)
 
 
-def _run_chunk(adapter, rows: _Rows, states, calls, clean_probs, batch_size, acc: _Accumulator,
-               prompt_offset: int):
+def _run_chunk(
+    adapter,
+    rows: _Rows,
+    states,
+    calls,
+    clean_probs,
+    batch_size,
+    acc: _Accumulator,
+    prompt_offset: int,
+):
     """The staircase of one chunk. A row skipping the whole layer s never runs layer s: layer s
     sees only clean inputs, so its output is the clean h_{s+1} where it is kept and h_s where it
     is skipped; the row joins the stack after layer s. Sublayer rows join before layer s, which
@@ -473,8 +536,10 @@ def _run_chunk(adapter, rows: _Rows, states, calls, clean_probs, batch_size, acc
 
     def join(stack, active, index, entering):
         new = rows.select(index)
-        return (entering if stack is None else torch.cat([stack, entering]),
-                new if active is None else active.cat(new))
+        return (
+            entering if stack is None else torch.cat([stack, entering]),
+            new if active is None else active.cat(new),
+        )
 
     for l in range(start, L):
         at_l = [i for i in range(len(rows.variant)) if int(rows.skipped[i]) == l]
@@ -495,19 +560,31 @@ def _run_chunk(adapter, rows: _Rows, states, calls, clean_probs, batch_size, acc
             expand = _expander(batch_size, active.prompt)
             with _SublayerMask(adapter, l, keep):
                 output = calls[l].run(adapter.layers[l], stack, expand)
-            _accumulate_updates(acc, active, _relative_change(
-                clean_update.index_select(0, active.prompt), output - stack), l)
+            _accumulate_updates(
+                acc,
+                active,
+                _relative_change(clean_update.index_select(0, active.prompt), output - stack),
+                l,
+            )
             stack = output
         if skip_here:
             skipping = rows.select(skip_here)
             before = states[l].index_select(0, skipping.prompt)
-            after = torch.where(skipping.intervene.unsqueeze(-1), before,
-                                states[l + 1].index_select(0, skipping.prompt))
-            _accumulate_updates(acc, skipping, _relative_change(
-                clean_update.index_select(0, skipping.prompt), after - before), l)
+            after = torch.where(
+                skipping.intervene.unsqueeze(-1),
+                before,
+                states[l + 1].index_select(0, skipping.prompt),
+            )
+            _accumulate_updates(
+                acc,
+                skipping,
+                _relative_change(clean_update.index_select(0, skipping.prompt), after - before),
+                l,
+            )
             stack, active = join(stack, active, skip_here, after)
-    effects = (_output_effects(adapter, stack, active, clean_probs) if clean_probs is not None
-               else None)
+    effects = (
+        _output_effects(adapter, stack, active, clean_probs) if clean_probs is not None else None
+    )
     _accumulate_outputs(acc, active, effects, prompt_offset)
 
 
@@ -541,8 +618,9 @@ def _accumulate_outputs(acc: _Accumulator, rows: _Rows, effects, prompt_offset: 
             acc.prompt_sum[variant][-1][prompts[i], s] += float(values.sum())
 
 
-def skip_effects(adapter: ModelAdapter, batches: Iterable[dict], settings: SkipSettings,
-                 per_prompt: bool = False) -> SkipEffects:
+def skip_effects(
+    adapter: ModelAdapter, batches: Iterable[dict], settings: SkipSettings, per_prompt: bool = False
+) -> SkipEffects:
     """Every variant's effect matrices over `batches` (dicts with input_ids, attention_mask and
     optionally measure_mask, a bool (B, T) restricting the measured positions, e.g. to the answer
     positions of problems). per_prompt: also keep each prompt's mean output effect per skipped
@@ -571,13 +649,15 @@ def skip_effects(adapter: ModelAdapter, batches: Iterable[dict], settings: SkipS
                 prompt_ids = list(range(prompts, prompts + B))
             states, calls = clean_pass(adapter, input_ids, attention_mask)
             clean_probs = _probabilities(adapter, states[-1]) if adapter.has_lm_head else None
-            specs = _row_specs(attention_mask, prompt_ids, measure_mask, settings, variants,
-                               skipped)
+            specs = _row_specs(
+                attention_mask, prompt_ids, measure_mask, settings, variants, skipped
+            )
             if per_prompt:
                 for v in variants:
                     acc.prompt_sum[v].append(np.zeros((B, len(skipped))))
-                real = attention_mask.bool() & (_real_index(attention_mask)
-                                                >= settings.no_skip_front)
+                real = attention_mask.bool() & (
+                    _real_index(attention_mask) >= settings.no_skip_front
+                )
                 if measure_mask is not None:
                     real &= measure_mask.bool()
                 acc.prompt_count.append(real.sum(dim=1).cpu().numpy())
@@ -592,15 +672,30 @@ def skip_effects(adapter: ModelAdapter, batches: Iterable[dict], settings: SkipS
     if not adapter.has_lm_head:
         notes.append("output effect not available: the model has no LM head")
     result = SkipEffects(
-        num_layers=L, skipped_layers=skipped, variants=variants,
+        num_layers=L,
+        skipped_layers=skipped,
+        variants=variants,
         update_max={v: acc.update_max[v] for v in variants},
-        update_mean={v: acc.update_sum[v] / np.maximum(acc.counts[v], 1)[:, None]
-                     for v in variants},
-        output_max={v: (acc.output_max[v] if adapter.has_lm_head
-                        else np.full(len(skipped), np.nan)) for v in variants},
-        output_mean={v: (acc.output_sum[v] / np.maximum(acc.counts[v], 1) if adapter.has_lm_head
-                         else np.full(len(skipped), np.nan)) for v in variants},
-        counts=acc.counts, prompts=prompts, rows=rows_total, notes=notes)
+        update_mean={
+            v: acc.update_sum[v] / np.maximum(acc.counts[v], 1)[:, None] for v in variants
+        },
+        output_max={
+            v: (acc.output_max[v] if adapter.has_lm_head else np.full(len(skipped), np.nan))
+            for v in variants
+        },
+        output_mean={
+            v: (
+                acc.output_sum[v] / np.maximum(acc.counts[v], 1)
+                if adapter.has_lm_head
+                else np.full(len(skipped), np.nan)
+            )
+            for v in variants
+        },
+        counts=acc.counts,
+        prompts=prompts,
+        rows=rows_total,
+        notes=notes,
+    )
     for v in variants:
         empty = acc.counts[v] == 0
         result.update_mean[v][empty] = np.nan
@@ -614,6 +709,7 @@ def skip_effects(adapter: ModelAdapter, batches: Iterable[dict], settings: SkipS
         for v in variants:
             sums = np.concatenate(acc.prompt_sum[v])
             with np.errstate(invalid="ignore", divide="ignore"):
-                result.per_prompt_output[v] = np.where(counts[:, None] > 0,
-                                                       sums / counts[:, None], np.nan)
+                result.per_prompt_output[v] = np.where(
+                    counts[:, None] > 0, sums / counts[:, None], np.nan
+                )
     return result

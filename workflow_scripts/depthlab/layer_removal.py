@@ -72,8 +72,11 @@ def _layer_container(adapter: ModelAdapter) -> tuple[nn.Module, str]:
     first = adapter.layers[0]
     for parent in adapter.backbone.modules():
         for name, child in parent.named_children():
-            if isinstance(child, nn.ModuleList) and len(child) == adapter.num_layers \
-                    and child[0] is first:
+            if (
+                isinstance(child, nn.ModuleList)
+                and len(child) == adapter.num_layers
+                and child[0] is first
+            ):
                 return parent, name
     raise UnsupportedModelError(f"{type(adapter.model).__name__}: decoder ModuleList not found")
 
@@ -85,8 +88,11 @@ def config_updates(config, kept: Sequence[int], num_layers: int) -> dict:
     for key, value in values.items():
         if key in LAYER_INDEX_LISTS and isinstance(value, (list, tuple)):
             updates[key] = [kept.index(i) for i in value if i in kept]
-        elif isinstance(value, (list, tuple)) and len(value) == num_layers and (
-                key in PER_LAYER_LISTS or "layer" in key):
+        elif (
+            isinstance(value, (list, tuple))
+            and len(value) == num_layers
+            and (key in PER_LAYER_LISTS or "layer" in key)
+        ):
             updates[key] = type(value)(value[i] for i in kept)
         elif key in LEADING_COUNTS and isinstance(value, int) and not isinstance(value, bool):
             updates[key] = sum(1 for i in kept if i < value)
@@ -97,8 +103,13 @@ def _set_config(config, updates: dict) -> dict:
     """Apply updates, returning the previous values (strict configs validate on assignment,
     so the layer count goes last when it shrinks and first when it grows)."""
     previous = {key: getattr(config, key) for key in updates}
-    order = sorted(updates, key=lambda k: (k == "num_hidden_layers") ==
-                   (updates["num_hidden_layers"] < previous["num_hidden_layers"]))
+    order = sorted(
+        updates,
+        key=lambda k: (
+            (k == "num_hidden_layers")
+            == (updates["num_hidden_layers"] < previous["num_hidden_layers"])
+        ),
+    )
     for key in order:
         setattr(config, key, updates[key])
     return previous
@@ -189,8 +200,13 @@ def _deepnorm_state(model) -> dict:
     return state
 
 
-def export_pruned(model: nn.Module, removed: Iterable[int], out_dir: str | Path,
-                  tokenizer=None, metadata: dict | None = None) -> dict:
+def export_pruned(
+    model: nn.Module,
+    removed: Iterable[int],
+    out_dir: str | Path,
+    tokenizer=None,
+    metadata: dict | None = None,
+) -> dict:
     """Write the model without `removed` as an ordinary HF folder (plus the tokenizer and
     `pruning.json` naming the removed layers); returns that record."""
     from .models import PLAIN_LLAMA_SCHEMES  # export only (see _plain_llama_export)
@@ -212,9 +228,13 @@ def export_pruned(model: nn.Module, removed: Iterable[int], out_dir: str | Path,
             exported_as = type(view).__name__
     if tokenizer is not None:
         tokenizer.save_pretrained(out_dir)
-    record = {"removed_layers": list(removed), "original_num_layers": num_layers,
-              "num_layers": num_layers - len(removed), "exported_as": exported_as,
-              **(metadata or {})}
+    record = {
+        "removed_layers": list(removed),
+        "original_num_layers": num_layers,
+        "num_layers": num_layers - len(removed),
+        "exported_as": exported_as,
+        **(metadata or {}),
+    }
     (out_dir / "pruning.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return record
 
@@ -224,8 +244,9 @@ def export_pruned(model: nn.Module, removed: Iterable[int], out_dir: str | Path,
 
 def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Summed next-token cross-entropy (float32 logits)."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                           reduction="sum")
+    return F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
+    )
 
 
 def model_loss(model: nn.Module, windows: Sequence[torch.Tensor]) -> float:

@@ -38,34 +38,54 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     from .provenance import Provenance
 
     _check_hub_tokenizers(spec)
-    provenance = Provenance("depth_use.linear_maps", config=spec, inputs=provenance_inputs(
-        spec["texts"], [spec["source_path"], spec["target_path"]]))
+    provenance = Provenance(
+        "depth_use.linear_maps",
+        config=spec,
+        inputs=provenance_inputs(spec["texts"], [spec["source_path"], spec["target_path"]]),
+    )
     source, tokenizer = load(spec["source_path"], spec["source_revision"], spec["dtype"], device)
-    target, _ = load(spec["target_path"], spec["target_revision"], spec["dtype"], device,
-                     tokenizer=False)
+    target, _ = load(
+        spec["target_path"], spec["target_revision"], spec["dtype"], device, tokenizer=False
+    )
     max_length = clamp_max_length(spec["max_length"], [source, target], log)
 
     def batches_by_split(split):
-        return text_batches(spec, tokenizer, max_length, max_documents=spec["max_documents"],
-                            keep=lambda text: split_of(text, spec["val_fraction"],
-                                                       spec["test_fraction"]) == split)
+        return text_batches(
+            spec,
+            tokenizer,
+            max_length,
+            max_documents=spec["max_documents"],
+            keep=lambda text: split_of(text, spec["val_fraction"], spec["test_fraction"]) == split,
+        )
 
     clock = time.perf_counter()
-    result = fit_linear_maps(source, target, batches_by_split, alphas=spec["alphas"],
-                             max_memory_mb=spec["max_memory_mb"], skip_first=spec["skip_first"])
+    result = fit_linear_maps(
+        source,
+        target,
+        batches_by_split,
+        alphas=spec["alphas"],
+        max_memory_mb=spec["max_memory_mb"],
+        skip_first=spec["skip_first"],
+    )
     seconds = time.perf_counter() - clock
     frame = result.to_frame(pair=spec["pair"])
     centred = spec["error"] == "centred"
     best_frame = result.best_target_frame(centred, pair=spec["pair"])
-    summary = {"pair": spec["pair"], "error": spec["error"], "source": spec["source_name"],
-               "target": spec["target_name"], "source_layers": result.source_layers - 1,
-               "target_layers": result.target_layers - 1, "tokens": result.tokens,
-               "blocks": result.blocks, "alphas": result.alphas, "max_length": max_length,
-               "fit_seconds": round(seconds, 3),
-               "alpha_chosen_counts": {str(a): int((result.alpha == a).sum())
-                                       for a in result.alphas},
-               "mean_abs_depth_offset_of_best_target":
-                   result.depth_offset_of_best_target(centred)}
+    summary = {
+        "pair": spec["pair"],
+        "error": spec["error"],
+        "source": spec["source_name"],
+        "target": spec["target_name"],
+        "source_layers": result.source_layers - 1,
+        "target_layers": result.target_layers - 1,
+        "tokens": result.tokens,
+        "blocks": result.blocks,
+        "alphas": result.alphas,
+        "max_length": max_length,
+        "fit_seconds": round(seconds, 3),
+        "alpha_chosen_counts": {str(a): int((result.alpha == a).sum()) for a in result.alphas},
+        "mean_abs_depth_offset_of_best_target": result.depth_offset_of_best_target(centred),
+    }
     with atomic_path(spec["out"], is_dir=True) as out:
         write_dataframe(out / "relative_error.csv", frame)
         write_dataframe(out / "best_target.csv", best_frame)

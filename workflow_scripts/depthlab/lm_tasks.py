@@ -58,14 +58,17 @@ def validate_task_settings(settings: dict, where: str = "pruning.tasks") -> None
         raise ValueError(f"{where}.kinds: name at least one task ({', '.join(TASK_KINDS)})")
     for kind in kinds:
         if kind not in TASK_KINDS:
-            raise ValueError(f"{where}.kinds: unknown task '{kind}' (known: "
-                             f"{', '.join(TASK_KINDS)})")
+            raise ValueError(
+                f"{where}.kinds: unknown task '{kind}' (known: {', '.join(TASK_KINDS)})"
+            )
     examples = settings.get("examples")
     for kind in kinds:
         value = examples.get(kind) if isinstance(examples, dict) else examples
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{where}.examples: an integer >= 1 (or one per task kind) for "
-                             f"'{kind}' (got {value!r})")
+            raise ValueError(
+                f"{where}.examples: an integer >= 1 (or one per task kind) for "
+                f"'{kind}' (got {value!r})"
+            )
     for key in ("context_tokens", "max_per_document"):
         value = settings.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -79,19 +82,23 @@ def validate_task_settings(settings: dict, where: str = "pruning.tasks") -> None
         raise ValueError(f"{where}.words.word_order: at least 3 words give four orders")
 
 
-def validate_task_names(names: Sequence[str] | None, kinds: Sequence[str],
-                        where: str = "pruning.lm_eval.tasks") -> None:
+def validate_task_names(
+    names: Sequence[str] | None, kinds: Sequence[str], where: str = "pruning.lm_eval.tasks"
+) -> None:
     """Config-time check that the tasks lm-eval is asked for are among those the task-building
     job will write (depthlab_<kind> for the configured kinds); raises ValueError naming the key."""
     built = [task_name(k) for k in kinds]
     for name in names or []:
         if name not in built:
-            raise ValueError(f"{where}: task '{name}' is not built (pruning.tasks.kinds makes "
-                             f"{', '.join(built)})")
+            raise ValueError(
+                f"{where}: task '{name}' is not built (pruning.tasks.kinds makes "
+                f"{', '.join(built)})"
+            )
 
 
-def check_task_folder(folder: str | Path, names: Sequence[str] | None = None,
-                      where: str = "pruning.tasks") -> list[str]:
+def check_task_folder(
+    folder: str | Path, names: Sequence[str] | None = None, where: str = "pruning.tasks"
+) -> list[str]:
     """The task names of a built folder; raises TaskFileError naming a missing file."""
     folder = Path(folder)
     index = folder / "tasks.json"
@@ -102,8 +109,9 @@ def check_task_folder(folder: str | Path, names: Sequence[str] | None = None,
     known = {t["name"]: t for t in built}
     for name in names:
         if name not in known:
-            raise TaskFileError(f"{where}: task '{name}' is not in {index} "
-                                f"(built: {', '.join(known)})")
+            raise TaskFileError(
+                f"{where}: task '{name}' is not in {index} (built: {', '.join(known)})"
+            )
         for suffix in (".yaml", ".jsonl"):
             path = folder / f"{name}{suffix}"
             if not path.is_file():
@@ -122,7 +130,7 @@ def _slots(text: str, words: int) -> list[tuple[int, int]]:
     for line in text.split("\n"):
         matches = list(_WORD.finditer(line))
         for first in range(1, len(matches) - words + 1):
-            chosen = matches[first:first + words]
+            chosen = matches[first : first + words]
             start, end = chosen[0].start() + offset, chosen[-1].end() + offset
             segment = text[start:end]
             if text[start - 1] != " " or segment != " ".join(m.group() for m in chosen):
@@ -135,7 +143,7 @@ def _slots(text: str, words: int) -> list[tuple[int, int]]:
 def _context(text: str, start: int, tokenizer, context_tokens: int) -> str | None:
     """The text before `start` (without the separating space), cut at a word boundary so that
     it holds at most context_tokens tokens."""
-    prefix = text[:start - 1]
+    prefix = text[: start - 1]
     encoded = tokenizer(prefix, add_special_tokens=False, return_offsets_mapping=True)
     offsets = encoded["offset_mapping"]
     if len(offsets) <= context_tokens:
@@ -144,10 +152,11 @@ def _context(text: str, start: int, tokenizer, context_tokens: int) -> str | Non
     boundary = re.search(r"\s", prefix[cut:])
     if boundary is None:
         return None
-    context = prefix[cut + boundary.start():].lstrip()
+    context = prefix[cut + boundary.start() :].lstrip()
     # standalone, the first word may split into more tokens than inside the text: drop words
-    while context and len(tokenizer(context, add_special_tokens=False)["input_ids"]) \
-            > context_tokens:
+    while (
+        context and len(tokenizer(context, add_special_tokens=False)["input_ids"]) > context_tokens
+    ):
         parts = context.split(None, 1)
         context = parts[1].lstrip() if len(parts) == 2 else ""
     return context if context.strip() else None
@@ -167,8 +176,14 @@ def _orders(words: list[str], rng: np.random.Generator, count: int) -> list[str]
     return None
 
 
-def _contexts(documents: list[str], tokenizer, words: int, context_tokens: int,
-              max_per_document: int, rng: np.random.Generator) -> list[tuple]:
+def _contexts(
+    documents: list[str],
+    tokenizer,
+    words: int,
+    context_tokens: int,
+    max_per_document: int,
+    rng: np.random.Generator,
+) -> list[tuple]:
     """(document index, context, the true next `words` words) for up to max_per_document
     places per document, documents in a seeded order."""
     items = []
@@ -184,14 +199,16 @@ def _contexts(documents: list[str], tokenizer, words: int, context_tokens: int,
             target = text[start:end]
             # a "word" without spaces can be a long run of symbols: keep choices short enough
             # that context + choice fits the model's context (checked against seq_len at config)
-            if context is not None and len(tokenizer.encode(" " + target, add_special_tokens=False)) \
-                    <= MAX_TOKENS_PER_WORD * words:
+            if (
+                context is not None
+                and len(tokenizer.encode(" " + target, add_special_tokens=False))
+                <= MAX_TOKENS_PER_WORD * words
+            ):
                 items.append((int(doc), context, target.split(" ")))
     return items
 
 
-def _continuation_rows(items: list[tuple], rng: np.random.Generator,
-                       examples: int) -> list[dict]:
+def _continuation_rows(items: list[tuple], rng: np.random.Generator, examples: int) -> list[dict]:
     """Groups of CHOICES contexts from different documents with different next words; one
     member of each group, drawn uniformly, is the question and the group's words are the
     choices. Every member is equally likely to be asked, so a model that ignores the context
@@ -217,14 +234,27 @@ def _continuation_rows(items: list[tuple], rng: np.random.Generator,
         asked = group[int(rng.integers(CHOICES))]
         order = [group[i] for i in rng.permutation(CHOICES)]
         doc, context, _ = items[asked]
-        rows.append({"context": context, "choices": [" ".join(items[i][2]) for i in order],
-                     "label": order.index(asked), "doc": doc})
+        rows.append(
+            {
+                "context": context,
+                "choices": [" ".join(items[i][2]) for i in order],
+                "label": order.index(asked),
+                "doc": doc,
+            }
+        )
     return rows
 
 
-def build_examples(documents: Iterable[str], tokenizer, kinds: Sequence[str],
-                   examples: int | dict[str, int], words: dict[str, int], context_tokens: int,
-                   max_per_document: int, seed: int) -> dict[str, list[dict]]:
+def build_examples(
+    documents: Iterable[str],
+    tokenizer,
+    kinds: Sequence[str],
+    examples: int | dict[str, int],
+    words: dict[str, int],
+    context_tokens: int,
+    max_per_document: int,
+    seed: int,
+) -> dict[str, list[dict]]:
     """{task kind: [{"context", "choices", "label", "doc"}]}: `examples` (or examples[kind])
     per task (fewer when the corpus runs out), `words[kind]` words per choice, at most
     max_per_document contexts per document; everything drawn from a generator seeded by
@@ -234,11 +264,12 @@ def build_examples(documents: Iterable[str], tokenizer, kinds: Sequence[str],
     for kind in kinds:
         wanted = examples[kind] if isinstance(examples, dict) else examples
         rng = np.random.default_rng([seed, TASK_KINDS.index(kind)])
-        items = _contexts(documents, tokenizer, words[kind], context_tokens, max_per_document,
-                          rng)
+        items = _contexts(documents, tokenizer, words[kind], context_tokens, max_per_document, rng)
         if len(items) < CHOICES:
-            raise TaskFileError(f"pruning.tasks: only {len(items)} usable contexts for "
-                                f"'{kind}' in the held-out corpus (need at least {CHOICES})")
+            raise TaskFileError(
+                f"pruning.tasks: only {len(items)} usable contexts for "
+                f"'{kind}' in the held-out corpus (need at least {CHOICES})"
+            )
         rows = []
         if kind == "word_order":
             for index in rng.permutation(len(items)):
@@ -248,8 +279,7 @@ def build_examples(documents: Iterable[str], tokenizer, kinds: Sequence[str],
                     continue
                 label = int(rng.integers(CHOICES))
                 choices = others[:label] + [" ".join(true_words)] + others[label:]
-                rows.append({"context": context, "choices": choices, "label": label,
-                             "doc": doc})
+                rows.append({"context": context, "choices": choices, "label": label, "doc": doc})
                 if len(rows) == wanted:
                     break
         else:
@@ -269,10 +299,10 @@ def task_yaml(name: str, data_file: Path, description: str) -> str:
         f"    test: {json.dumps(str(data_file))}\n"
         "test_split: test\n"
         "output_type: multiple_choice\n"
-        "doc_to_text: \"{{context}}\"\n"
-        "doc_to_choice: \"{{choices}}\"\n"
+        'doc_to_text: "{{context}}"\n'
+        'doc_to_choice: "{{choices}}"\n'
         "doc_to_target: label\n"
-        "target_delimiter: \" \"\n"
+        'target_delimiter: " "\n'
         "metric_list:\n"
         "  - metric: acc\n"
         "    aggregation: mean\n"
@@ -281,19 +311,21 @@ def task_yaml(name: str, data_file: Path, description: str) -> str:
         "    aggregation: mean\n"
         "    higher_is_better: true\n"
         "metadata:\n"
-        "  version: 1.0\n")
+        "  version: 1.0\n"
+    )
 
 
 DESCRIPTIONS = {
     "word_order": "pick the true order of the next words of a held-out docstring among four "
-                  "orders of the same words",
+    "orders of the same words",
     "continuation": "pick the true next words of a held-out docstring among those of four "
-                    "documents",
+    "documents",
 }
 
 
-def write_task_folder(tasks: dict[str, list[dict]], tmp_dir: str | Path, final_dir: str | Path,
-                      settings: dict) -> dict:
+def write_task_folder(
+    tasks: dict[str, list[dict]], tmp_dir: str | Path, final_dir: str | Path, settings: dict
+) -> dict:
     """Write <name>.jsonl, <name>.yaml and tasks.json into tmp_dir; the YAML names the data file
     by its path under final_dir (absolute: lm-eval resolves data_files against the working
     directory), the folder tmp_dir becomes when renamed atomically."""
@@ -305,12 +337,21 @@ def write_task_folder(tasks: dict[str, list[dict]], tmp_dir: str | Path, final_d
             for row in rows:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
         (tmp_dir / f"{name}.yaml").write_text(
-            task_yaml(name, final_dir / f"{name}.jsonl", DESCRIPTIONS[kind]))
+            task_yaml(name, final_dir / f"{name}.jsonl", DESCRIPTIONS[kind])
+        )
         labels = np.bincount([r["label"] for r in rows], minlength=CHOICES).tolist()
-        index.append({"name": name, "kind": kind, "examples": len(rows), "choices": CHOICES,
-                      "chance": 1.0 / CHOICES, "label_counts": labels,
-                      "documents": len({r["doc"] for r in rows}),
-                      "description": DESCRIPTIONS[kind]})
+        index.append(
+            {
+                "name": name,
+                "kind": kind,
+                "examples": len(rows),
+                "choices": CHOICES,
+                "chance": 1.0 / CHOICES,
+                "label_counts": labels,
+                "documents": len({r["doc"] for r in rows}),
+                "description": DESCRIPTIONS[kind],
+            }
+        )
     record = {"tasks": index, "settings": settings}
     (tmp_dir / "tasks.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return record
@@ -347,20 +388,28 @@ def results_rows(results: dict, names: Sequence[str]) -> list[dict]:
             value = entry.get(f"{metric},none")
             stderr = entry.get(f"{metric}_stderr,none")
             row[metric] = float(value) if isinstance(value, (int, float)) else float("nan")
-            row[f"{metric}_stderr"] = (float(stderr) if isinstance(stderr, (int, float))
-                                       else float("nan"))
-        keys = [k for k in entry if "," in k and "_stderr," not in k
-                and isinstance(entry[k], (int, float))]
-        primary = next((k for m in PRIMARY_METRICS for k in keys if k.split(",")[0] == m),
-                       keys[0] if keys else None)
+            row[f"{metric}_stderr"] = (
+                float(stderr) if isinstance(stderr, (int, float)) else float("nan")
+            )
+        keys = [
+            k
+            for k in entry
+            if "," in k and "_stderr," not in k and isinstance(entry[k], (int, float))
+        ]
+        primary = next(
+            (k for m in PRIMARY_METRICS for k in keys if k.split(",")[0] == m),
+            keys[0] if keys else None,
+        )
         if primary is None:
             row.update(score=float("nan"), score_stderr=float("nan"), score_metric="")
         else:
             metric, _, filter_name = primary.partition(",")
             stderr = entry.get(f"{metric}_stderr,{filter_name}")
-            row.update(score=float(entry[primary]),
-                       score_stderr=float(stderr) if isinstance(stderr, (int, float))
-                       else float("nan"), score_metric=primary)
+            row.update(
+                score=float(entry[primary]),
+                score_stderr=float(stderr) if isinstance(stderr, (int, float)) else float("nan"),
+                score_metric=primary,
+            )
         rows.append(row)
     return rows
 
@@ -368,10 +417,18 @@ def results_rows(results: dict, names: Sequence[str]) -> list[dict]:
 class TaskEvaluator:
     """lm-eval on the tasks of one folder, for one base model and any number of variants."""
 
-    def __init__(self, model, tokenizer, tasks_dir: str | Path | None,
-                 names: Sequence[str] | None = None, batch_size: int = 64,
-                 datasets_cache: str | Path | None = None, bootstrap_iters: int = 1000,
-                 seed: int = 0, harness_tasks: Sequence[dict] | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        tasks_dir: str | Path | None,
+        names: Sequence[str] | None = None,
+        batch_size: int = 64,
+        datasets_cache: str | Path | None = None,
+        bootstrap_iters: int = 1000,
+        seed: int = 0,
+        harness_tasks: Sequence[dict] | None = None,
+    ):
         """Tasks: those of `tasks_dir` (all, or `names`), plus `harness_tasks`, the harness's
         own tasks as [{name, num_fewshot}] (the paper config: mmlu 5-shot, boolq, hellaswag,
         gsm8k; they need the datasets in the cache, nothing is downloaded offline)."""
@@ -387,14 +444,17 @@ class TaskEvaluator:
         self.seed = seed
         self.manager = TaskManager(
             include_path=str(Path(tasks_dir).resolve()) if tasks_dir is not None else None,
-            include_defaults=bool(harness_tasks))
+            include_defaults=bool(harness_tasks),
+        )
         self.tasks = self.manager.load(list(self.names))["tasks"] if self.names else {}
         for item in harness_tasks:
             loaded = self.manager.load([item["name"]])
             objects = loaded["groups"].get(item["name"]) or loaded["tasks"].get(item["name"])
             if objects is None:
-                raise TaskFileError(f"pruning.lm_eval.harness_tasks: '{item['name']}' is not "
-                                    f"an lm-eval task or group")
+                raise TaskFileError(
+                    f"pruning.lm_eval.harness_tasks: '{item['name']}' is not "
+                    f"an lm-eval task or group"
+                )
             for task in loaded["tasks"].values():
                 if item.get("num_fewshot") is not None:
                     task.set_config(key="num_fewshot", value=item["num_fewshot"])
@@ -417,8 +477,9 @@ class TaskEvaluator:
                 return super().loglikelihood(requests, disable_tqdm=quiet)
 
         device = str(next(model.parameters()).device)
-        return QuietHFLM(pretrained=model, tokenizer=self.tokenizer, batch_size=self.batch_size,
-                         device=device)
+        return QuietHFLM(
+            pretrained=model, tokenizer=self.tokenizer, batch_size=self.batch_size, device=device
+        )
 
     def evaluate(self, removed: Sequence[int] = (), model=None) -> list[dict]:
         """Rows (task, samples, acc, acc_stderr, acc_norm, acc_norm_stderr) for the base model
@@ -431,8 +492,14 @@ class TaskEvaluator:
             lm, target = self.lm, self.model
         with pruned_view(target, removed):
             results = lm_eval.simple_evaluate(
-                model=lm, tasks=[self.tasks[n] for n in self.names], task_manager=self.manager,
-                bootstrap_iters=self.bootstrap_iters, log_samples=False, random_seed=self.seed,
-                numpy_random_seed=self.seed, torch_random_seed=self.seed,
-                fewshot_random_seed=self.seed)
+                model=lm,
+                tasks=[self.tasks[n] for n in self.names],
+                task_manager=self.manager,
+                bootstrap_iters=self.bootstrap_iters,
+                log_samples=False,
+                random_seed=self.seed,
+                numpy_random_seed=self.seed,
+                torch_random_seed=self.seed,
+                fewshot_random_seed=self.seed,
+            )
         return results_rows(results, self.names)

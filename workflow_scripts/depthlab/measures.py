@@ -36,21 +36,34 @@ import torch
 
 STATE_MEASURES = ("h_norm", "h_mean", "h_var")  # per state l = 0..L
 LAYER_MEASURES = (  # per layer l = 0..L-1
-    "attn_rel_norm", "mlp_rel_norm", "block_rel_norm", "cos_attn_residual", "cos_mlp_residual",
-    "cos_update_residual", "cos_adjacent", "angle_adjacent")
+    "attn_rel_norm",
+    "mlp_rel_norm",
+    "block_rel_norm",
+    "cos_attn_residual",
+    "cos_mlp_residual",
+    "cos_update_residual",
+    "cos_adjacent",
+    "angle_adjacent",
+)
 UPDATE_MEASURES = ("angle_update",)  # per pair of successive updates l = 0..L-2
 LOGIT_LENS_MEASURES = ("logit_lens_kl", "logit_lens_top5")  # per state l = 0..L
 DISTANCE_MEASURES = ("angular_distance_last", "angular_distance_all")  # per (l, n)
 
 MEASURE_LABELS = {
-    "h_norm": r"$\|h_l\|$", "h_mean": "mean of $h_l$", "h_var": "variance of $h_l$",
-    "attn_rel_norm": r"$\|a_l\|/\|h_l\|$", "mlp_rel_norm": r"$\|m_l\|/\|h_l+a_l\|$",
-    "block_rel_norm": r"$\|h_{l+1}-h_l\|/\|h_l\|$", "cos_attn_residual": r"cos$(a_l, h_l)$",
+    "h_norm": r"$\|h_l\|$",
+    "h_mean": "mean of $h_l$",
+    "h_var": "variance of $h_l$",
+    "attn_rel_norm": r"$\|a_l\|/\|h_l\|$",
+    "mlp_rel_norm": r"$\|m_l\|/\|h_l+a_l\|$",
+    "block_rel_norm": r"$\|h_{l+1}-h_l\|/\|h_l\|$",
+    "cos_attn_residual": r"cos$(a_l, h_l)$",
     "cos_mlp_residual": r"cos$(m_l, h_l+a_l)$",
-    "cos_update_residual": r"cos$(h_{l+1}-h_l, h_l)$", "cos_adjacent": r"cos$(h_{l+1}, h_l)$",
+    "cos_update_residual": r"cos$(h_{l+1}-h_l, h_l)$",
+    "cos_adjacent": r"cos$(h_{l+1}, h_l)$",
     "angle_adjacent": r"$\theta(h_l, h_{l+1})$ [rad]",
     "angle_update": r"$\theta(\Delta h_l, \Delta h_{l+1})$ [rad]",
-    "logit_lens_kl": r"KL$(p_l \,\|\, p_L)$", "logit_lens_top5": "top-5 overlap with $p_L$",
+    "logit_lens_kl": r"KL$(p_l \,\|\, p_L)$",
+    "logit_lens_top5": "top-5 overlap with $p_L$",
     "angular_distance_last": "angular distance (last token)",
     "angular_distance_all": "angular distance (all tokens)",
 }
@@ -59,7 +72,7 @@ ACCUMULATE = torch.float64
 TINY = 1e-300
 # (L+1) x tokens x vocab logits per logit-lens chunk: cache-sized on CPU, large on GPU
 LOGIT_CHUNK_ELEMENTS = {"cpu": 1 << 21, "cuda": 1 << 28}
-ALL_TOKEN_CHUNK = 4096          # tokens per Gram chunk of the all-token distance
+ALL_TOKEN_CHUNK = 4096  # tokens per Gram chunk of the all-token distance
 
 
 def _norm(x: torch.Tensor) -> torch.Tensor:
@@ -90,13 +103,13 @@ class AnalysisResult:
     num_layers: int
     samples: int
     tokens: int
-    per_state: dict[str, np.ndarray]        # STATE_MEASURES (+ logit lens), length L+1
-    per_layer: dict[str, np.ndarray]        # LAYER_MEASURES, length L
-    per_update: dict[str, np.ndarray]       # UPDATE_MEASURES, length L-1
-    angular_distance_last: np.ndarray       # (L+1, L+1), mean over samples
-    cos_last: np.ndarray                    # (L+1, L+1), mean cosine over samples
+    per_state: dict[str, np.ndarray]  # STATE_MEASURES (+ logit lens), length L+1
+    per_layer: dict[str, np.ndarray]  # LAYER_MEASURES, length L
+    per_update: dict[str, np.ndarray]  # UPDATE_MEASURES, length L-1
+    angular_distance_last: np.ndarray  # (L+1, L+1), mean over samples
+    cos_last: np.ndarray  # (L+1, L+1), mean cosine over samples
     angular_distance_all: np.ndarray | None  # (L+1, L+1), mean over tokens
-    logit_lens_tokens: int = 0              # tokens the logit lens averaged over
+    logit_lens_tokens: int = 0  # tokens the logit lens averaged over
     notes: list[str] = field(default_factory=list)
 
     def distance_table(self, matrix: np.ndarray) -> list[tuple[int, int, float]]:
@@ -115,11 +128,15 @@ class AnalysisResult:
         for group in (self.per_layer, self.per_update):
             for name, values in group.items():
                 rows += [(name, l, None, v, self.tokens) for l, v in enumerate(values)]
-        rows += [("angular_distance_last", l, n, v, self.samples)
-                 for l, n, v in self.distance_table(self.angular_distance_last)]
+        rows += [
+            ("angular_distance_last", l, n, v, self.samples)
+            for l, n, v in self.distance_table(self.angular_distance_last)
+        ]
         if self.angular_distance_all is not None:
-            rows += [("angular_distance_all", l, n, v, self.tokens)
-                     for l, n, v in self.distance_table(self.angular_distance_all)]
+            rows += [
+                ("angular_distance_all", l, n, v, self.tokens)
+                for l, n, v in self.distance_table(self.angular_distance_all)
+            ]
         frame = pd.DataFrame(rows, columns=["measure", "layer", "n", "value", "count"])
         frame["n"] = frame["n"].astype("Int64")
         for key, value in reversed(labels.items()):
@@ -136,8 +153,13 @@ class ResidualStreamStatistics:
     keeps (L+1) unit copies of the batch's real tokens until the batch ends (memory ~ batch).
     """
 
-    def __init__(self, num_layers: int, readout=None, all_token_distance: bool = False,
-                 logit_lens_stride: int = 1):
+    def __init__(
+        self,
+        num_layers: int,
+        readout=None,
+        all_token_distance: bool = False,
+        logit_lens_stride: int = 1,
+    ):
         if logit_lens_stride < 1:
             raise ValueError(f"logit_lens_stride: must be at least 1, got {logit_lens_stride}")
         self.L = num_layers
@@ -176,8 +198,9 @@ class ResidualStreamStatistics:
             # every k-th real token of the whole pass, counted across batches
             offsets = torch.arange(self._valid.numel(), device=attention_mask.device) + self.tokens
             self._lens_index = (offsets % self.logit_lens_stride == 0).nonzero().squeeze(1)
-        self._last = torch.arange(batch, device=attention_mask.device) * length \
-            + last_token_index(attention_mask)
+        self._last = torch.arange(batch, device=attention_mask.device) * length + last_token_index(
+            attention_mask
+        )
         self._batch = batch
         self._next_state = 0
         self._h_prev = self._dh_prev = self._a = self._m = None
@@ -195,8 +218,10 @@ class ResidualStreamStatistics:
 
     def state(self, layer: int, hidden: torch.Tensor) -> None:
         if not self._batch_open or layer != self._next_state:
-            raise RuntimeError(f"residual state {layer} arrived out of order "
-                               f"(expected {self._next_state}); are the hooks on the right layers?")
+            raise RuntimeError(
+                f"residual state {layer} arrived out of order "
+                f"(expected {self._next_state}); are the hooks on the right layers?"
+            )
         self._next_state += 1
         selected = self._select(hidden, self._valid)
         self._hidden_size = selected.shape[-1]
@@ -206,8 +231,11 @@ class ResidualStreamStatistics:
         self._last_states.append(self._select(hidden, self._last).to(ACCUMULATE))
         if self.readout is not None:
             # model dtype: the head reads what the model itself would read
-            self._lens_states.append(selected if self.logit_lens_stride == 1
-                                     else selected.index_select(0, self._lens_index))
+            self._lens_states.append(
+                selected
+                if self.logit_lens_stride == 1
+                else selected.index_select(0, self._lens_index)
+            )
         if self.all_token_distance:
             self._unit_states.append(h / norm.clamp_min(TINY).unsqueeze(-1))
         if layer > 0:
@@ -216,8 +244,10 @@ class ResidualStreamStatistics:
 
     def end_batch(self) -> None:
         if self._next_state != self.L + 1:
-            raise RuntimeError(f"batch ended after {self._next_state} of {self.L + 1} residual "
-                               f"states; the forward pass skipped layers")
+            raise RuntimeError(
+                f"batch ended after {self._next_state} of {self.L + 1} residual "
+                f"states; the forward pass skipped layers"
+            )
         self._add_distances()
         if self.readout is not None:
             self._add_logit_lens()
@@ -242,11 +272,15 @@ class ResidualStreamStatistics:
     def _add_layer_statistics(self, l, h, norm_h, h_next, norm_next) -> None:
         (layer_a, a), (layer_m, m) = self._a, self._m
         if layer_a != l or layer_m != l:
-            raise RuntimeError(f"layer {l}: attention/MLP updates missing (got layers "
-                               f"{layer_a}, {layer_m}); check the adapter's module paths")
+            raise RuntimeError(
+                f"layer {l}: attention/MLP updates missing (got layers "
+                f"{layer_a}, {layer_m}); check the adapter's module paths"
+            )
         sums = self._sums
         norm_a, norm_m = _norm(a), _norm(m)
-        residual = h + a  # what the MLP update joins (see depthlab.architectures for Post-LN/parallel)
+        residual = (
+            h + a
+        )  # what the MLP update joins (see depthlab.architectures for Post-LN/parallel)
         norm_r = _norm(residual)
         update = h_next - h
         norm_u = _norm(update)
@@ -274,7 +308,7 @@ class ResidualStreamStatistics:
         if self.all_token_distance:
             units = torch.stack(self._unit_states, dim=1)  # (N, L+1, d)
             for start in range(0, units.shape[0], ALL_TOKEN_CHUNK):
-                chunk = units[start:start + ALL_TOKEN_CHUNK]
+                chunk = units[start : start + ALL_TOKEN_CHUNK]
                 cos = (chunk @ chunk.transpose(1, 2)).clamp(-1.0, 1.0)
                 self._dist_all += (torch.arccos(cos) / math.pi).sum(0)
 
@@ -289,7 +323,7 @@ class ResidualStreamStatistics:
         chunk = max(1, budget // ((self.L + 1) * self._vocab))
         k = min(5, self._vocab)
         for start in range(0, count, chunk):
-            logits = self.readout(states[:, start:start + chunk])  # all layers, one projection
+            logits = self.readout(states[:, start : start + chunk])  # all layers, one projection
             dtype = torch.promote_types(logits.dtype, torch.float32)  # fp32 at least
             logits = logits.to(dtype)
             logp = torch.log_softmax(logits, dim=-1)
@@ -314,8 +348,12 @@ class ResidualStreamStatistics:
             "h_var": to_numpy(self._elem_m2 / self._elem_count),
         }
         if self.readout is not None:
-            per_state.update({name: to_numpy(sums[name] / max(self.lens_tokens, 1))
-                              for name in LOGIT_LENS_MEASURES})
+            per_state.update(
+                {
+                    name: to_numpy(sums[name] / max(self.lens_tokens, 1))
+                    for name in LOGIT_LENS_MEASURES
+                }
+            )
         per_layer = {name: to_numpy(sums[name] / tokens) for name in LAYER_MEASURES}
         per_update = {"angle_update": to_numpy(sums["angle_update"] / tokens)}
         dist_last = to_numpy(self._dist_last / self.samples)
@@ -325,21 +363,36 @@ class ResidualStreamStatistics:
             dist_all = to_numpy(self._dist_all / tokens)
             np.fill_diagonal(dist_all, 0.0)
         return AnalysisResult(
-            num_layers=self.L, samples=self.samples, tokens=tokens, per_state=per_state,
-            per_layer=per_layer, per_update=per_update, angular_distance_last=dist_last,
-            cos_last=to_numpy(self._cos_last / self.samples), angular_distance_all=dist_all,
-            logit_lens_tokens=self.lens_tokens)
+            num_layers=self.L,
+            samples=self.samples,
+            tokens=tokens,
+            per_state=per_state,
+            per_layer=per_layer,
+            per_update=per_update,
+            angular_distance_last=dist_last,
+            cos_last=to_numpy(self._cos_last / self.samples),
+            angular_distance_all=dist_all,
+            logit_lens_tokens=self.lens_tokens,
+        )
 
 
-def analyse(adapter, batches, logit_lens: bool = True, all_token_distance: bool = False,
-            logit_lens_stride: int = 1) -> AnalysisResult:
+def analyse(
+    adapter,
+    batches,
+    logit_lens: bool = True,
+    all_token_distance: bool = False,
+    logit_lens_stride: int = 1,
+) -> AnalysisResult:
     """One streamed pass of `adapter`'s model over `batches`: every measure of this module."""
     from .residual_stream import stream_residuals
 
     readout = adapter.logits if (logit_lens and adapter.has_lm_head) else None
-    statistics = ResidualStreamStatistics(adapter.num_layers, readout=readout,
-                                          all_token_distance=all_token_distance,
-                                          logit_lens_stride=logit_lens_stride)
+    statistics = ResidualStreamStatistics(
+        adapter.num_layers,
+        readout=readout,
+        all_token_distance=all_token_distance,
+        logit_lens_stride=logit_lens_stride,
+    )
     stream_residuals(adapter, batches, statistics)
     result = statistics.result()
     result.notes.extend(adapter.notes)

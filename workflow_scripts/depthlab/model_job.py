@@ -48,8 +48,15 @@ def clamp_max_length(max_length: int, adapters, log=log_stderr) -> int:
     return clamped
 
 
-def text_batches(spec: dict, tokenizer, max_length: int, max_samples: int | None = None,
-                 max_tokens: int | None = None, max_documents: int | None = None, keep=None):
+def text_batches(
+    spec: dict,
+    tokenizer,
+    max_length: int,
+    max_samples: int | None = None,
+    max_tokens: int | None = None,
+    max_documents: int | None = None,
+    keep=None,
+):
     """Padded token batches (depthlab.residual_stream.iter_token_batches) of the spec's text set
     (spec keys texts, text_field, batch_size, add_special_tokens). max_documents: only the first
     documents are read (None: all); keep(text): which of them are used."""
@@ -61,9 +68,15 @@ def text_batches(spec: dict, tokenizer, max_length: int, max_samples: int | None
         documents = itertools.islice(documents, max_documents)
     if keep is not None:
         documents = (text for text in documents if keep(text))
-    return iter_token_batches(documents, tokenizer, max_length=max_length,
-                              batch_size=spec["batch_size"], max_samples=max_samples,
-                              max_tokens=max_tokens, add_special_tokens=spec["add_special_tokens"])
+    return iter_token_batches(
+        documents,
+        tokenizer,
+        max_length=max_length,
+        batch_size=spec["batch_size"],
+        max_samples=max_samples,
+        max_tokens=max_tokens,
+        add_special_tokens=spec["add_special_tokens"],
+    )
 
 
 def provenance_inputs(texts: dict, model_paths=(), files=()) -> list[str]:

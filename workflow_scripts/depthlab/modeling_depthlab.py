@@ -32,10 +32,15 @@ import math
 import torch
 from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import LlamaConfig, LlamaForCausalLM, initialization as init
-from transformers.models.llama.modeling_llama import (LlamaDecoderLayer, LlamaModel,
-                                                      LlamaPreTrainedModel, LlamaRMSNorm,
-                                                      LlamaRotaryEmbedding)
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import initialization as init
+from transformers.models.llama.modeling_llama import (
+    LlamaDecoderLayer,
+    LlamaModel,
+    LlamaPreTrainedModel,
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+)
 
 NORM_SCHEMES = ("pre_ln", "post_ln", "mix_ln", "deepnorm", "scaled_init", "lns")
 DEEPNORM_VARIANTS = ("deepnet", "lns_reference")
@@ -55,14 +60,20 @@ class DepthlabConfig(LlamaConfig):
     def validate_architecture(self):
         super().validate_architecture()
         if self.norm_scheme not in NORM_SCHEMES:
-            raise ValueError(f"norm_scheme: unknown scheme '{self.norm_scheme}' "
-                             f"(known: {', '.join(NORM_SCHEMES)})")
+            raise ValueError(
+                f"norm_scheme: unknown scheme '{self.norm_scheme}' "
+                f"(known: {', '.join(NORM_SCHEMES)})"
+            )
         if not 0 <= self.mix_ln_post_layers <= self.num_hidden_layers:
-            raise ValueError(f"mix_ln_post_layers: {self.mix_ln_post_layers} is outside "
-                             f"0..{self.num_hidden_layers}")
+            raise ValueError(
+                f"mix_ln_post_layers: {self.mix_ln_post_layers} is outside "
+                f"0..{self.num_hidden_layers}"
+            )
         if self.deepnorm_variant not in DEEPNORM_VARIANTS:
-            raise ValueError(f"deepnorm_variant: unknown variant '{self.deepnorm_variant}' "
-                             f"(known: {', '.join(DEEPNORM_VARIANTS)})")
+            raise ValueError(
+                f"deepnorm_variant: unknown variant '{self.deepnorm_variant}' "
+                f"(known: {', '.join(DEEPNORM_VARIANTS)})"
+            )
 
 
 def is_post_ln_layer(config: DepthlabConfig, layer_idx: int) -> bool:
@@ -94,9 +105,15 @@ def projection_shapes(config: DepthlabConfig) -> dict[str, tuple[int, int]]:
     hidden, inner = config.hidden_size, config.intermediate_size
     query = config.num_attention_heads * config.head_dim
     key_value = config.num_key_value_heads * config.head_dim
-    return {"q_proj": (hidden, query), "k_proj": (hidden, key_value),
-            "v_proj": (hidden, key_value), "o_proj": (query, hidden),
-            "gate_proj": (hidden, inner), "up_proj": (hidden, inner), "down_proj": (inner, hidden)}
+    return {
+        "q_proj": (hidden, query),
+        "k_proj": (hidden, key_value),
+        "v_proj": (hidden, key_value),
+        "o_proj": (query, hidden),
+        "gate_proj": (hidden, inner),
+        "up_proj": (hidden, inner),
+        "down_proj": (inner, hidden),
+    }
 
 
 def projection_init_stds(config: DepthlabConfig) -> dict[str, float]:
@@ -110,12 +127,13 @@ def projection_init_stds(config: DepthlabConfig) -> dict[str, float]:
     if config.deepnorm_variant == "lns_reference":
         # Xavier normal: std = gain * sqrt(2 / (fan_in + fan_out)).
         gain = (8 * config.num_hidden_layers) ** 0.25
-        return {name: (1.0 if name in ("q_proj", "k_proj") else gain)
-                * math.sqrt(2.0 / (fan_in + fan_out))
-                for name, (fan_in, fan_out) in projection_shapes(config).items()}
+        return {
+            name: (1.0 if name in ("q_proj", "k_proj") else gain)
+            * math.sqrt(2.0 / (fan_in + fan_out))
+            for name, (fan_in, fan_out) in projection_shapes(config).items()
+        }
     beta = (8 * config.num_hidden_layers) ** -0.25
-    return {name: std * beta for name in ("v_proj", "o_proj", "gate_proj", "up_proj",
-                                          "down_proj")}
+    return {name: std * beta for name in ("v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}
 
 
 class DepthlabDecoderLayer(LlamaDecoderLayer):
@@ -129,11 +147,24 @@ class DepthlabDecoderLayer(LlamaDecoderLayer):
             owner = self.self_attn if name in ATTENTION_PROJECTIONS else self.mlp
             getattr(owner, name).init_std = std
 
-    def forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None,
-                use_cache=False, position_embeddings=None, **kwargs):
-        attention_kwargs = dict(attention_mask=attention_mask, position_ids=position_ids,
-                                cache=cache, use_cache=use_cache,
-                                position_embeddings=position_embeddings, **kwargs)
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        position_ids=None,
+        cache=None,
+        use_cache=False,
+        position_embeddings=None,
+        **kwargs,
+    ):
+        attention_kwargs = dict(
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=use_cache,
+            position_embeddings=position_embeddings,
+            **kwargs,
+        )
         if self.post_ln:
             attn_out, _ = self.self_attn(hidden_states=hidden_states, **attention_kwargs)
             hidden_states = self.input_layernorm(self.residual_scale * hidden_states + attn_out)
@@ -171,7 +202,8 @@ class DepthlabModel(DepthlabPreTrainedModel, LlamaModel):
         self.vocab_size = config.vocab_size
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
         self.layers = nn.ModuleList(
-            [DepthlabDecoderLayer(config, idx) for idx in range(config.num_hidden_layers)])
+            [DepthlabDecoderLayer(config, idx) for idx in range(config.num_hidden_layers)]
+        )
         self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = LlamaRotaryEmbedding(config=config)
         self.gradient_checkpointing = False

@@ -19,11 +19,20 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from .modeling_depthlab import (DEEPNORM_VARIANTS, LNS_REFERENCE_ALPHA,  # noqa: F401
-                                NORM_SCHEMES, DepthlabConfig, DepthlabDecoderLayer,
-                                DepthlabForCausalLM, DepthlabModel, DepthlabPreTrainedModel,
-                                is_post_ln_layer, norm_output_scale, projection_init_stds,
-                                residual_scale)
+from .modeling_depthlab import (  # noqa: F401
+    DEEPNORM_VARIANTS,
+    LNS_REFERENCE_ALPHA,
+    NORM_SCHEMES,
+    DepthlabConfig,
+    DepthlabDecoderLayer,
+    DepthlabForCausalLM,
+    DepthlabModel,
+    DepthlabPreTrainedModel,
+    is_post_ln_layer,
+    norm_output_scale,
+    projection_init_stds,
+    residual_scale,
+)
 
 PLAIN_LLAMA_SCHEMES = ("pre_ln", "scaled_init", "lns")
 # DepthlabConfig fields a plain LlamaConfig must not carry.
@@ -36,13 +45,21 @@ DepthlabConfig.register_for_auto_class("AutoConfig")
 DepthlabForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 
 
-def make_config(architecture: dict, norm_scheme: str, vocab_size: int, max_positions: int,
-                init_std: float = 0.02, bos_token_id=None, eos_token_id=None,
-                pad_token_id=None) -> DepthlabConfig:
+def make_config(
+    architecture: dict,
+    norm_scheme: str,
+    vocab_size: int,
+    max_positions: int,
+    init_std: float = 0.02,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+) -> DepthlabConfig:
     """DepthlabConfig from a config-file `architecture:` block (see config/schema.yaml)."""
     if norm_scheme not in NORM_SCHEMES:
-        raise ValueError(f"norm_scheme: unknown scheme '{norm_scheme}' "
-                         f"(known: {', '.join(NORM_SCHEMES)})")
+        raise ValueError(
+            f"norm_scheme: unknown scheme '{norm_scheme}' (known: {', '.join(NORM_SCHEMES)})"
+        )
     num_layers = architecture["num_layers"]
     mix_ln_post_layers = 0
     if norm_scheme == "mix_ln":
@@ -51,15 +68,21 @@ def make_config(architecture: dict, norm_scheme: str, vocab_size: int, max_posit
             raise ValueError("architecture.mix_ln_post_fraction: required for norm_scheme mix_ln")
         mix_ln_post_layers = math.floor(post_fraction * num_layers + 0.5)  # round half up
         if mix_ln_post_layers == 0:
-            raise ValueError(f"architecture.mix_ln_post_fraction: {post_fraction} of "
-                             f"{num_layers} layers rounds to no Post-LN layer (that is pre_ln)")
+            raise ValueError(
+                f"architecture.mix_ln_post_fraction: {post_fraction} of "
+                f"{num_layers} layers rounds to no Post-LN layer (that is pre_ln)"
+            )
     deepnorm_variant = architecture.get("deepnorm_variant", "deepnet")
     if deepnorm_variant not in DEEPNORM_VARIANTS:
-        raise ValueError(f"architecture.deepnorm_variant: unknown variant '{deepnorm_variant}' "
-                         f"(known: {', '.join(DEEPNORM_VARIANTS)})")
+        raise ValueError(
+            f"architecture.deepnorm_variant: unknown variant '{deepnorm_variant}' "
+            f"(known: {', '.join(DEEPNORM_VARIANTS)})"
+        )
     if "deepnorm_variant" in architecture and norm_scheme != "deepnorm":
-        raise ValueError(f"architecture.deepnorm_variant: has no effect for norm_scheme "
-                         f"{norm_scheme} (only deepnorm)")
+        raise ValueError(
+            f"architecture.deepnorm_variant: has no effect for norm_scheme "
+            f"{norm_scheme} (only deepnorm)"
+        )
     return DepthlabConfig(
         vocab_size=vocab_size,
         hidden_size=architecture["hidden_size"],
@@ -68,8 +91,10 @@ def make_config(architecture: dict, norm_scheme: str, vocab_size: int, max_posit
         num_attention_heads=architecture["num_heads"],
         num_key_value_heads=architecture.get("num_kv_heads", architecture["num_heads"]),
         max_position_embeddings=max_positions,
-        rope_parameters={"rope_type": "default",
-                         "rope_theta": architecture.get("rope_theta", 10000.0)},
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": architecture.get("rope_theta", 10000.0),
+        },
         initializer_range=init_std,
         tie_word_embeddings=False,
         use_cache=False,
@@ -92,14 +117,16 @@ def to_plain_llama(model: DepthlabForCausalLM) -> LlamaForCausalLM:
     """Export a pre_ln / lns / scaled_init model as vanilla LlamaForCausalLM (LNS folded in)."""
     config = model.config
     if config.norm_scheme not in PLAIN_LLAMA_SCHEMES:
-        raise ValueError(f"norm_scheme '{config.norm_scheme}' has no plain-Llama equivalent "
-                         f"(only {', '.join(PLAIN_LLAMA_SCHEMES)})")
+        raise ValueError(
+            f"norm_scheme '{config.norm_scheme}' has no plain-Llama equivalent "
+            f"(only {', '.join(PLAIN_LLAMA_SCHEMES)})"
+        )
     fields = config.to_dict()
     for key in (*DEPTHLAB_CONFIG_KEYS, "model_type", "architectures", "transformers_version"):
         fields.pop(key, None)
     llama_config = LlamaConfig(**fields)
     state = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
-    for idx, layer in enumerate(model.model.layers):
+    for idx in range(len(model.model.layers)):
         scale = norm_output_scale(config, idx)
         for norm in ("input_layernorm", "post_attention_layernorm"):
             state[f"model.layers.{idx}.{norm}.weight"] *= scale

@@ -15,6 +15,7 @@ Beside each value stand the named margins and bands the claims table judges it w
   *_BAND         the size the paper states: the size verdict asks whether the interval lies
                  inside it
 """
+
 from __future__ import annotations
 
 import math
@@ -35,7 +36,7 @@ class PaperValue:
     value: Any
     note: str
     error: float | None = None
-    quote: str = ""   # the paper's words, short; empty when `derived` says how it was obtained
+    quote: str = ""  # the paper's words, short; empty when `derived` says how it was obtained
     derived: str = ""  # how the value follows from what the paper prints (when not quoted)
 
     def describe(self) -> str:
@@ -108,77 +109,135 @@ LIU_TOY_GAP_NEGLIGIBLE = 0.1
 
 PAPER_VALUES: dict[str, PaperValue] = {
     "cod_ppl_pre_ln": PaperValue(
-        COD, "Table 1", COD_PPL_PRE_LN,
+        COD,
+        "Table 1",
+        COD_PPL_PRE_LN,
         "Pre-LN validation perplexity, LLaMA-130M / 250M / 350M / 1B on C4",
-        derived="Table 1, row Pre-LN, columns LLaMA-130M / 250M / 350M / 1B (perplexity, C4)"),
+        derived="Table 1, row Pre-LN, columns LLaMA-130M / 250M / 350M / 1B (perplexity, C4)",
+    ),
     "cod_ppl_lns": PaperValue(
-        COD, "Table 1", COD_PPL_LNS,
+        COD,
+        "Table 1",
+        COD_PPL_LNS,
         "LayerNorm Scaling validation perplexity, LLaMA-130M / 250M / 350M / 1B on C4",
-        derived="Table 1, row LayerNorm Scaling, same columns"),
+        derived="Table 1, row LayerNorm Scaling, same columns",
+    ),
     "cod_lns_gain": PaperValue(
-        COD, "Table 1 (derived)", COD_LNS_GAIN_NATS,
+        COD,
+        "Table 1 (derived)",
+        COD_LNS_GAIN_NATS,
         "validation-loss gain of LNS over Pre-LN in nats, LLaMA-130M / 250M / 350M / 1B",
-        derived="ln(ppl Pre-LN / ppl LNS) per column of Table 1 (loss = ln perplexity)"),
+        derived="ln(ppl Pre-LN / ppl LNS) per column of Table 1 (loss = ln perplexity)",
+    ),
     "cod_variance_growth": PaperValue(
-        COD, "Fig. 4 / Sec. 3", None,
+        COD,
+        "Fig. 4 / Sec. 3",
+        None,
         "Pre-LN hidden-state variance grows with depth (exponentially in the bound); LNS keeps "
         "it growing at most polynomially",
-        quote="its output variance exponentially grows with the model depth (abstract)"),
+        quote="its output variance exponentially grows with the model depth (abstract)",
+    ),
     "cod_angular_distance": PaperValue(
-        COD, "Fig. 2 bottom / Fig. 3a,b; Eq. 1", None,
+        COD,
+        "Fig. 2 bottom / Fig. 3a,b; Eq. 1",
+        None,
         "deep Pre-LN layers have small angular distance to the next layer (near identity); "
         "LNS keeps deep layers distinct; the distance is a mean over all tokens (Eq. 1)",
-        derived="read off the heatmaps; no number is printed"),
+        derived="read off the heatmaps; no number is printed",
+    ),
     "cod_delta_p": PaperValue(
-        COD, "Fig. 2 top / Fig. 3c,d (MMLU, ARC-e)", None,
+        COD,
+        "Fig. 2 top / Fig. 3c,d (MMLU, ARC-e)",
+        None,
         "removing one deep Pre-LN layer barely changes the score (small ΔP); with LNS deep "
         "layers matter more",
-        derived="read off the bar charts; no number is printed"),
+        derived="read off the bar charts; no number is printed",
+    ),
     # Gromov et al.: Llama-2-70B and smaller open models, MMLU / BoolQ / C4 loss.
     "gromov_block_vs_baseline": PaperValue(
-        GROMOV, "Fig. 1 / Fig. 2", None,
+        GROMOV,
+        "Fig. 1 / Fig. 2",
+        None,
         "the angular-distance block choice keeps accuracy better than dropping the deepest "
         "layers; QLoRA healing recovers most of the loss",
-        derived="read off the accuracy-vs-fraction-dropped curves; no number is printed"),
+        derived="read off the accuracy-vs-fraction-dropped curves; no number is printed",
+    ),
     # Csordás et al.
     "csordas_linear_maps": PaperValue(
-        CSORDAS, "Sec. 5 (linear maps)", None,
-        "a shallow model's layer maps best onto the deep model's layer at the same relative "
-        "depth", derived="read off the map-error heatmaps (diagonal at equal relative depth)"),
+        CSORDAS,
+        "Sec. 5 (linear maps)",
+        None,
+        "a shallow model's layer maps best onto the deep model's layer at the same relative depth",
+        derived="read off the map-error heatmaps (diagonal at equal relative depth)",
+    ),
     "csordas_depth_score": PaperValue(
-        CSORDAS, "Sec. 4 (depth score, MATH levels / MQuAKE hops)", None,
+        CSORDAS,
+        "Sec. 4 (depth score, MATH levels / MQuAKE hops)",
+        None,
         "pretrained LLMs: the depth score does not increase with problem difficulty (harder "
         "problems do not use more layers)",
-        derived="read off the depth-score-vs-difficulty plots of pretrained Llama / Qwen"),
+        derived="read off the depth-score-vs-difficulty plots of pretrained Llama / Qwen",
+    ),
     "csordas_depth_score_scratch": PaperValue(
-        CSORDAS, "Sec. on MoEUT (models trained from scratch on the task)", None,
-        "models trained from scratch on the task do use more depth for more computation "
-        "steps", derived="the MoEUT section's depth-score-vs-steps comparison"),
+        CSORDAS,
+        "Sec. on MoEUT (models trained from scratch on the task)",
+        None,
+        "models trained from scratch on the task do use more depth for more computation steps",
+        derived="the MoEUT section's depth-score-vs-steps comparison",
+    ),
     # Liu et al.: the decomposed law L = c_m/m^a_m + c_l/l^a_l + c_D/D^a_D + L0. The data
     # exponent a_D is not stated in the paper's text and is not compared.
-    "liu_a_l": PaperValue(LIU, "Sec. 4 (Chinchilla fit)", 1.2,
-                          "depth exponent a_l ± bootstrap error on the Chinchilla points",
-                          error=0.3, derived="a_l = 1.2 ± 0.3 as printed in Sec. 4"),
-    "liu_a_m": PaperValue(LIU, "Sec. 4 (Chinchilla fit)", 1.0, "width exponent a_m ≈ 1",
-                          derived="a_m ≈ 1 as printed in Sec. 4 (no error given)"),
+    "liu_a_l": PaperValue(
+        LIU,
+        "Sec. 4 (Chinchilla fit)",
+        1.2,
+        "depth exponent a_l ± bootstrap error on the Chinchilla points",
+        error=0.3,
+        derived="a_l = 1.2 ± 0.3 as printed in Sec. 4",
+    ),
+    "liu_a_m": PaperValue(
+        LIU,
+        "Sec. 4 (Chinchilla fit)",
+        1.0,
+        "width exponent a_m ≈ 1",
+        derived="a_m ≈ 1 as printed in Sec. 4 (no error given)",
+    ),
     "liu_toy_independent": PaperValue(
-        LIU, "Sec. 5 (teacher-student)", 1.0,
+        LIU,
+        "Sec. 5 (teacher-student)",
+        1.0,
         "depth exponent a_l ≈ 1 for a teacher with independent layers",
         quote="loss scales inversely proportional to depth (abstract, for LLMs; the toy's "
-              "independent teacher reproduces it)"),
+        "independent teacher reproduces it)",
+    ),
     "liu_toy_tied": PaperValue(
-        LIU, "Sec. 5 (teacher-student)", 3.0,
+        LIU,
+        "Sec. 5 (teacher-student)",
+        3.0,
         "depth exponent a_l ≈ 3 for a teacher with tied layers, once converged",
         derived="a_l ≈ 3 for the tied teacher as printed in Sec. 5; the ratio tied / "
-                "independent ≈ 3 follows from a_l ≈ 1 for the independent teacher"),
+        "independent ≈ 3 follows from a_l ≈ 1 for the independent teacher",
+    ),
     # Besiroglu et al. (Chinchilla replication): L = E + A/N^alpha + B/D^beta.
-    "besiroglu_alpha": PaperValue(BESIROGLU, "Eq. 4 (replication fit)", 0.3478,
-                                  "parameter exponent alpha of the refitted Chinchilla law",
-                                  derived="alpha in their Eq. 4"),
-    "besiroglu_beta": PaperValue(BESIROGLU, "Eq. 4 (replication fit)", 0.3658,
-                                 "data exponent beta of the refitted Chinchilla law",
-                                 derived="beta in their Eq. 4"),
-    "besiroglu_E": PaperValue(BESIROGLU, "Eq. 4 (replication fit)", 1.8172,
-                              "irreducible loss E of the refitted Chinchilla law",
-                              derived="E in their Eq. 4"),
+    "besiroglu_alpha": PaperValue(
+        BESIROGLU,
+        "Eq. 4 (replication fit)",
+        0.3478,
+        "parameter exponent alpha of the refitted Chinchilla law",
+        derived="alpha in their Eq. 4",
+    ),
+    "besiroglu_beta": PaperValue(
+        BESIROGLU,
+        "Eq. 4 (replication fit)",
+        0.3658,
+        "data exponent beta of the refitted Chinchilla law",
+        derived="beta in their Eq. 4",
+    ),
+    "besiroglu_E": PaperValue(
+        BESIROGLU,
+        "Eq. 4 (replication fit)",
+        1.8172,
+        "irreducible loss E of the refitted Chinchilla law",
+        derived="E in their Eq. 4",
+    ),
 }

@@ -26,6 +26,9 @@ about n_refine times cheaper; it can miss an optimum a resample moves to).
 Resampling and held-out validation take their units as arrays (`groups`: which points move
 together; `sizes`: what orders units for extrapolation), so this module knows nothing about
 models, architectures or configs.
+
+Size: one fitter with its start grid, both optimisers, the bootstrap and held-out validation,
+which share the parameterisation above.
 """
 
 from __future__ import annotations
@@ -48,10 +51,10 @@ class Law:
 
     name: str
     equation: str
-    features: tuple[str, ...]          # point columns, one per term
-    coefficients: tuple[str, ...]      # c_k, one per term
-    exponents: tuple[str, ...]         # a_k, one per term
-    floor: str | None                  # irreducible loss (L0 / E); None: no floor term
+    features: tuple[str, ...]  # point columns, one per term
+    coefficients: tuple[str, ...]  # c_k, one per term
+    exponents: tuple[str, ...]  # a_k, one per term
+    floor: str | None  # irreducible loss (L0 / E); None: no floor term
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
@@ -71,14 +74,14 @@ LOG_TERM_RANGE = (-30.0, 10.0)
 class FitSettings:
     """How a law is fitted. Defaults mirror config/default.yaml `scaling.fit` (the source of truth)."""
 
-    objective: str = "least_squares"          # least_squares | huber (on log loss)
+    objective: str = "least_squares"  # least_squares | huber (on log loss)
     huber_delta: float = 1e-3
-    optimizer: str = "least_squares"          # least_squares (TRF) | lbfgsb
+    optimizer: str = "least_squares"  # least_squares (TRF) | lbfgsb
     exponent_bounds: tuple[float, float] = (0.0, 5.0)
     start_exponents: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
-    start_term_fractions: tuple[float, ...] = (0.03, 0.3)    # term value / median loss at F_ref
-    start_floor_fractions: tuple[float, ...] = (0.3, 0.8)    # floor / min loss
-    n_refine: int = 16                        # grid points (lowest objective first) to optimise
+    start_term_fractions: tuple[float, ...] = (0.03, 0.3)  # term value / median loss at F_ref
+    start_floor_fractions: tuple[float, ...] = (0.3, 0.8)  # floor / min loss
+    n_refine: int = 16  # grid points (lowest objective first) to optimise
 
     def __post_init__(self):
         if self.objective not in ("least_squares", "huber"):
@@ -94,15 +97,17 @@ class FitSettings:
             raise ValueError(f"n_refine: {self.n_refine} must be at least 1")
 
     @classmethod
-    def from_config(cls, spec: dict) -> "FitSettings":
+    def from_config(cls, spec: dict) -> FitSettings:
         """Settings from a config fit spec; keys that are not fit settings are ignored."""
         fields = {f.name for f in dataclasses.fields(cls)}
         grid = spec.get("start_grid") or {}
         kwargs = {k: v for k, v in spec.items() if k in fields}
         if grid:
-            kwargs.update(start_exponents=tuple(grid["exponents"]),
-                          start_term_fractions=tuple(grid["term_fractions"]),
-                          start_floor_fractions=tuple(grid["floor_fractions"]))
+            kwargs.update(
+                start_exponents=tuple(grid["exponents"]),
+                start_term_fractions=tuple(grid["term_fractions"]),
+                start_floor_fractions=tuple(grid["floor_fractions"]),
+            )
         if "exponent_bounds" in kwargs:
             kwargs["exponent_bounds"] = tuple(kwargs["exponent_bounds"])
         return cls(**kwargs)
@@ -120,14 +125,20 @@ def check_points(frame: pd.DataFrame, law: Law, source: str = "points") -> None:
         values = frame[column].to_numpy(float)
         bad = ~np.isfinite(values) | (values <= 0)
         if bad.any():
-            row = int(frame["row"].iloc[np.flatnonzero(bad)[0]]) if "row" in frame else \
-                int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{source}: column '{column}' must be finite and positive "
-                             f"(row {row}: {values[bad][0]})")
+            row = (
+                int(frame["row"].iloc[np.flatnonzero(bad)[0]])
+                if "row" in frame
+                else int(np.flatnonzero(bad)[0])
+            )
+            raise ValueError(
+                f"{source}: column '{column}' must be finite and positive "
+                f"(row {row}: {values[bad][0]})"
+            )
 
 
-def design_matrix(frame: pd.DataFrame, law: Law, offsets: dict | None = None,
-                  log_refs: np.ndarray | None = None) -> np.ndarray:
+def design_matrix(
+    frame: pd.DataFrame, law: Law, offsets: dict | None = None, log_refs: np.ndarray | None = None
+) -> np.ndarray:
     """(n, K) log features, feature k as log(F_k - offsets[k]), centred on `log_refs` (None: not
     centred)."""
     offsets = offsets or {}
@@ -141,8 +152,10 @@ def design_matrix(frame: pd.DataFrame, law: Law, offsets: dict | None = None,
         if offset:
             values = values - offset
             if (values <= 0).any():
-                raise ValueError(f"offset of {feature}: {offset:g} is not below every {feature} "
-                                 f"(smallest {feature} {values.min() + offset:g})")
+                raise ValueError(
+                    f"offset of {feature}: {offset:g} is not below every {feature} "
+                    f"(smallest {feature} {values.min() + offset:g})"
+                )
         columns.append(np.log(values))
     X = np.stack(columns, axis=1)
     if log_refs is None:
@@ -155,8 +168,8 @@ def design_matrix(frame: pd.DataFrame, law: Law, offsets: dict | None = None,
 
 
 def _split(theta: np.ndarray, n_terms: int):
-    b = theta[..., 0:2 * n_terms:2]
-    a = theta[..., 1:2 * n_terms:2]
+    b = theta[..., 0 : 2 * n_terms : 2]
+    a = theta[..., 1 : 2 * n_terms : 2]
     e = theta[..., 2 * n_terms] if theta.shape[-1] > 2 * n_terms else None
     return b, a, e
 
@@ -186,8 +199,8 @@ def _residual_and_jacobian(theta, X, y, floor):
     w /= total
     n_terms = X.shape[1]
     jac = np.empty((len(y), theta.size))
-    jac[:, 0:2 * n_terms:2] = w[:, :n_terms]
-    jac[:, 1:2 * n_terms:2] = -w[:, :n_terms] * X
+    jac[:, 0 : 2 * n_terms : 2] = w[:, :n_terms]
+    jac[:, 1 : 2 * n_terms : 2] = -w[:, :n_terms] * X
     if floor:
         jac[:, -1] = w[:, -1]
     return f - y, jac
@@ -195,9 +208,9 @@ def _residual_and_jacobian(theta, X, y, floor):
 
 def _rho(r: np.ndarray, objective: str, delta: float) -> np.ndarray:
     if objective == "least_squares":
-        return 0.5 * r ** 2
+        return 0.5 * r**2
     a = np.abs(r)
-    return np.where(a <= delta, 0.5 * r ** 2, delta * (a - 0.5 * delta))
+    return np.where(a <= delta, 0.5 * r**2, delta * (a - 0.5 * delta))
 
 
 def _rho_prime(r: np.ndarray, objective: str, delta: float) -> np.ndarray:
@@ -237,46 +250,75 @@ def _refine(theta0, X, y, floor, settings, lo, hi):
     theta0 = np.clip(theta0, lo, hi)
     if settings.optimizer == "least_squares":
         res = optimize.least_squares(
-            lambda t: _residual_and_jacobian(t, X, y, floor)[0], theta0,
-            jac=lambda t: _residual_and_jacobian(t, X, y, floor)[1], bounds=(lo, hi),
-            method="trf", loss="linear" if settings.objective == "least_squares" else "huber",
-            f_scale=settings.huber_delta, x_scale="jac", ftol=1e-12, xtol=1e-12, gtol=1e-12,
-            max_nfev=2000)
+            lambda t: _residual_and_jacobian(t, X, y, floor)[0],
+            theta0,
+            jac=lambda t: _residual_and_jacobian(t, X, y, floor)[1],
+            bounds=(lo, hi),
+            method="trf",
+            loss="linear" if settings.objective == "least_squares" else "huber",
+            f_scale=settings.huber_delta,
+            x_scale="jac",
+            ftol=1e-12,
+            xtol=1e-12,
+            gtol=1e-12,
+            max_nfev=2000,
+        )
         theta, ok = res.x, res.status > 0
     else:
+
         def fun(t):
             r, jac = _residual_and_jacobian(t, X, y, floor)
-            return (_rho(r, settings.objective, settings.huber_delta).sum(),
-                    jac.T @ _rho_prime(r, settings.objective, settings.huber_delta))
+            return (
+                _rho(r, settings.objective, settings.huber_delta).sum(),
+                jac.T @ _rho_prime(r, settings.objective, settings.huber_delta),
+            )
 
-        res = optimize.minimize(fun, theta0, jac=True, method="L-BFGS-B",
-                                bounds=list(zip(lo, hi)),
-                                options={"maxiter": 10000, "ftol": 1e-15, "gtol": 1e-12})
+        res = optimize.minimize(
+            fun,
+            theta0,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=list(zip(lo, hi)),
+            options={"maxiter": 10000, "ftol": 1e-15, "gtol": 1e-12},
+        )
         theta, ok = res.x, bool(res.success)
     r, _ = _residual_and_jacobian(theta, X, y, floor)
     return theta, objective_value(r, settings), ok
 
 
-def fit_centred(X: np.ndarray, y: np.ndarray, settings: FitSettings, floor: bool = True,
-                warm_start: np.ndarray | None = None) -> dict:
+def fit_centred(
+    X: np.ndarray,
+    y: np.ndarray,
+    settings: FitSettings,
+    floor: bool = True,
+    warm_start: np.ndarray | None = None,
+) -> dict:
     """Minimise the objective over centred parameters: from `warm_start` alone, or from the
     n_refine best points of the start grid. Returns theta, objective, starts tried, spread."""
     n, n_terms = X.shape
     n_params = 2 * n_terms + (1 if floor else 0)
     if n < n_params:
-        raise ValueError(f"only {n} points for {n_params} parameters: a fit needs at least as "
-                         f"many points as parameters")
+        raise ValueError(
+            f"only {n} points for {n_params} parameters: a fit needs at least as "
+            f"many points as parameters"
+        )
     lo, hi = parameter_bounds(n_terms, floor, y, settings)
     if warm_start is not None:
         starts = warm_start[None, :]
     else:
         grid = np.clip(start_grid(n_terms, floor, y, settings), lo, hi)
         # Vectorised objective over the whole grid, in chunks to bound memory.
-        values = np.concatenate([
-            _rho(predict_log_centred(chunk, X, floor) - y, settings.objective,
-                 settings.huber_delta).sum(-1)
-            for chunk in np.array_split(grid, max(1, grid.shape[0] * n // 2_000_000 + 1))])
-        starts = grid[np.argsort(values, kind="stable")[:settings.n_refine]]
+        values = np.concatenate(
+            [
+                _rho(
+                    predict_log_centred(chunk, X, floor) - y,
+                    settings.objective,
+                    settings.huber_delta,
+                ).sum(-1)
+                for chunk in np.array_split(grid, max(1, grid.shape[0] * n // 2_000_000 + 1))
+            ]
+        )
+        starts = grid[np.argsort(values, kind="stable")[: settings.n_refine]]
     best, results = None, []
     for start in starts:
         theta, value, ok = _refine(start, X, y, floor, settings, lo, hi)
@@ -284,10 +326,14 @@ def fit_centred(X: np.ndarray, y: np.ndarray, settings: FitSettings, floor: bool
         if best is None or value < best[1]:
             best = (theta, value, ok)
     results = np.array(results)
-    return {"theta": best[0], "objective": best[1], "converged": best[2],
-            "n_starts": len(starts),
-            # how many local optimisations ended within 1e-6 (relative) of the best objective
-            "n_starts_at_best": int(np.sum(results <= best[1] * (1 + 1e-6) + 1e-15))}
+    return {
+        "theta": best[0],
+        "objective": best[1],
+        "converged": best[2],
+        "n_starts": len(starts),
+        # how many local optimisations ended within 1e-6 (relative) of the best objective
+        "n_starts_at_best": int(np.sum(results <= best[1] * (1 + 1e-6) + 1e-15)),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,16 +358,16 @@ def theta_to_estimates(theta: np.ndarray, law: Law, log_refs: np.ndarray) -> dic
 class FitResult:
     law: Law
     settings: FitSettings
-    theta: np.ndarray              # centred parameters
-    log_refs: np.ndarray           # log F_ref_k
+    theta: np.ndarray  # centred parameters
+    log_refs: np.ndarray  # log F_ref_k
     X: np.ndarray
     y: np.ndarray
-    points: pd.DataFrame           # the points used
+    points: pd.DataFrame  # the points used
     objective: float
     converged: bool
     n_starts: int
     n_starts_at_best: int
-    offsets: dict = dataclasses.field(default_factory=dict)   # feature -> offset (F - offset)
+    offsets: dict = dataclasses.field(default_factory=dict)  # feature -> offset (F - offset)
 
     @property
     def floor(self) -> bool:
@@ -374,22 +420,40 @@ class FitResult:
         return {k: (v if math.isfinite(v) else None) for k, v in out.items()}
 
 
-def fit_law(frame: pd.DataFrame, law: Law, settings: FitSettings | None = None,
-            source: str = "points", offsets: dict | None = None) -> FitResult:
+def fit_law(
+    frame: pd.DataFrame,
+    law: Law,
+    settings: FitSettings | None = None,
+    source: str = "points",
+    offsets: dict | None = None,
+) -> FitResult:
     """Fit `law` to the points of `frame` (the law's feature columns and `loss`); features are
     centred on their geometric means over these points."""
     settings = settings or FitSettings()
     check_points(frame, law, source)
     if len(frame) < law.n_parameters:
-        raise ValueError(f"{source}: only {len(frame)} points for the {law.n_parameters} "
-                         f"parameters of the {law.name} law ({law.equation})")
+        raise ValueError(
+            f"{source}: only {len(frame)} points for the {law.n_parameters} "
+            f"parameters of the {law.name} law ({law.equation})"
+        )
     raw = design_matrix(frame, law, offsets)
     log_refs = raw.mean(axis=0)
     X, y = raw - log_refs, np.log(frame["loss"].to_numpy(float))
     out = fit_centred(X, y, settings, floor=law.floor is not None)
-    return FitResult(law, settings, out["theta"], log_refs, X, y,
-                     frame.reset_index(drop=True), out["objective"], out["converged"],
-                     out["n_starts"], out["n_starts_at_best"], dict(offsets or {}))
+    return FitResult(
+        law,
+        settings,
+        out["theta"],
+        log_refs,
+        X,
+        y,
+        frame.reset_index(drop=True),
+        out["objective"],
+        out["converged"],
+        out["n_starts"],
+        out["n_starts_at_best"],
+        dict(offsets or {}),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,8 +472,14 @@ def resample_indices(rng: np.random.Generator, n: int, groups: np.ndarray | None
     return np.concatenate([members[g] for g in chosen])
 
 
-def bootstrap(result: FitResult, resamples: int = 1000, confidence: float = 0.95,
-              seed: int = 0, groups: np.ndarray | None = None, refit: str = "warm") -> dict:
+def bootstrap(
+    result: FitResult,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    groups: np.ndarray | None = None,
+    refit: str = "warm",
+) -> dict:
     """Refit on resampled points (or whole groups of points, `groups`: one label per point),
     each from the start grid (refit="full") or from the full fit's optimum (refit="warm");
     percentile intervals. Returns {"samples": DataFrame, "intervals": {...}, "resamples",
@@ -424,15 +494,17 @@ def bootstrap(result: FitResult, resamples: int = 1000, confidence: float = 0.95
     for _ in range(resamples):
         idx = resample_indices(rng, len(result.y), groups)
         try:
-            out = fit_centred(result.X[idx], result.y[idx], result.settings, result.floor,
-                              warm_start=warm_start)
+            out = fit_centred(
+                result.X[idx], result.y[idx], result.settings, result.floor, warm_start=warm_start
+            )
         except (ValueError, np.linalg.LinAlgError, FloatingPointError):
             failures += 1
             continue
         local_fits += out["n_starts"]
         rows.append(theta_to_estimates(out["theta"], result.law, result.log_refs))
-    samples = pd.DataFrame(rows, columns=list(theta_to_estimates(result.theta, result.law,
-                                                                  result.log_refs)))
+    samples = pd.DataFrame(
+        rows, columns=list(theta_to_estimates(result.theta, result.law, result.log_refs))
+    )
     tail = (1 - confidence) / 2
     intervals = {}
     for name in samples.columns:
@@ -440,31 +512,51 @@ def bootstrap(result: FitResult, resamples: int = 1000, confidence: float = 0.95
         values = values[np.isfinite(values)]
         if not len(values):
             continue
-        intervals[name] = {"low": float(np.quantile(values, tail)),
-                           "high": float(np.quantile(values, 1 - tail)),
-                           "median": float(np.median(values)), "std": float(values.std(ddof=1))
-                           if len(values) > 1 else 0.0}
-    return {"samples": samples, "intervals": intervals, "resamples": resamples,
-            "failures": failures, "confidence": confidence, "seed": seed, "refit": refit,
-            "local_fits": local_fits}
+        intervals[name] = {
+            "low": float(np.quantile(values, tail)),
+            "high": float(np.quantile(values, 1 - tail)),
+            "median": float(np.median(values)),
+            "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+        }
+    return {
+        "samples": samples,
+        "intervals": intervals,
+        "resamples": resamples,
+        "failures": failures,
+        "confidence": confidence,
+        "seed": seed,
+        "refit": refit,
+        "local_fits": local_fits,
+    }
 
 
 def split_scores(result: FitResult, test: pd.DataFrame) -> dict:
     """Log-loss errors of a fit on its own points and on held-out `test` points."""
     train_r = result.residuals
     test_r = np.log(test["loss"].to_numpy(float)) - np.log(result.predict(test))
-    return {"n_train": int(len(train_r)), "n_test": int(len(test_r)),
-            "rmse_log_train": float(np.sqrt(np.mean(train_r ** 2))),
-            "rmse_log_test": float(np.sqrt(np.mean(test_r ** 2))),
-            "mean_abs_rel_error_test": float(np.mean(np.abs(np.expm1(-test_r)))),
-            "exponents": {k: result.estimates[k] for k in result.law.exponents}}
+    return {
+        "n_train": int(len(train_r)),
+        "n_test": int(len(test_r)),
+        "rmse_log_train": float(np.sqrt(np.mean(train_r**2))),
+        "rmse_log_test": float(np.sqrt(np.mean(test_r**2))),
+        "mean_abs_rel_error_test": float(np.mean(np.abs(np.expm1(-test_r)))),
+        "exponents": {k: result.estimates[k] for k in result.law.exponents},
+    }
 
 
-def held_out_validation(frame: pd.DataFrame, law: Law, settings: FitSettings,
-                        random_groups: np.ndarray, extrapolation_groups: np.ndarray,
-                        sizes: np.ndarray, random_splits: int = 5, test_fraction: float = 0.2,
-                        extrapolation_train_fraction: float = 0.7, seed: int = 0,
-                        offsets: dict | None = None) -> dict:
+def held_out_validation(
+    frame: pd.DataFrame,
+    law: Law,
+    settings: FitSettings,
+    random_groups: np.ndarray,
+    extrapolation_groups: np.ndarray,
+    sizes: np.ndarray,
+    random_splits: int = 5,
+    test_fraction: float = 0.2,
+    extrapolation_train_fraction: float = 0.7,
+    seed: int = 0,
+    offsets: dict | None = None,
+) -> dict:
     """Fit on part of the points, score log-loss error on the rest.
 
     random: `random_splits` random test sets of `test_fraction` of the units of `random_groups`
@@ -498,8 +590,12 @@ def held_out_validation(frame: pd.DataFrame, law: Law, settings: FitSettings,
     n_train_arch = int(math.floor(extrapolation_train_fraction * len(arch_size)))
     small = np.unique(arch)[np.argsort(arch_size, kind="stable")[:n_train_arch]]
     extrapolation = run(np.isin(arch, small))
-    extrapolation["size_cut"] = float(arch_size[np.argsort(arch_size)][n_train_arch - 1]) \
-        if n_train_arch else None
+    extrapolation["size_cut"] = (
+        float(arch_size[np.argsort(arch_size)][n_train_arch - 1]) if n_train_arch else None
+    )
     ok = [s["rmse_log_test"] for s in random if "rmse_log_test" in s]
-    return {"random": random, "extrapolation": extrapolation,
-            "mean_rmse_log_test_random": float(np.mean(ok)) if ok else None}
+    return {
+        "random": random,
+        "extrapolation": extrapolation,
+        "mean_rmse_log_test_random": float(np.mean(ok)) if ok else None,
+    }

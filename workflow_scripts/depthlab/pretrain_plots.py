@@ -29,15 +29,33 @@ def plot_loss_curves(runs: pd.DataFrame, facts: dict | None = None):
         seeded = max(counts[b] for b in panel["base"].unique()) > 1
         band = " (mean of seeds, band: range)" if seeded else ""
         if panel is schemes:
-            sns.lineplot(panel, x="tokens", y="loss", hue="base", palette=colours, marker="o",
-                         errorbar=style.SEED_BAND, ax=ax)
+            sns.lineplot(
+                panel,
+                x="tokens",
+                y="loss",
+                hue="base",
+                palette=colours,
+                marker="o",
+                errorbar=style.SEED_BAND,
+                ax=ax,
+            )
             ax.set_title("Norm schemes: validation loss" + band, fontsize=10)
             legend_title = "model"
         else:
-            depth_colours = {facts[m]["depth"]: colours[facts[m]["base"]]
-                             for m in panel["model"].unique()}
-            sns.lineplot(panel, x="tokens", y="loss", hue="depth", style="width", marker="o",
-                         palette=depth_colours, errorbar=style.SEED_BAND, ax=ax)
+            depth_colours = {
+                facts[m]["depth"]: colours[facts[m]["base"]] for m in panel["model"].unique()
+            }
+            sns.lineplot(
+                panel,
+                x="tokens",
+                y="loss",
+                hue="depth",
+                style="width",
+                marker="o",
+                palette=depth_colours,
+                errorbar=style.SEED_BAND,
+                ax=ax,
+            )
             ax.set_title("Depth x width sweep: validation loss" + band, fontsize=10)
             legend_title = None
         if ax.get_legend() is not None:
@@ -45,12 +63,26 @@ def plot_loss_curves(runs: pd.DataFrame, facts: dict | None = None):
         ax.set_xscale("log")
         ax.set_xlabel("training tokens D")
         ax.set_ylabel("validation loss (nats/token)")
-    final = (val.sort_values("step").groupby("model").tail(1)
-             .groupby("base", sort=False)["loss"].agg(["mean", "min", "max", "count"]))
+    final = (
+        val.sort_values("step")
+        .groupby("model")
+        .tail(1)
+        .groupby("base", sort=False)["loss"]
+        .agg(["mean", "min", "max", "count"])
+    )
     final = final.reindex([b for b in dict.fromkeys(schemes["base"]) if b in final.index])
-    fig.suptitle("final validation loss: " + ", ".join(
-        f"{base} {row['mean']:.3f}" + (f" [{row['min']:.3f}, {row['max']:.3f}] over "
-                                       f"{int(row['count'])} seeds" if row["count"] > 1 else "")
-        for base, row in final.iterrows()), fontsize=9)
+    fig.suptitle(
+        "final validation loss: "
+        + ", ".join(
+            f"{base} {row['mean']:.3f}"
+            + (
+                f" [{row['min']:.3f}, {row['max']:.3f}] over {int(row['count'])} seeds"
+                if row["count"] > 1
+                else ""
+            )
+            for base, row in final.iterrows()
+        ),
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig

@@ -19,7 +19,7 @@ import pandas as pd
 
 TRAIN_LOG = "train_log.csv"
 MODEL_CONFIG = "config.json"
-TRAIN_LOG_COLUMNS = ("tokens", "split", "loss")   # what every reader of the log needs
+TRAIN_LOG_COLUMNS = ("tokens", "split", "loss")  # what every reader of the log needs
 
 
 def non_embedding_params(config: dict) -> int:
@@ -41,14 +41,14 @@ def non_embedding_params(config: dict) -> int:
 class PretrainRun:
     """One pretraining run: its folder, training log and the facts of its config.json."""
 
-    name: str                       # the folder name (the model's name in the config)
+    name: str  # the folder name (the model's name in the config)
     path: Path
-    log: pd.DataFrame               # train_log.csv as written
-    width: int                      # hidden_size (m)
-    depth: int                      # num_hidden_layers (l)
-    non_embedding_params: int | None   # Kaplan's N; None when config.json lacks the MLP size
-    norm_scheme: str | None         # recorded by depthlab_llama checkpoints; None for plain Llama
-    config: dict                    # the whole config.json
+    log: pd.DataFrame  # train_log.csv as written
+    width: int  # hidden_size (m)
+    depth: int  # num_hidden_layers (l)
+    non_embedding_params: int | None  # Kaplan's N; None when config.json lacks the MLP size
+    norm_scheme: str | None  # recorded by depthlab_llama checkpoints; None for plain Llama
+    config: dict  # the whole config.json
 
     def val_losses(self, min_tokens: int = 0) -> pd.DataFrame:
         """Validation rows with at least `min_tokens` tokens; a repeated token count keeps its
@@ -72,15 +72,22 @@ def read_run(model_dir: str | Path) -> PretrainRun:
     if missing:
         raise ValueError(f"{model_dir / TRAIN_LOG}: missing column '{sorted(missing)[0]}'")
     return PretrainRun(
-        name=model_dir.name, path=model_dir, log=log, width=config["hidden_size"],
+        name=model_dir.name,
+        path=model_dir,
+        log=log,
+        width=config["hidden_size"],
         depth=config["num_hidden_layers"],
-        non_embedding_params=(non_embedding_params(config) if "intermediate_size" in config
-                              else None),
-        norm_scheme=config.get("norm_scheme"), config=config)
+        non_embedding_params=(
+            non_embedding_params(config) if "intermediate_size" in config else None
+        ),
+        norm_scheme=config.get("norm_scheme"),
+        config=config,
+    )
 
 
-def read_training_runs(model_dirs, labels: dict | None = None,
-                       sweeps: dict | None = None) -> pd.DataFrame:
+def read_training_runs(
+    model_dirs, labels: dict | None = None, sweeps: dict | None = None
+) -> pd.DataFrame:
     """One tidy frame of every run's train_log.csv rows, with columns model (folder name),
     label (`labels[model]`, e.g. its norm scheme; default the model name), sweep
     (`sweeps[model]`, the depth x width sweep the model belongs to; "" if none), depth, width and
@@ -90,9 +97,16 @@ def read_training_runs(model_dirs, labels: dict | None = None,
     frames = []
     for model_dir in model_dirs:
         run = read_run(model_dir)
-        frames.append(run.log.assign(model=run.name, label=labels.get(run.name, run.name),
-                                     norm_scheme=run.norm_scheme, depth=run.depth,
-                                     width=run.width, sweep=sweeps.get(run.name) or ""))
+        frames.append(
+            run.log.assign(
+                model=run.name,
+                label=labels.get(run.name, run.name),
+                norm_scheme=run.norm_scheme,
+                depth=run.depth,
+                width=run.width,
+                sweep=sweeps.get(run.name) or "",
+            )
+        )
     if not frames:
         raise ValueError("read_training_runs: no model directories given")
     return pd.concat(frames, ignore_index=True)

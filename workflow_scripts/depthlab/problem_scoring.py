@@ -16,19 +16,23 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .errors import ProblemError
 from .benchmark_problems import MATH_STOP, boxed_answer, normalise_answer
+from .errors import ProblemError
 from .problem_sets import ALL_FAMILIES, chance_accuracy
+
 
 def _prompt_ids(tokenizer, problem: dict, prepend_bos: bool) -> tuple[list[int], list[int]]:
     prompt = tokenizer(problem["prompt"], add_special_tokens=False)["input_ids"]
     # the answer follows the prompt after a space, as in the training documents
-    full = tokenizer(f"{problem['prompt']} {problem['answer']}",
-                     add_special_tokens=False)["input_ids"]
-    if full[:len(prompt)] != prompt or len(full) == len(prompt):
-        raise ProblemError(f"problem {problem['prompt']!r}: prompt and answer do not tokenise "
-                           f"into a prefix and a non-empty continuation")
-    answer = full[len(prompt):]
+    full = tokenizer(f"{problem['prompt']} {problem['answer']}", add_special_tokens=False)[
+        "input_ids"
+    ]
+    if full[: len(prompt)] != prompt or len(full) == len(prompt):
+        raise ProblemError(
+            f"problem {problem['prompt']!r}: prompt and answer do not tokenise "
+            f"into a prefix and a non-empty continuation"
+        )
+    answer = full[len(prompt) :]
     if prepend_bos:
         prompt = [tokenizer.bos_token_id] + prompt
     return prompt, answer
@@ -39,13 +43,14 @@ def _pad(sequences: list[list[int]], pad_id: int):
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, seq in enumerate(sequences):
-        ids[row, :len(seq)] = torch.tensor(seq, dtype=torch.long)
-        mask[row, :len(seq)] = 1
+        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        mask[row, : len(seq)] = 1
     return ids, mask
 
 
-def _greedy_tokens(model, sequences: list[list[int]], steps: int, pad_id: int,
-                   device) -> list[list[int]]:
+def _greedy_tokens(
+    model, sequences: list[list[int]], steps: int, pad_id: int, device
+) -> list[list[int]]:
     """`steps` greedily generated tokens per row: right padding with explicit position ids, one
     full forward per token (no cache; any model whose forward takes input_ids, attention_mask
     and position_ids)."""
@@ -56,8 +61,9 @@ def _greedy_tokens(model, sequences: list[list[int]], steps: int, pad_id: int,
     for _ in range(steps):
         ids, mask = _pad(sequences, pad_id)
         ids, mask = ids.to(device), mask.to(device)
-        logits = model(input_ids=ids, attention_mask=mask,
-                       position_ids=position_ids_from_mask(mask)).logits
+        logits = model(
+            input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)
+        ).logits
         last = mask.sum(dim=1) - 1
         next_ids = logits[torch.arange(len(sequences), device=device), last].argmax(-1).tolist()
         for row, token in enumerate(next_ids):
@@ -66,8 +72,9 @@ def _greedy_tokens(model, sequences: list[list[int]], steps: int, pad_id: int,
     return generated
 
 
-def _generate_texts(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
-                    stop: str, pad_id: int, device) -> list[str]:
+def _generate_texts(
+    model, tokenizer, prompts: list[list[int]], max_new_tokens: int, stop: str, pad_id: int, device
+) -> list[str]:
     """Greedy completions, decoded and cut at the first `stop`. A transformers model decodes
     with its KV cache (left padding, explicit position ids; done once every row has produced
     eos or `stop`); any other model through `_greedy_tokens`."""
@@ -79,16 +86,21 @@ def _generate_texts(model, tokenizer, prompts: list[list[int]], max_new_tokens: 
         ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-            mask[row, width - len(prompt):] = 1
+            ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         tokens = [[] for _ in prompts]
         done = [False] * len(prompts)
         cache = None
         for _ in range(max_new_tokens):
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                        cache=cache, use_cache=True)
+            out = model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=cache,
+                use_cache=True,
+            )
             cache = out.cache
             next_ids = out.logits[:, -1].argmax(-1)
             for row, token in enumerate(next_ids.tolist()):
@@ -111,12 +123,19 @@ def grade_boxed(completion: str, problem: dict) -> bool:
     """A MATH completion is right when its last \\boxed{} equals the reference's (normalised)."""
     answer = boxed_answer(completion)
     return answer is not None and normalise_answer(answer) == normalise_answer(
-        problem["final_answer"])
+        problem["final_answer"]
+    )
 
 
 @torch.inference_mode()
-def evaluate_problems(model, tokenizer, problems: list[dict], batch_size: int = 64,
-                      prepend_bos: bool = True, completions: list | None = None) -> np.ndarray:
+def evaluate_problems(
+    model,
+    tokenizer,
+    problems: list[dict],
+    batch_size: int = 64,
+    prepend_bos: bool = True,
+    completions: list | None = None,
+) -> np.ndarray:
     """Greedy answer accuracy per problem (bool array): the model generates len(answer) tokens
     after the prompt (right padding with explicit position ids, one forward per generated token:
     no cache, few answer tokens), all must equal the answer's. Problems with `grade: boxed`
@@ -134,21 +153,26 @@ def evaluate_problems(model, tokenizer, problems: list[dict], batch_size: int = 
     exact = [i for i, grade in enumerate(grades) if grade == "exact"]
     boxed = [i for i, grade in enumerate(grades) if grade == "boxed"]
     for start in range(0, len(exact), batch_size):
-        rows = exact[start:start + batch_size]
+        rows = exact[start : start + batch_size]
         steps = max(len(encoded[i][1]) for i in rows)
         generated = _greedy_tokens(model, [encoded[i][0] for i in rows], steps, pad_id, device)
         for row, index in enumerate(rows):
             answer = encoded[index][1]
-            correct[index] = generated[row][:len(answer)] == answer
+            correct[index] = generated[row][: len(answer)] == answer
     if completions is not None:
         completions[:] = [None] * len(problems)
     for start in range(0, len(boxed), batch_size):
-        rows = boxed[start:start + batch_size]
+        rows = boxed[start : start + batch_size]
         eos = tokenizer.eos_token_id
-        texts = _generate_texts(model, tokenizer, [encoded[i][0] for i in rows],
-                                max(int(problems[i]["max_new_tokens"]) for i in rows), MATH_STOP,
-                                pad_id if tokenizer.pad_token_id is not None or eos is None
-                                else eos, device)
+        texts = _generate_texts(
+            model,
+            tokenizer,
+            [encoded[i][0] for i in rows],
+            max(int(problems[i]["max_new_tokens"]) for i in rows),
+            MATH_STOP,
+            pad_id if tokenizer.pad_token_id is not None or eos is None else eos,
+            device,
+        )
         for index, text in zip(rows, texts):
             correct[index] = grade_boxed(text, problems[index])
             if completions is not None:
@@ -160,41 +184,65 @@ def accuracy_table(problems: list[dict], correct: np.ndarray):
     """Accuracy per (family, level) with its count and chance level."""
     import pandas as pd
 
-    frame = pd.DataFrame({"family": [p["family"] for p in problems],
-                          "level": [p["level"] for p in problems], "correct": correct})
+    frame = pd.DataFrame(
+        {
+            "family": [p["family"] for p in problems],
+            "level": [p["level"] for p in problems],
+            "correct": correct,
+        }
+    )
     table = frame.groupby(["family", "level"], sort=True)["correct"].agg(["mean", "size"])
     table = table.rename(columns={"mean": "accuracy", "size": "problems"}).reset_index()
-    table["chance"] = [chance_accuracy(f) if f in ALL_FAMILIES else np.nan
-                       for f in table["family"]]
+    table["chance"] = [chance_accuracy(f) if f in ALL_FAMILIES else np.nan for f in table["family"]]
     return table
 
 
-def problem_batches(tokenizer, problems: list[dict], batch_size: int,
-                    prepend_bos: bool = True, max_length: int | None = None):
+def problem_batches(
+    tokenizer,
+    problems: list[dict],
+    batch_size: int,
+    prepend_bos: bool = True,
+    max_length: int | None = None,
+):
     """Teacher-forced batches (prompt + answer, right padding) with measure_mask marking the
     answer positions and prompt_ids numbering the problems; for depthlab.interventions."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     for start in range(0, len(problems), batch_size):
         sequences, answer_spans = [], []
-        for problem in problems[start:start + batch_size]:
+        for problem in problems[start : start + batch_size]:
             prompt, answer = _prompt_ids(tokenizer, problem, prepend_bos)
             sequence = prompt + answer
             if max_length is not None and len(sequence) > max_length:
-                raise ProblemError(f"problem {problem['prompt'][:40]!r}...: {len(sequence)} "
-                                   f"tokens exceed max_length {max_length}")
+                raise ProblemError(
+                    f"problem {problem['prompt'][:40]!r}...: {len(sequence)} "
+                    f"tokens exceed max_length {max_length}"
+                )
             sequences.append(sequence)
             answer_spans.append((len(prompt) - 1, len(sequence) - 1))
         ids, mask = _pad(sequences, pad_id)
         measure = torch.zeros_like(mask, dtype=torch.bool)
         for row, (first, end) in enumerate(answer_spans):
             measure[row, first:end] = True
-        yield {"input_ids": ids, "attention_mask": mask, "measure_mask": measure,
-               "prompt_ids": list(range(start, start + len(sequences)))}
+        yield {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "measure_mask": measure,
+            "prompt_ids": list(range(start, start + len(sequences))),
+        }
 
 
-def depth_score_tables(adapter, tokenizer, problems: list[dict], settings, variant: str,
-                       batch_size: int, max_length: int, prepend_bos: bool, bootstrap: dict,
-                       seed: int) -> dict:
+def depth_score_tables(
+    adapter,
+    tokenizer,
+    problems: list[dict],
+    settings,
+    variant: str,
+    batch_size: int,
+    max_length: int,
+    prepend_bos: bool,
+    bootstrap: dict,
+    seed: int,
+) -> dict:
     """Per-level accuracy, depth score with a bootstrap interval per (family, level), and the
     per-problem output effect of skipping each layer at the answer positions (Csordas et al.:
     depth score = sum_l l e_l / sum_l e_l). `settings` are the skip settings; only `variant`
@@ -209,36 +257,66 @@ def depth_score_tables(adapter, tokenizer, problems: list[dict], settings, varia
 
     prepend = prepend_bos and tokenizer.bos_token_id is not None
     completions = []
-    correct = evaluate_problems(adapter.model, tokenizer, problems, batch_size=batch_size,
-                                prepend_bos=prepend, completions=completions)
-    scored = skip_effects(adapter, problem_batches(tokenizer, problems, batch_size,
-                                                   prepend_bos=prepend, max_length=max_length),
-                          dataclasses.replace(settings, variants=(variant,)), per_prompt=True)
+    correct = evaluate_problems(
+        adapter.model,
+        tokenizer,
+        problems,
+        batch_size=batch_size,
+        prepend_bos=prepend,
+        completions=completions,
+    )
+    scored = skip_effects(
+        adapter,
+        problem_batches(
+            tokenizer, problems, batch_size, prepend_bos=prepend, max_length=max_length
+        ),
+        dataclasses.replace(settings, variants=(variant,)),
+        per_prompt=True,
+    )
     per_problem = scored.per_prompt_output[variant]
     families = np.array([p["family"] for p in problems])
     levels = np.array([p["level"] for p in problems])
     frames = []
     for family in sorted(set(families)):
         member = families == family
-        frame = depth_scores_by_group(per_problem[member], levels[member],
-                                      resamples=bootstrap["resamples"],
-                                      confidence=bootstrap["confidence"], seed=seed)
+        frame = depth_scores_by_group(
+            per_problem[member],
+            levels[member],
+            resamples=bootstrap["resamples"],
+            confidence=bootstrap["confidence"],
+            seed=seed,
+        )
         frame.insert(0, "family", family)
         frames.append(frame.rename(columns={"group": "level", "prompts": "problems"}))
     layers = adapter.num_layers
     graded = [i for i, text in enumerate(completions) if text is not None]
-    extra = {"completions": pd.DataFrame({   # the generated solutions a boxed grade read
-        "problem": graded, "family": families[graded], "level": levels[graded],
-        "correct": correct[graded], "completion": [completions[i] for i in graded]})
-    } if graded else {}
+    extra = (
+        {
+            "completions": pd.DataFrame(
+                {  # the generated solutions a boxed grade read
+                    "problem": graded,
+                    "family": families[graded],
+                    "level": levels[graded],
+                    "correct": correct[graded],
+                    "completion": [completions[i] for i in graded],
+                }
+            )
+        }
+        if graded
+        else {}
+    )
     return {
         "accuracy": accuracy_table(problems, correct),
         "depth_score": pd.concat(frames, ignore_index=True),
-        "problem_effects": pd.DataFrame({
-            "problem": np.repeat(np.arange(len(problems)), layers),
-            "family": np.repeat(families, layers), "level": np.repeat(levels, layers),
-            "correct": np.repeat(correct, layers),
-            "skipped": np.tile(np.arange(layers), len(problems)),
-            "output_effect": per_problem.reshape(-1)}),
+        "problem_effects": pd.DataFrame(
+            {
+                "problem": np.repeat(np.arange(len(problems)), layers),
+                "family": np.repeat(families, layers),
+                "level": np.repeat(levels, layers),
+                "correct": np.repeat(correct, layers),
+                "skipped": np.tile(np.arange(layers), len(problems)),
+                "output_effect": per_problem.reshape(-1),
+            }
+        ),
         **extra,
     }

@@ -40,13 +40,13 @@ import string
 
 import numpy as np
 
-from .data import EOS_TOKEN, PAD_TOKEN, token_dtype
 from .atomic_files import atomic_path
 from .benchmark_problems import DATASET_FAMILIES, dataset_problems, validate_dataset_family
-from .provenance import Provenance
+from .data import EOS_TOKEN, PAD_TOKEN, token_dtype
 from .errors import DatasetProblemError, ProblemError
+from .provenance import Provenance
 
-FAMILIES = ("arithmetic", "hops", "lookup")         # synthetic, generated here
+FAMILIES = ("arithmetic", "hops", "lookup")  # synthetic, generated here
 ALL_FAMILIES = FAMILIES + tuple(DATASET_FAMILIES)
 DIGITS = tuple(string.digits)
 LETTERS = tuple(string.ascii_lowercase[:16])
@@ -66,13 +66,14 @@ def validate_problem_settings(spec: dict, where: str = "depth_use.problems") -> 
     dataset is read)."""
     families = spec.get("families")
     if not isinstance(families, dict) or not families:
-        raise ProblemError(f"{where}.families: a mapping of family -> settings "
-                           f"(families: {', '.join(ALL_FAMILIES)})")
+        raise ProblemError(
+            f"{where}.families: a mapping of family -> settings "
+            f"(families: {', '.join(ALL_FAMILIES)})"
+        )
     for name, family in families.items():
         key = f"{where}.families.{name}"
         if name not in ALL_FAMILIES:
-            raise ProblemError(f"{key}: unknown problem family (known: "
-                               f"{', '.join(ALL_FAMILIES)})")
+            raise ProblemError(f"{key}: unknown problem family (known: {', '.join(ALL_FAMILIES)})")
         if name in DATASET_FAMILIES:
             try:
                 validate_dataset_family(name, family, key)
@@ -80,23 +81,33 @@ def validate_problem_settings(spec: dict, where: str = "depth_use.problems") -> 
                 raise ProblemError(str(error)) from None
             continue
         levels = family.get("levels") if isinstance(family, dict) else None
-        if not isinstance(levels, list) or not levels or any(
-                isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in levels):
+        if (
+            not isinstance(levels, list)
+            or not levels
+            or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in levels)
+        ):
             raise ProblemError(f"{key}.levels: a non-empty list of integers >= 1")
         if name == "hops":
             relations = family.get("relations")
-            if isinstance(relations, bool) or not isinstance(relations, int) \
-                    or not 1 <= relations <= len(RELATIONS):
+            if (
+                isinstance(relations, bool)
+                or not isinstance(relations, int)
+                or not 1 <= relations <= len(RELATIONS)
+            ):
                 raise ProblemError(f"{key}.relations: an integer in 1..{len(RELATIONS)}")
         if name == "lookup":
             pairs = family.get("table_pairs")
             top = max(levels)
             if isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < top:
-                raise ProblemError(f"{key}.table_pairs: an integer >= the highest level "
-                                   f"({top}): a k-hop chain needs k pairs")
+                raise ProblemError(
+                    f"{key}.table_pairs: an integer >= the highest level "
+                    f"({top}): a k-hop chain needs k pairs"
+                )
             if pairs + 1 > len(LETTERS):
-                raise ProblemError(f"{key}.table_pairs: at most {len(LETTERS) - 1} (the table "
-                                   f"uses distinct letters of {len(LETTERS)})")
+                raise ProblemError(
+                    f"{key}.table_pairs: at most {len(LETTERS) - 1} (the table "
+                    f"uses distinct letters of {len(LETTERS)})"
+                )
     # training data exists only for synthetic families: without one the counts are optional
     trains = has_synthetic_family(spec)
     for key in ("train_problems", "val_problems", "eval_per_level"):
@@ -116,8 +127,10 @@ def has_synthetic_family(spec: dict) -> bool:
 
 
 def _synthetic_only(spec: dict) -> dict:
-    return {**spec, "families": {name: cfg for name, cfg in spec["families"].items()
-                                 if name in FAMILIES}}
+    return {
+        **spec,
+        "families": {name: cfg for name, cfg in spec["families"].items() if name in FAMILIES},
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,15 +148,16 @@ def arithmetic_problem(level: int, rng: np.random.Generator) -> tuple[list[str],
     return words + ["="], [str(value)]
 
 
-def lookup_problem(level: int, rng: np.random.Generator,
-                   table_pairs: int) -> tuple[list[str], list[str]]:
-    letters = [LETTERS[i] for i in rng.permutation(len(LETTERS))[:table_pairs + 1]]
-    chain = letters[:level + 1]                    # start -> ... -> answer, distinct letters
+def lookup_problem(
+    level: int, rng: np.random.Generator, table_pairs: int
+) -> tuple[list[str], list[str]]:
+    letters = [LETTERS[i] for i in rng.permutation(len(LETTERS))[: table_pairs + 1]]
+    chain = letters[: level + 1]  # start -> ... -> answer, distinct letters
     pairs = list(zip(chain[:-1], chain[1:]))
     keys = set(chain[:-1])
     # distractor pairs: other keys (never on the chain's path), values anywhere
     others = [x for x in letters if x not in keys and x != chain[-1]]
-    for key in others[:table_pairs - level]:
+    for key in others[: table_pairs - level]:
         pairs.append((key, LETTERS[int(rng.integers(len(LETTERS)))]))
     order = rng.permutation(len(pairs))
     words = []
@@ -161,8 +175,9 @@ def relation_tables(count: int, seed: int) -> np.ndarray:
     return np.stack([rng.permutation(len(LETTERS)) for _ in range(count)])
 
 
-def hops_problem(level: int, rng: np.random.Generator,
-                 tables: np.ndarray) -> tuple[list[str], list[str]]:
+def hops_problem(
+    level: int, rng: np.random.Generator, tables: np.ndarray
+) -> tuple[list[str], list[str]]:
     entity = int(rng.integers(len(LETTERS)))
     words = [LETTERS[entity]]
     for _ in range(level):
@@ -198,12 +213,14 @@ def _with_tables(spec: dict, seed: int) -> dict:
 
 
 def _levels(spec: dict) -> list[tuple[str, int]]:
-    return [(family, int(level)) for family, cfg in spec["families"].items()
-            for level in cfg["levels"]]
+    return [
+        (family, int(level)) for family, cfg in spec["families"].items() for level in cfg["levels"]
+    ]
 
 
-def sample_problems(spec: dict, count: int, seed: int, weights: str = "uniform",
-                    table_seed: int | None = None) -> list[dict]:
+def sample_problems(
+    spec: dict, count: int, seed: int, weights: str = "uniform", table_seed: int | None = None
+) -> list[dict]:
     """`count` problems, (family, level) drawn with probability uniform or proportional to the
     level (harder levels more often: they need more examples). table_seed: the seed of the
     hops relations (the problem set's seed; default `seed`)."""
@@ -217,8 +234,14 @@ def sample_problems(spec: dict, count: int, seed: int, weights: str = "uniform",
     for pick in picks:
         family, level = levels[pick]
         prompt, answer = generate_problem(family, level, rng, families[family])
-        problems.append({"family": family, "level": level, "prompt": " ".join(prompt),
-                         "answer": " ".join(answer)})
+        problems.append(
+            {
+                "family": family,
+                "level": level,
+                "prompt": " ".join(prompt),
+                "answer": " ".join(answer),
+            }
+        )
     return problems
 
 
@@ -230,8 +253,14 @@ def evaluation_problems(spec: dict, seed: int) -> list[dict]:
         rng = np.random.default_rng([seed, 7919, index])
         for _ in range(spec["eval_per_level"]):
             prompt, answer = generate_problem(family, level, rng, families[family])
-            problems.append({"family": family, "level": level, "prompt": " ".join(prompt),
-                             "answer": " ".join(answer)})
+            problems.append(
+                {
+                    "family": family,
+                    "level": level,
+                    "prompt": " ".join(prompt),
+                    "answer": " ".join(answer),
+                }
+            )
     return problems
 
 
@@ -248,9 +277,13 @@ def build_tokenizer():
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD_TOKEN))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words by spaces
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=EOS_TOKEN,
-                                   eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
-                                   clean_up_tokenization_spaces=False)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=EOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        clean_up_tokenization_spaces=False,
+    )
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -263,8 +296,11 @@ def _encode(tokenizer, text: str) -> list[int]:
 def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict:
     """Write the problem folder atomically (see the module docstring); returns meta."""
     validate_problem_settings(spec, where="problems")
-    local = [cfg["dataset"]["path"] for name, cfg in spec["families"].items()
-             if name in DATASET_FAMILIES and cfg["dataset"]["source"] == "jsonl"]
+    local = [
+        cfg["dataset"]["path"]
+        for name, cfg in spec["families"].items()
+        if name in DATASET_FAMILIES and cfg["dataset"]["source"] == "jsonl"
+    ]
     provenance = Provenance("depth_use.problems", config=spec, inputs=local, seed=seed)
     synthetic = _synthetic_only(spec)
     evaluation, datasets = [], {}
@@ -276,33 +312,42 @@ def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict
             continue
         try:
             problems, datasets[name] = dataset_problems(
-                name, cfg, spec["eval_per_level"], seed, offset, f"problems.families.{name}")
+                name, cfg, spec["eval_per_level"], seed, offset, f"problems.families.{name}"
+            )
         except DatasetProblemError as error:
             raise ProblemError(str(error)) from None
         evaluation += problems
         offset += len(cfg["levels"])
     chance = {f: chance_accuracy(f) for f in spec["families"]}
-    problems_meta = {"file": PROBLEMS_FILE, "count": len(evaluation),
-                     "per_level": spec["eval_per_level"], "chance": chance,
-                     **({"datasets": datasets} if datasets else {})}
+    problems_meta = {
+        "file": PROBLEMS_FILE,
+        "count": len(evaluation),
+        "per_level": spec["eval_per_level"],
+        "chance": chance,
+        **({"datasets": datasets} if datasets else {}),
+    }
     if not synthetic["families"]:
         with atomic_path(out_dir, is_dir=True) as tmp:
             with open(tmp / PROBLEMS_FILE, "w", encoding="utf-8") as handle:
                 handle.writelines(json.dumps(p) + "\n" for p in evaluation)
-            meta = {"format": "evaluation problems only (problems.jsonl): dataset families "
-                              "have no training data",
-                    "source": {"kind": "dataset_problems", "families": spec["families"],
-                               "seed": seed},
-                    "problems": problems_meta}
+            meta = {
+                "format": "evaluation problems only (problems.jsonl): dataset families "
+                "have no training data",
+                "source": {"kind": "dataset_problems", "families": spec["families"], "seed": seed},
+                "problems": problems_meta,
+            }
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             provenance.extra["meta"] = {"problems": problems_meta}
             provenance.write(tmp / "provenance.json")
         return meta
     tokenizer = build_tokenizer()
     weights = spec.get("level_weights", "uniform")
-    splits = {"train": sample_problems(synthetic, spec["train_problems"], seed, weights),
-              "val": sample_problems(synthetic, spec["val_problems"], seed + 1_000_003, weights,
-                                     table_seed=seed)}
+    splits = {
+        "train": sample_problems(synthetic, spec["train_problems"], seed, weights),
+        "val": sample_problems(
+            synthetic, spec["val_problems"], seed + 1_000_003, weights, table_seed=seed
+        ),
+    }
     dtype = token_dtype(len(tokenizer))
     eos = tokenizer.eos_token_id
     counts = {}
@@ -315,9 +360,12 @@ def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict
                 flat += _encode(tokenizer, text) + [eos]
             array = np.asarray(flat, dtype=dtype)
             array.tofile(tmp / f"{split}.bin")
-            counts[split] = {"documents": len(texts), "tokens": len(flat),
-                             "bytes": sum(len(t.encode()) for t in texts),
-                             "sha256": hashlib.sha256(array.tobytes()).hexdigest()}
+            counts[split] = {
+                "documents": len(texts),
+                "tokens": len(flat),
+                "bytes": sum(len(t.encode()) for t in texts),
+                "sha256": hashlib.sha256(array.tobytes()).hexdigest(),
+            }
             if split == "val":
                 with open(tmp / "val.jsonl", "w", encoding="utf-8") as handle:
                     handle.writelines(json.dumps({"text": t}) + "\n" for t in texts)
@@ -332,8 +380,12 @@ def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict
             "pad_id": tokenizer.pad_token_id,
             "splits": counts,
             "split_rule": "independent samples (train seed, val seed + 1000003)",
-            "source": {"kind": "synthetic_problems", "families": spec["families"],
-                       "level_weights": weights, "seed": seed},
+            "source": {
+                "kind": "synthetic_problems",
+                "families": spec["families"],
+                "level_weights": weights,
+                "seed": seed,
+            },
             "tokenizer": {"kind": "word_level", "vocabulary": list(VOCABULARY)},
             "dropped_documents": {},
             "problems": problems_meta,

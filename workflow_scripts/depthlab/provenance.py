@@ -18,8 +18,17 @@ from pathlib import Path
 from .atomic_files import write_json
 
 TRACKED_PACKAGES = (
-    "torch", "transformers", "tokenizers", "safetensors", "datasets", "numpy", "scipy",
-    "pandas", "snakemake", "lm_eval", "peft",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "datasets",
+    "numpy",
+    "scipy",
+    "pandas",
+    "snakemake",
+    "lm_eval",
+    "peft",
 )
 
 
@@ -43,14 +52,19 @@ def git_state(repo: str | os.PathLike | None = None) -> dict:
     if status is None:
         return {"commit": commit, "dirty": None}
     changes = status.splitlines()
-    return {"commit": commit, "dirty": bool(changes), "n_changes": len(changes),
-            "changes": changes[:MAX_LISTED_CHANGES]}
+    return {
+        "commit": commit,
+        "dirty": bool(changes),
+        "n_changes": len(changes),
+        "changes": changes[:MAX_LISTED_CHANGES],
+    }
 
 
 def _git(repo: str | os.PathLike, *args: str) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                             timeout=20, check=True)
+        out = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=20, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.rstrip("\n")  # not strip(): porcelain lines start with a space
@@ -100,8 +114,7 @@ def display_path(path: str | os.PathLike) -> str:
 def config_source(config_files, overrides: dict | None = None) -> dict:
     """The config files a job's spec was resolved from, each with its sha256, and the
     command-line overrides applied on top."""
-    source = {"files": [{"path": display_path(f), "sha256": sha256_path(f)}
-                        for f in config_files]}
+    source = {"files": [{"path": display_path(f), "sha256": sha256_path(f)} for f in config_files]}
     if overrides:
         source["overrides"] = overrides
     return source
@@ -109,8 +122,7 @@ def config_source(config_files, overrides: dict | None = None) -> dict:
 
 def export_config_source(config_files, overrides: dict | None = None) -> None:
     """Hand the config source to the jobs this process starts (see CONFIG_SOURCE_ENV)."""
-    os.environ[CONFIG_SOURCE_ENV] = json.dumps(config_source(config_files, overrides),
-                                               default=str)
+    os.environ[CONFIG_SOURCE_ENV] = json.dumps(config_source(config_files, overrides), default=str)
 
 
 def set_job(rule: str, command: str, config_files=None) -> None:
@@ -160,14 +172,13 @@ class Provenance:
         self.config = config
         self.inputs = [str(p) for p in inputs]
         self.seed = seed
-        self.start = _dt.datetime.now(_dt.timezone.utc)
+        self.start = _dt.datetime.now(_dt.UTC)
         self._t0 = time.perf_counter()
         self.extra: dict = {}
 
     def record(self) -> dict:
-        end = _dt.datetime.now(_dt.timezone.utc)
-        hashed = [(p, *_hash_tree(Path(p), per_file=True)) for p in self.inputs
-                  if Path(p).exists()]
+        end = _dt.datetime.now(_dt.UTC)
+        hashed = [(p, *_hash_tree(Path(p), per_file=True)) for p in self.inputs if Path(p).exists()]
         return {
             "stage": self.stage,
             "rule": _job.get("rule"),

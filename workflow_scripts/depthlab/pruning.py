@@ -39,13 +39,16 @@ STRATEGIES = ("angular", "deepest", "greedy")
 # --------------------------------------------------------------------------- block sizes
 
 
-def check_prunable(adapter: ModelAdapter, name: str = "model",
-                   where: str = "pruning.models") -> None:
+def check_prunable(
+    adapter: ModelAdapter, name: str = "model", where: str = "pruning.models"
+) -> None:
     """A model can be pruned and scored only with an LM head (a bare encoder such as the MiniLM
     contrast cannot be scored by validation loss or lm-eval)."""
     if not adapter.has_lm_head:
-        raise PruningError(f"{where}: model '{name}' has no LM head (a bare encoder); layer "
-                         f"removal is scored by validation loss and lm-eval, which need one")
+        raise PruningError(
+            f"{where}: model '{name}' has no LM head (a bare encoder); layer "
+            f"removal is scored by validation loss and lm-eval, which need one"
+        )
 
 
 def grid(n_grid: Sequence[int] | None, num_layers: int, key: str = "pruning.n_grid") -> list[int]:
@@ -55,8 +58,10 @@ def grid(n_grid: Sequence[int] | None, num_layers: int, key: str = "pruning.n_gr
     values = sorted({int(n) for n in n_grid})
     for n in values:
         if not 1 <= n < num_layers:
-            raise PruningError(f"{key}: block size {n} is outside 1..{num_layers - 1} for a "
-                             f"model of {num_layers} layers")
+            raise PruningError(
+                f"{key}: block size {n} is outside 1..{num_layers - 1} for a "
+                f"model of {num_layers} layers"
+            )
     return values
 
 
@@ -118,17 +123,25 @@ def greedy_path(loss_of, num_layers: int, n_max: int, log=None) -> list[dict]:
         losses = loss_of(sets)
         best = min(range(len(candidates)), key=lambda i: (losses[i], candidates[i]))
         removed = sets[best]
-        path.append({"n": n, "removed": removed, "layer": candidates[best],
-                     "loss": float(losses[best]),
-                     "candidates": {c: float(v) for c, v in zip(candidates, losses)}})
+        path.append(
+            {
+                "n": n,
+                "removed": removed,
+                "layer": candidates[best],
+                "loss": float(losses[best]),
+                "candidates": {c: float(v) for c, v in zip(candidates, losses)},
+            }
+        )
         if log:
-            log(f"greedy n={n}: drop layer {candidates[best]} -> {removed}, "
-                f"loss {losses[best]:.4f}")
+            log(
+                f"greedy n={n}: drop layer {candidates[best]} -> {removed}, loss {losses[best]:.4f}"
+            )
     return path
 
 
-def auto_depth(table, metric: str, tolerance: float, higher_is_better: bool,
-               baseline: float | None = None) -> dict:
+def auto_depth(
+    table, metric: str, tolerance: float, higher_is_better: bool, baseline: float | None = None
+) -> dict:
     """The largest n whose drop stays within `tolerance` (absolute), i.e. every evaluated n' <= n
     has drop(n') <= tolerance, where drop = baseline - value when higher is better, else
     value - baseline. `table` has columns n and `metric`; the baseline is the row with n = 0
@@ -148,8 +161,13 @@ def auto_depth(table, metric: str, tolerance: float, higher_is_better: bool,
         if drop > tolerance + 1e-12:  # inclusive, and not flipped by float rounding
             break
         chosen = {"n": int(n), "value": float(value), "drop": float(drop)}
-    return {**chosen, "baseline": baseline, "tolerance": tolerance, "metric": metric,
-            "higher_is_better": higher_is_better}
+    return {
+        **chosen,
+        "baseline": baseline,
+        "tolerance": tolerance,
+        "metric": metric,
+        "higher_is_better": higher_is_better,
+    }
 
 
 def auto_depth_choices(sweep, tolerances: dict, metric_name: str) -> list[dict]:
@@ -160,13 +178,13 @@ def auto_depth_choices(sweep, tolerances: dict, metric_name: str) -> list[dict]:
 
     choices = []
     per_variant = sweep.groupby(["strategy", "n", "healed"], as_index=False).agg(
-        val_loss=("val_loss", "first"))
+        val_loss=("val_loss", "first")
+    )
     tasks = sorted(t for t in sweep["task"].dropna().unique() if t)
     scored = sweep[sweep["task"].isin(tasks)]
     if tasks:
         mean = scored.groupby(["strategy", "n", "healed"], as_index=False)[metric_name].mean()
-        per_variant = per_variant.merge(mean.rename(columns={metric_name: "mean_acc"}),
-                                        how="left")
+        per_variant = per_variant.merge(mean.rename(columns={metric_name: "mean_acc"}), how="left")
         for task in tasks:
             one = scored[scored["task"] == task][["strategy", "n", "healed", metric_name]]
             per_variant = per_variant.merge(one.rename(columns={metric_name: task}), how="left")
@@ -179,8 +197,13 @@ def auto_depth_choices(sweep, tolerances: dict, metric_name: str) -> list[dict]:
                 if metric not in table.columns or base.empty or pd.isna(base[metric].iloc[0]):
                     continue
                 baseline = float(base[metric].iloc[0])
-                choice = auto_depth(table[["n", metric]], metric, float(tolerance),
-                                    higher_is_better=metric != "val_loss", baseline=baseline)
+                choice = auto_depth(
+                    table[["n", metric]],
+                    metric,
+                    float(tolerance),
+                    higher_is_better=metric != "val_loss",
+                    baseline=baseline,
+                )
                 choices.append({"strategy": strategy, "healed": bool(healed), **choice})
     return choices
 
@@ -188,15 +211,16 @@ def auto_depth_choices(sweep, tolerances: dict, metric_name: str) -> list[dict]:
 # --------------------------------------------------------------------------- losses
 
 
-def validation_windows(tokens: np.ndarray, windows: int, seq_len: int,
-                       batch_size: int) -> list[torch.Tensor]:
+def validation_windows(
+    tokens: np.ndarray, windows: int, seq_len: int, batch_size: int
+) -> list[torch.Tensor]:
     """`windows` evenly spaced (seq_len + 1)-token windows of a flat token array, in batches
     (the pretraining stage's validation windows, depthlab.training.validation_batches)."""
     width = seq_len + 1
     if len(tokens) < width:
         raise PruningError(f"val split has {len(tokens)} tokens, fewer than seq_len + 1 = {width}")
     starts = np.linspace(0, len(tokens) - width, windows).astype(np.int64)
-    stacked = np.stack([np.asarray(tokens[s:s + width]) for s in starts]).astype(np.int64)
+    stacked = np.stack([np.asarray(tokens[s : s + width]) for s in starts]).astype(np.int64)
     return list(torch.from_numpy(stacked).split(batch_size))
 
 
@@ -207,7 +231,7 @@ def _first(value):
 @dataclass
 class _BatchCache:
     targets: torch.Tensor
-    calls: list          # per layer: (extra positional args, kwargs) it was called with
+    calls: list  # per layer: (extra positional args, kwargs) it was called with
     start: torch.Tensor  # h_0, the input of layer 0
 
 
@@ -223,8 +247,7 @@ class LossSweep:
     most `cache_mib` MiB (least recently used evicted first). A later call (a greedy step)
     starts from the states an earlier call left."""
 
-    def __init__(self, model: nn.Module, windows: Sequence[torch.Tensor],
-                 cache_mib: float = 512.0):
+    def __init__(self, model: nn.Module, windows: Sequence[torch.Tensor], cache_mib: float = 512.0):
         self.model = model
         self.adapter = adapt(model)
         if not self.adapter.has_lm_head:
@@ -235,11 +258,10 @@ class LossSweep:
         self.layer_calls = 0
         self.tokens = 0
         self.cache_bytes = int(cache_mib * 2**20)
-        self._states: OrderedDict = OrderedDict()   # (batch, layer, removed below) -> state
-        self._pinned: dict = {}                     # the full model's states
+        self._states: OrderedDict = OrderedDict()  # (batch, layer, removed below) -> state
+        self._pinned: dict = {}  # the full model's states
         self._bytes = 0
-        self._batches = [self._prepare(index, w.to(self.device))
-                         for index, w in enumerate(windows)]
+        self._batches = [self._prepare(index, w.to(self.device)) for index, w in enumerate(windows)]
 
     @torch.inference_mode()
     def _prepare(self, index: int, window: torch.Tensor) -> _BatchCache:
@@ -247,14 +269,18 @@ class LossSweep:
         calls, states = [None] * self.num_layers, [None] * (self.num_layers + 1)
         handles = []
         for layer_index, layer in enumerate(self.adapter.layers):
+
             def pre(module, args, kwargs, layer_index=layer_index):
                 kwargs = dict(kwargs)
                 states[layer_index] = args[0] if args else kwargs.pop("hidden_states")
                 calls[layer_index] = (tuple(args[1:]), kwargs)
 
             handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
-        handles.append(self.adapter.layers[-1].register_forward_hook(
-            lambda module, args, output: states.__setitem__(self.num_layers, _first(output))))
+        handles.append(
+            self.adapter.layers[-1].register_forward_hook(
+                lambda module, args, output: states.__setitem__(self.num_layers, _first(output))
+            )
+        )
         try:
             self.adapter.backbone(input_ids=inputs, use_cache=False)
         finally:
@@ -315,8 +341,22 @@ class LossSweep:
         drop = [i for i, s in enumerate(removed_sets) if layer in s]
         if keep:
             following = self._state(index, layer + 1, below, hidden)
-            self._walk(index, layer + 1, following, below, [removed_sets[i] for i in keep],
-                       [keys[i] for i in keep], sums)
+            self._walk(
+                index,
+                layer + 1,
+                following,
+                below,
+                [removed_sets[i] for i in keep],
+                [keys[i] for i in keep],
+                sums,
+            )
         if drop:
-            self._walk(index, layer + 1, hidden, below + (layer,),
-                       [removed_sets[i] for i in drop], [keys[i] for i in drop], sums)
+            self._walk(
+                index,
+                layer + 1,
+                hidden,
+                below + (layer,),
+                [removed_sets[i] for i in drop],
+                [keys[i] for i in drop],
+                sums,
+            )

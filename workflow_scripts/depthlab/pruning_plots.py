@@ -24,8 +24,12 @@ STRATEGY_COLORS = {"angular": "tab:blue", "deepest": "tab:orange", "greedy": "ta
 
 def read_prunings(folders: dict[str, str]) -> dict[str, pd.DataFrame]:
     """{table: frame over every model} for sweep, single_layer, speed, block_choice."""
-    tables: dict[str, list[pd.DataFrame]] = {"sweep": [], "single_layer": [], "speed": [],
-                                             "block_choice": []}
+    tables: dict[str, list[pd.DataFrame]] = {
+        "sweep": [],
+        "single_layer": [],
+        "speed": [],
+        "block_choice": [],
+    }
     for model, folder in folders.items():
         for name in tables:
             path = Path(folder) / f"{name}.csv"
@@ -51,8 +55,9 @@ def label_colours(labels: dict[str, str]) -> dict[str, tuple]:
     from .figure_style import scheme_colours
 
     schemes = scheme_colours()
-    return {model: schemes.get(label.split()[0], (0.5, 0.5, 0.5))
-            for model, label in labels.items()}
+    return {
+        model: schemes.get(label.split()[0], (0.5, 0.5, 0.5)) for model, label in labels.items()
+    }
 
 
 def _largest_delta(single: pd.DataFrame, model: str, label: str) -> str:
@@ -72,8 +77,14 @@ def plot_delta_p(single: pd.DataFrame, labels: dict[str, str], metric: str, run_
     tasks = _tasks(single)
     rows = 1 + len(tasks)
     colours = label_colours(labels)
-    fig, axes = plt.subplots(rows, len(models), figsize=(4.2 * len(models), 2.8 * rows),
-                             squeeze=False, sharex="col", sharey="row")
+    fig, axes = plt.subplots(
+        rows,
+        len(models),
+        figsize=(4.2 * len(models), 2.8 * rows),
+        squeeze=False,
+        sharex="col",
+        sharey="row",
+    )
     for column, model in enumerate(models):
         frame = single[single["model"] == model]
         losses = frame.drop_duplicates("layer").sort_values("layer")
@@ -86,30 +97,50 @@ def plot_delta_p(single: pd.DataFrame, labels: dict[str, str], metric: str, run_
             ax = axes[row, column]
             one = frame[frame["task"] == task].sort_values("layer")
             if not one.empty:
-                ax.bar(one["layer"], one[f"delta_{metric}"], color=colours[model], alpha=0.7,
-                       yerr=one[f"{metric}_stderr"], capsize=2, ecolor="gray")
+                ax.bar(
+                    one["layer"],
+                    one[f"delta_{metric}"],
+                    color=colours[model],
+                    alpha=0.7,
+                    yerr=one[f"{metric}_stderr"],
+                    capsize=2,
+                    ecolor="gray",
+                )
             ax.axhline(0, color="black", lw=0.6)
             ax.set_ylabel(f"$\\Delta$ {metric}\n{task}" if column == 0 else "")
         axes[-1, column].set_xlabel("removed layer l")
-    fig.suptitle(f"Layout of Curse of Depth Fig. 2 (per-layer ablation $\\Delta P(l)$): change in "
-                 f"validation loss and lm-eval {metric} when only layer l is removed, measured "
-                 f"on the {run_name} run's models, no fine-tuning\n(error bars: lm-eval standard "
-                 f"error of the pruned model's {metric}; largest loss increase: "
-                 + ", ".join(_largest_delta(single, model, labels[model]) for model in models)
-                 + ")", fontsize=9)
+    fig.suptitle(
+        f"Layout of Curse of Depth Fig. 2 (per-layer ablation $\\Delta P(l)$): change in "
+        f"validation loss and lm-eval {metric} when only layer l is removed, measured "
+        f"on the {run_name} run's models, no fine-tuning\n(error bars: lm-eval standard "
+        f"error of the pruned model's {metric}; largest loss increase: "
+        + ", ".join(_largest_delta(single, model, labels[model]) for model in models)
+        + ")",
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig
 
 
-def plot_sweep(sweep: pd.DataFrame, labels: dict[str, str], metric: str, run_name: str,
-               chance: float | None = None):
+def plot_sweep(
+    sweep: pd.DataFrame,
+    labels: dict[str, str],
+    metric: str,
+    run_name: str,
+    chance: float | None = None,
+):
     import matplotlib.pyplot as plt
 
     models = list(labels)
     tasks = _tasks(sweep)
     columns = 1 + len(tasks)
-    fig, axes = plt.subplots(len(models), columns, figsize=(4.0 * columns, 3.0 * len(models)),
-                             squeeze=False, sharey="col")
+    fig, axes = plt.subplots(
+        len(models),
+        columns,
+        figsize=(4.0 * columns, 3.0 * len(models)),
+        squeeze=False,
+        sharey="col",
+    )
     for row, model in enumerate(models):
         frame = sweep[sweep["model"] == model]
         for strategy in sorted(frame["strategy"].unique()):
@@ -120,16 +151,30 @@ def plot_sweep(sweep: pd.DataFrame, labels: dict[str, str], metric: str, run_nam
                     continue
                 label = f"{strategy}{' healed' if healed else ''}"
                 losses = part.drop_duplicates("n").sort_values("fraction")
-                axes[row, 0].plot(losses["fraction"], losses["val_loss"], style, marker="o",
-                                  ms=3, color=color, label=label)
+                axes[row, 0].plot(
+                    losses["fraction"],
+                    losses["val_loss"],
+                    style,
+                    marker="o",
+                    ms=3,
+                    color=color,
+                    label=label,
+                )
                 for column, task in enumerate(tasks, start=1):
                     one = part[part["task"] == task].sort_values("fraction")
                     if one.empty:
                         continue
-                    axes[row, column].errorbar(one["fraction"], one[metric],
-                                               yerr=one[f"{metric}_stderr"], fmt=style,
-                                               marker="o", ms=3, capsize=2, color=color,
-                                               label=label)
+                    axes[row, column].errorbar(
+                        one["fraction"],
+                        one[metric],
+                        yerr=one[f"{metric}_stderr"],
+                        fmt=style,
+                        marker="o",
+                        ms=3,
+                        capsize=2,
+                        color=color,
+                        label=label,
+                    )
         axes[row, 0].set_ylabel(f"{labels[model]}\nval loss")
         for column, task in enumerate(tasks, start=1):
             if chance:
@@ -138,10 +183,13 @@ def plot_sweep(sweep: pd.DataFrame, labels: dict[str, str], metric: str, run_nam
         for ax in axes[row]:
             ax.set_xlabel("fraction of layers removed")
         axes[row, 0].legend(fontsize=7)
-    fig.suptitle(f"Layout of Gromov et al. Fig. 1/2: validation loss and lm-eval {metric} vs "
-                 f"fraction of layers removed, per strategy, unhealed (solid) and healed "
-                 f"(dashed), measured on the {run_name} run's models\n(error bars: lm-eval "
-                 f"standard error; dotted: chance)", fontsize=9)
+    fig.suptitle(
+        f"Layout of Gromov et al. Fig. 1/2: validation loss and lm-eval {metric} vs "
+        f"fraction of layers removed, per strategy, unhealed (solid) and healed "
+        f"(dashed), measured on the {run_name} run's models\n(error bars: lm-eval "
+        f"standard error; dotted: chance)",
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig
 
@@ -153,12 +201,18 @@ def plot_speedup(speed: pd.DataFrame, labels: dict[str, str], run_name: str):
     colours = label_colours(labels)
     for ax, kind in zip(axes[0], ("prefill", "generation")):
         for model in labels:
-            frame = speed[speed["model"] == model].sort_values("fraction") \
-                if not speed.empty else speed
+            frame = (
+                speed[speed["model"] == model].sort_values("fraction") if not speed.empty else speed
+            )
             if frame.empty:
                 continue
-            ax.plot(frame["fraction"], frame[f"{kind}_speedup"], marker="o",
-                    color=colours[model], label=labels[model])
+            ax.plot(
+                frame["fraction"],
+                frame[f"{kind}_speedup"],
+                marker="o",
+                color=colours[model],
+                label=labels[model],
+            )
         grid = np.linspace(0, 0.9, 50)
         ax.plot(grid, 1 / (1 - grid), ":", color="gray", label="ideal L/(L-n)")
         ax.set_xlabel("fraction of layers removed")
@@ -166,15 +220,23 @@ def plot_speedup(speed: pd.DataFrame, labels: dict[str, str], run_name: str):
         ax.set_title(kind)
         ax.legend(fontsize=7)
     strategies = ", ".join(sorted(speed["strategy"].unique())) if not speed.empty else "none"
-    fig.suptitle(f"Measured speed-up of exported pruned models vs the full model ({strategies} "
-                 f"removal; Gromov et al. report none), {run_name} run, measured on this "
-                 f"machine", fontsize=9)
+    fig.suptitle(
+        f"Measured speed-up of exported pruned models vs the full model ({strategies} "
+        f"removal; Gromov et al. report none), {run_name} run, measured on this "
+        f"machine",
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig
 
 
-def plot_all(folders: dict[str, str], labels: dict[str, str], metric: str, run_name: str,
-             chance: float | None = None) -> dict:
+def plot_all(
+    folders: dict[str, str],
+    labels: dict[str, str],
+    metric: str,
+    run_name: str,
+    chance: float | None = None,
+) -> dict:
     tables = read_prunings(folders)
     figures = {
         "delta_p": plot_delta_p(tables["single_layer"], labels, metric, run_name),

@@ -15,6 +15,9 @@ and the speed measurement together; each of them imports depthlab.layer_removal,
 this module or another of them. The spec keys and output files are listed in
 workflow_scripts/prune_model.py; the spec is the one depthlab.config resolves (every key the
 schema requires is indexed, none given a second default here).
+
+Size: the stage reads plan -> evaluate -> heal -> speed -> export -> write, one function each;
+the engines are in pruning, layer_removal, healing, lm_tasks and speed.
 """
 
 from __future__ import annotations
@@ -33,20 +36,47 @@ from torch import nn
 
 from . import data as data_lib
 from .architectures import adapt, load_model, load_tokenizer
+from .atomic_files import atomic_path, write_dataframe, write_json
 from .errors import PruningError
 from .healing import HealSettings, heal, validate_healing_settings
-from .atomic_files import atomic_path, write_dataframe, write_json
 from .layer_removal import export_pruned, model_loss, prune_copy
 from .lm_tasks import TaskEvaluator, check_task_folder
 from .provenance import Provenance
-from .pruning import (STRATEGIES, LossSweep, angular_removal, auto_depth_choices,
-                      block_choice_table, check_prunable, deepest_removal, greedy_path, grid,
-                      read_distance_matrix, validation_windows)
+from .pruning import (
+    STRATEGIES,
+    LossSweep,
+    angular_removal,
+    auto_depth_choices,
+    block_choice_table,
+    check_prunable,
+    deepest_removal,
+    greedy_path,
+    grid,
+    read_distance_matrix,
+    validation_windows,
+)
 from .speed import measure_exports
 
-SWEEP_COLUMNS = ["model", "strategy", "n", "fraction", "removed", "healed", "val_loss",
-                 "val_ppl", "delta_loss", "task", "acc", "acc_stderr", "acc_norm",
-                 "acc_norm_stderr", "score", "score_stderr", "score_metric", "samples"]
+SWEEP_COLUMNS = [
+    "model",
+    "strategy",
+    "n",
+    "fraction",
+    "removed",
+    "healed",
+    "val_loss",
+    "val_ppl",
+    "delta_loss",
+    "task",
+    "acc",
+    "acc_stderr",
+    "acc_norm",
+    "acc_norm_stderr",
+    "score",
+    "score_stderr",
+    "score_metric",
+    "samples",
+]
 
 
 # --------------------------------------------------------------------------- settings
@@ -61,8 +91,10 @@ def _check_grid(values, num_layers: int, key: str) -> None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise PruningError(f"{key}: block size {n!r} must be an integer >= 1")
         if n >= num_layers:
-            raise PruningError(f"{key}: block size {n} >= the model's {num_layers} layers "
-                             f"(at most {num_layers - 1} can be removed)")
+            raise PruningError(
+                f"{key}: block size {n} >= the model's {num_layers} layers "
+                f"(at most {num_layers - 1} can be removed)"
+            )
 
 
 def _positive_ints(section: dict, keys: Sequence[str], where: str) -> None:
@@ -84,8 +116,10 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
         raise PruningError(f"{where}.strategies: name at least one ({', '.join(STRATEGIES)})")
     for strategy in strategies:
         if strategy not in STRATEGIES:
-            raise PruningError(f"{where}.strategies: unknown strategy '{strategy}' "
-                             f"(known: {', '.join(STRATEGIES)})")
+            raise PruningError(
+                f"{where}.strategies: unknown strategy '{strategy}' "
+                f"(known: {', '.join(STRATEGIES)})"
+            )
     _check_grid(settings["n_grid"], num_layers, f"{where}.n_grid")
     _positive_ints(settings["val"], ("windows", "seq_len", "batch_size"), f"{where}.val")
     lm_eval = settings["lm_eval"]
@@ -93,36 +127,45 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
         _check_grid(lm_eval["n_grid"], num_layers, f"{where}.lm_eval.n_grid")
         _positive_ints(lm_eval, ("batch_size",), f"{where}.lm_eval")
         if lm_eval["metric"] not in ("acc", "acc_norm", "score"):
-            raise PruningError(f"{where}.lm_eval.metric: acc, acc_norm or score "
-                             f"(got {lm_eval['metric']!r})")
+            raise PruningError(
+                f"{where}.lm_eval.metric: acc, acc_norm or score (got {lm_eval['metric']!r})"
+            )
     healing = settings["healing"]
     if healing["enabled"]:
         for strategy in healing.get("strategies") or []:
             if strategy not in strategies:
-                raise PruningError(f"{where}.healing.strategies: '{strategy}' is not one of "
-                                 f"{where}.strategies ({', '.join(strategies)})")
+                raise PruningError(
+                    f"{where}.healing.strategies: '{strategy}' is not one of "
+                    f"{where}.strategies ({', '.join(strategies)})"
+                )
         _check_grid(healing.get("n_grid"), num_layers, f"{where}.healing.n_grid")
         validate_healing_settings(healing, f"{where}.healing")
     tolerances = settings["auto_depth"].get("tolerances", {})
     for metric, tolerance in tolerances.items():
-        if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) \
-                or tolerance < 0:
+        if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or tolerance < 0:
             raise PruningError(f"{where}.auto_depth.tolerances.{metric}: must be a number >= 0")
     for index, item in enumerate(settings["export"]):
         if item["strategy"] not in strategies:
-            raise PruningError(f"{where}.export[{index}].strategy: '{item['strategy']}' is "
-                             f"not one of {where}.strategies")
+            raise PruningError(
+                f"{where}.export[{index}].strategy: '{item['strategy']}' is "
+                f"not one of {where}.strategies"
+            )
         if item["metric"] not in tolerances:
-            raise PruningError(f"{where}.export[{index}].metric: '{item['metric']}' has no "
-                             f"tolerance in {where}.auto_depth.tolerances")
+            raise PruningError(
+                f"{where}.export[{index}].metric: '{item['metric']}' has no "
+                f"tolerance in {where}.auto_depth.tolerances"
+            )
     speed = settings["speed"]
     if speed["enabled"]:
         if speed.get("strategy") not in strategies:
-            raise PruningError(f"{where}.speed.strategy: '{speed.get('strategy')}' is not one of "
-                             f"{where}.strategies")
+            raise PruningError(
+                f"{where}.speed.strategy: '{speed.get('strategy')}' is not one of "
+                f"{where}.strategies"
+            )
         _check_grid(speed.get("n_grid"), num_layers, f"{where}.speed.n_grid")
-        _positive_ints(speed, ("batch_size", "prompt_length", "new_tokens", "repeats"),
-                       f"{where}.speed")
+        _positive_ints(
+            speed, ("batch_size", "prompt_length", "new_tokens", "repeats"), f"{where}.speed"
+        )
 
 
 # --------------------------------------------------------------------------- table rows
@@ -139,9 +182,20 @@ def perplexity(loss: float) -> float:
 
 def _task_rows(base: dict, task_rows: list[dict] | None) -> list[dict]:
     if not task_rows:
-        return [{**base, "task": "", "acc": np.nan, "acc_stderr": np.nan, "acc_norm": np.nan,
-                 "acc_norm_stderr": np.nan, "score": np.nan, "score_stderr": np.nan,
-                 "score_metric": "", "samples": 0}]
+        return [
+            {
+                **base,
+                "task": "",
+                "acc": np.nan,
+                "acc_stderr": np.nan,
+                "acc_norm": np.nan,
+                "acc_norm_stderr": np.nan,
+                "score": np.nan,
+                "score_stderr": np.nan,
+                "score_metric": "",
+                "samples": 0,
+            }
+        ]
     return [{**base, **row} for row in task_rows]
 
 
@@ -177,6 +231,7 @@ class PhaseClock:
 @dataclass
 class Plan:
     """The loaded model and the removal sets of every strategy with their validation losses."""
+
     name: str
     model: nn.Module
     tokenizer: object
@@ -188,32 +243,41 @@ class Plan:
     removals: dict[tuple[str, int], tuple[int, ...]]  # (strategy, n) -> removed layers
     greedy_records: list[dict]
     singles: list[tuple[int]]
-    losses: dict[tuple[int, ...], float]              # removed layers -> validation loss
+    losses: dict[tuple[int, ...], float]  # removed layers -> validation loss
     provenance: Provenance
 
     @property
     def base_loss(self) -> float:
         return self.losses[()]
 
-    def variant_row(self, strategy: str, n: int, removed: tuple[int, ...], healed: bool,
-                    loss: float) -> dict:
+    def variant_row(
+        self, strategy: str, n: int, removed: tuple[int, ...], healed: bool, loss: float
+    ) -> dict:
         """The sweep table's columns of one variant before its task columns."""
-        return {"model": self.name, "strategy": strategy, "n": n, "fraction": n / self.num_layers,
-                "removed": removed_label(removed), "healed": healed, "val_loss": loss,
-                "val_ppl": perplexity(loss), "delta_loss": loss - self.base_loss}
+        return {
+            "model": self.name,
+            "strategy": strategy,
+            "n": n,
+            "fraction": n / self.num_layers,
+            "removed": removed_label(removed),
+            "healed": healed,
+            "val_loss": loss,
+            "val_ppl": perplexity(loss),
+            "delta_loss": loss - self.base_loss,
+        }
 
 
 @dataclass
 class Evaluation:
     evaluator: TaskEvaluator | None
     task_results: dict[tuple[int, ...], list[dict]]  # removed layers -> lm-eval rows
-    rows: list[dict]                                  # the unhealed variants' sweep rows
+    rows: list[dict]  # the unhealed variants' sweep rows
 
 
 @dataclass
 class Healing:
-    rows: list[dict]                     # the healed variants' sweep rows
-    records: list[dict]                  # healing.csv
+    rows: list[dict]  # the healed variants' sweep rows
+    records: list[dict]  # healing.csv
     events: tempfile.TemporaryDirectory | None
 
 
@@ -223,16 +287,21 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
     name = spec["model_name"]
     distance_path = Path(spec["analysis"]) / "angular_distance_last.csv"
     if not distance_path.is_file():
-        raise PruningError(f"analysis: {distance_path} does not exist (run the analysis stage "
-                           f"on this model first)")
+        raise PruningError(
+            f"analysis: {distance_path} does not exist (run the analysis stage on this model first)"
+        )
     lm_settings = spec["lm_eval"]
     if lm_settings["enabled"] and spec["tasks"] is not None:
         check_task_folder(spec["tasks"], lm_settings["tasks"], "pruning.tasks")
-    provenance = Provenance("pruning", config=spec, seed=spec["seed"],
-                            inputs=[p for p in (spec["model"], distance_path, spec["data"],
-                                                spec["tasks"]) if p is not None])
-    model = load_model(spec["model"], dtype=spec["dtype"], device=device,
-                       revision=spec["revision"])
+    provenance = Provenance(
+        "pruning",
+        config=spec,
+        seed=spec["seed"],
+        inputs=[
+            p for p in (spec["model"], distance_path, spec["data"], spec["tasks"]) if p is not None
+        ],
+    )
+    model = load_model(spec["model"], dtype=spec["dtype"], device=device, revision=spec["revision"])
     tokenizer = load_tokenizer(spec["model"], revision=spec["revision"])
     adapter = adapt(model)
     check_prunable(adapter, name=name, where="pruning.models")
@@ -240,12 +309,15 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
     validate_pruning_settings(spec, L)
     distance = read_distance_matrix(distance_path)
     if distance.shape[0] != L + 1:
-        raise PruningError(f"{distance_path}: a {distance.shape[0]}x{distance.shape[0]} matrix "
-                         f"for a model of {L} layers (expected {L + 1}x{L + 1})")
+        raise PruningError(
+            f"{distance_path}: a {distance.shape[0]}x{distance.shape[0]} matrix "
+            f"for a model of {L} layers (expected {L + 1}x{L + 1})"
+        )
     n_values = grid(spec["n_grid"], L)
     val = spec["val"]
-    windows = validation_windows(data_lib.load_tokens(spec["data"], "val"), val["windows"],
-                                 val["seq_len"], val["batch_size"])
+    windows = validation_windows(
+        data_lib.load_tokens(spec["data"], "val"), val["windows"], val["seq_len"], val["batch_size"]
+    )
     sweep = LossSweep(model, windows)
     clock.lap("load")
 
@@ -259,8 +331,9 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
                 removals[("deepest", n)] = deepest_removal(L, n)
     greedy_records = []
     if "greedy" in spec["strategies"]:
-        greedy_records = greedy_path(sweep.losses, L, max(n_values),
-                                     log=lambda m: log(f"[{name}] {m}"))
+        greedy_records = greedy_path(
+            sweep.losses, L, max(n_values), log=lambda m: log(f"[{name}] {m}")
+        )
         for record in greedy_records:
             if record["n"] in n_values:
                 removals[("greedy", record["n"])] = record["removed"]
@@ -268,12 +341,25 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
     sets = [()] + singles + list(removals.values())
     losses = dict(zip(sets, sweep.losses(sets)))
     clock.lap("loss_sweep")
-    log(f"[{name}] {L} layers, full-model val loss {losses[()]:.4f}; {len(sweep.memo)} removal "
-        f"sets, {sweep.layer_calls} layer calls over {len(windows)} batches")
-    return Plan(name=name, model=model, tokenizer=tokenizer, num_layers=L, distance=distance,
-                n_values=n_values, windows=windows, sweep=sweep, removals=removals,
-                greedy_records=greedy_records, singles=singles, losses=losses,
-                provenance=provenance)
+    log(
+        f"[{name}] {L} layers, full-model val loss {losses[()]:.4f}; {len(sweep.memo)} removal "
+        f"sets, {sweep.layer_calls} layer calls over {len(windows)} batches"
+    )
+    return Plan(
+        name=name,
+        model=model,
+        tokenizer=tokenizer,
+        num_layers=L,
+        distance=distance,
+        n_values=n_values,
+        windows=windows,
+        sweep=sweep,
+        removals=removals,
+        greedy_records=greedy_records,
+        singles=singles,
+        losses=losses,
+        provenance=provenance,
+    )
 
 
 def evaluate(planned: Plan, spec: dict, log) -> Evaluation:
@@ -284,36 +370,50 @@ def evaluate(planned: Plan, spec: dict, log) -> Evaluation:
     evaluator = None
     task_results: dict[tuple[int, ...], list[dict]] = {}
     if lm_settings["enabled"]:
-        evaluator = TaskEvaluator(planned.model, planned.tokenizer, spec["tasks"],
-                                  lm_settings["tasks"], batch_size=lm_settings["batch_size"],
-                                  datasets_cache=spec["datasets_cache"],
-                                  bootstrap_iters=lm_settings["bootstrap_iters"],
-                                  seed=spec["seed"],
-                                  harness_tasks=lm_settings.get("harness_tasks"))
-        task_n = set(grid(lm_settings["n_grid"], planned.num_layers, "pruning.lm_eval.n_grid")) \
-            if lm_settings["n_grid"] is not None else set(planned.n_values)
+        evaluator = TaskEvaluator(
+            planned.model,
+            planned.tokenizer,
+            spec["tasks"],
+            lm_settings["tasks"],
+            batch_size=lm_settings["batch_size"],
+            datasets_cache=spec["datasets_cache"],
+            bootstrap_iters=lm_settings["bootstrap_iters"],
+            seed=spec["seed"],
+            harness_tasks=lm_settings.get("harness_tasks"),
+        )
+        task_n = (
+            set(grid(lm_settings["n_grid"], planned.num_layers, "pruning.lm_eval.n_grid"))
+            if lm_settings["n_grid"] is not None
+            else set(planned.n_values)
+        )
         wanted = [()] + [r for (s, n), r in planned.removals.items() if n in task_n]
         if lm_settings["single_layer"]:
             wanted += planned.singles
         for removed in wanted:
             if removed not in task_results:
                 task_results[removed] = evaluator.evaluate(removed)
-        log(f"[{planned.name}] lm-eval on {len(task_results)} variants: full model " + ", ".join(
-            f"{r['task']} acc {r['acc']:.3f} ± {r['acc_stderr']:.3f}" for r in task_results[()]))
+        log(
+            f"[{planned.name}] lm-eval on {len(task_results)} variants: full model "
+            + ", ".join(
+                f"{r['task']} acc {r['acc']:.3f} ± {r['acc_stderr']:.3f}" for r in task_results[()]
+            )
+        )
 
     rows = []
     for strategy in spec["strategies"]:
-        for n, removed in [(0, ())] + [(n, planned.removals[(strategy, n)])
-                                        for n in planned.n_values
-                                        if (strategy, n) in planned.removals]:
-            rows += _task_rows(planned.variant_row(strategy, n, removed, False,
-                                                   planned.losses[removed]),
-                               task_results.get(removed))
+        for n, removed in [(0, ())] + [
+            (n, planned.removals[(strategy, n)])
+            for n in planned.n_values
+            if (strategy, n) in planned.removals
+        ]:
+            rows += _task_rows(
+                planned.variant_row(strategy, n, removed, False, planned.losses[removed]),
+                task_results.get(removed),
+            )
     return Evaluation(evaluator=evaluator, task_results=task_results, rows=rows)
 
 
-def heal_variants(planned: Plan, evaluated: Evaluation, spec: dict, device: str,
-                  log) -> Healing:
+def heal_variants(planned: Plan, evaluated: Evaluation, spec: dict, device: str, log) -> Healing:
     """Heal a pruned copy of each planned set of healing.strategies x healing.n_grid; the healed
     model's validation loss and lm-eval rows."""
     healing = spec["healing"]
@@ -333,20 +433,39 @@ def heal_variants(planned: Plan, evaluated: Evaluation, spec: dict, device: str,
             if removed is None:
                 continue
             variant = f"{strategy}_n{n}"
+            prefix = f"[{name}] {strategy} n={n}: "
             merged, record = heal(
-                prune_copy(planned.model, removed), train_tokens, settings, seed=spec["seed"],
-                device=device, log=lambda m: log(f"[{name}] {strategy} n={n}: {m}"),
+                prune_copy(planned.model, removed),
+                train_tokens,
+                settings,
+                seed=spec["seed"],
+                device=device,
+                log=lambda m, prefix=prefix: log(prefix + m),
                 tensorboard_dir=events and Path(events.name) / variant,
-                wandb=tracking["wandb"], run_name=f"{name}-heal-{variant}",
-                run_config={**spec, "variant": {"strategy": strategy, "n": n,
-                                                "removed": list(removed)}})
+                wandb=tracking["wandb"],
+                run_name=f"{name}-heal-{variant}",
+                run_config={
+                    **spec,
+                    "variant": {"strategy": strategy, "n": n, "removed": list(removed)},
+                },
+            )
             loss = model_loss(merged, planned.windows)
-            tasks = evaluated.evaluator.evaluate(model=merged) \
-                if evaluated.evaluator is not None else None
+            tasks = (
+                evaluated.evaluator.evaluate(model=merged)
+                if evaluated.evaluator is not None
+                else None
+            )
             rows += _task_rows(planned.variant_row(strategy, n, removed, True, loss), tasks)
-            records.append({"strategy": strategy, "n": n, "removed": removed_label(removed),
-                            "val_loss_unhealed": planned.losses[removed],
-                            "val_loss_healed": loss, **record})
+            records.append(
+                {
+                    "strategy": strategy,
+                    "n": n,
+                    "removed": removed_label(removed),
+                    "val_loss_unhealed": planned.losses[removed],
+                    "val_loss_healed": loss,
+                    **record,
+                }
+            )
             del merged
     return Healing(rows=rows, records=records, events=events)
 
@@ -359,22 +478,41 @@ def measure_speed(planned: Plan, spec: dict, device: str, work_dir: Path) -> pd.
         return None
     L = planned.num_layers
     speed_n = grid(speed.get("n_grid"), L, "pruning.speed.n_grid")
-    sets = {f"n{n}": planned.removals[(speed["strategy"], n)] for n in speed_n
-            if (speed["strategy"], n) in planned.removals}
-    measured = measure_exports(planned.model, spec["model"], sets, speed["batch_size"],
-                               speed["prompt_length"], speed["new_tokens"], speed["repeats"],
-                               seed=spec["seed"], device=device, work_dir=work_dir)
+    sets = {
+        f"n{n}": planned.removals[(speed["strategy"], n)]
+        for n in speed_n
+        if (speed["strategy"], n) in planned.removals
+    }
+    measured = measure_exports(
+        planned.model,
+        spec["model"],
+        sets,
+        speed["batch_size"],
+        speed["prompt_length"],
+        speed["new_tokens"],
+        speed["repeats"],
+        seed=spec["seed"],
+        device=device,
+        work_dir=work_dir,
+    )
     full = measured["full"]
     rows = []
     for key, result in measured.items():
         n = 0 if key == "full" else int(key[1:])
         removed = () if key == "full" else sets[key]
-        rows.append({
-            "model": planned.name, "strategy": speed["strategy"], "n": n, "fraction": n / L,
-            "removed": removed_label(removed), **result,
-            "prefill_speedup": result["prefill_tokens_per_s"] / full["prefill_tokens_per_s"],
-            "generation_speedup": result["generation_tokens_per_s"]
-            / full["generation_tokens_per_s"]})
+        rows.append(
+            {
+                "model": planned.name,
+                "strategy": speed["strategy"],
+                "n": n,
+                "fraction": n / L,
+                "removed": removed_label(removed),
+                **result,
+                "prefill_speedup": result["prefill_tokens_per_s"] / full["prefill_tokens_per_s"],
+                "generation_speedup": result["generation_tokens_per_s"]
+                / full["generation_tokens_per_s"],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -382,17 +520,40 @@ def export_choices(planned: Plan, choices: list[dict], spec: dict, out: Path) ->
     """Export the unhealed auto-depth choice of each `export` item under out/export/."""
     exports = []
     for item in spec["export"]:
-        choice = next((c for c in choices if c["strategy"] == item["strategy"]
-                       and c["metric"] == item["metric"] and not c["healed"]), None)
+        choice = next(
+            (
+                c
+                for c in choices
+                if c["strategy"] == item["strategy"]
+                and c["metric"] == item["metric"]
+                and not c["healed"]
+            ),
+            None,
+        )
         if choice is None or choice["n"] == 0:
-            exports.append({**item, "n": 0, "folder": None,
-                            "note": "no layer can be removed within the tolerance"})
+            exports.append(
+                {
+                    **item,
+                    "n": 0,
+                    "folder": None,
+                    "note": "no layer can be removed within the tolerance",
+                }
+            )
             continue
         removed = planned.removals[(item["strategy"], choice["n"])]
         folder = f"export/{item['strategy']}_{item['metric']}_n{choice['n']}"
-        export_pruned(planned.model, removed, out / folder, planned.tokenizer,
-                      metadata={"strategy": item["strategy"], "metric": item["metric"],
-                                "n": choice["n"], "source_model": spec["model"]})
+        export_pruned(
+            planned.model,
+            removed,
+            out / folder,
+            planned.tokenizer,
+            metadata={
+                "strategy": item["strategy"],
+                "metric": item["metric"],
+                "n": choice["n"],
+                "source_model": spec["model"],
+            },
+        )
         exports.append({**item, "n": choice["n"], "removed": list(removed), "folder": folder})
     return exports
 
@@ -401,53 +562,93 @@ def _single_layer_table(planned: Plan, evaluated: Evaluation) -> pd.DataFrame:
     rows = []
     base_by_task = {r["task"]: r for r in evaluated.task_results.get((), [])}
     for (layer,) in planned.singles:
-        base = {"model": planned.name, "layer": layer, "val_loss": planned.losses[(layer,)],
-                "delta_loss": planned.losses[(layer,)] - planned.base_loss}
+        base = {
+            "model": planned.name,
+            "layer": layer,
+            "val_loss": planned.losses[(layer,)],
+            "delta_loss": planned.losses[(layer,)] - planned.base_loss,
+        }
         for row in evaluated.task_results.get((layer,)) or [{}]:
             entry = dict(base)
             if row:
                 full = base_by_task[row["task"]]
-                entry.update({**row, **{f"delta_{m}": row[m] - full[m]
-                                        for m in ("acc", "acc_norm", "score")}})
+                entry.update(
+                    {
+                        **row,
+                        **{f"delta_{m}": row[m] - full[m] for m in ("acc", "acc_norm", "score")},
+                    }
+                )
             rows.append(entry)
     return pd.DataFrame(rows)
 
 
-def write(out: Path, planned: Plan, evaluated: Evaluation, healed: Healing, table: pd.DataFrame,
-          choices: list[dict], speed_table: pd.DataFrame | None, exports: list[dict],
-          spec: dict, clock: PhaseClock) -> dict:
+def write(
+    out: Path,
+    planned: Plan,
+    evaluated: Evaluation,
+    healed: Healing,
+    table: pd.DataFrame,
+    choices: list[dict],
+    speed_table: pd.DataFrame | None,
+    exports: list[dict],
+    spec: dict,
+    clock: PhaseClock,
+) -> dict:
     """Every table and record of the stage into `out` (the output's temporary folder); returns
     the summary."""
     name, L, sweep = planned.name, planned.num_layers, planned.sweep
     if speed_table is not None:
         write_dataframe(out / "speed.csv", speed_table)
-    write_dataframe(out / "block_choice.csv",
-                    block_choice_table(planned.distance, planned.n_values))
+    write_dataframe(
+        out / "block_choice.csv", block_choice_table(planned.distance, planned.n_values)
+    )
     write_dataframe(out / "single_layer.csv", _single_layer_table(planned, evaluated))
     write_dataframe(out / "sweep.csv", table)
     if planned.greedy_records:
-        write_dataframe(out / "greedy_path.csv", pd.DataFrame(
-            [{"n": r["n"], "layer": r["layer"], "removed": removed_label(r["removed"]),
-              "val_loss": r["loss"]} for r in planned.greedy_records]))
+        write_dataframe(
+            out / "greedy_path.csv",
+            pd.DataFrame(
+                [
+                    {
+                        "n": r["n"],
+                        "layer": r["layer"],
+                        "removed": removed_label(r["removed"]),
+                        "val_loss": r["loss"],
+                    }
+                    for r in planned.greedy_records
+                ]
+            ),
+        )
     if healed.records:
         write_dataframe(out / "healing.csv", pd.DataFrame(healed.records))
     if healed.events is not None:
         shutil.copytree(healed.events.name, out / "tensorboard")
         healed.events.cleanup()
     summary = {
-        "model": name, "num_layers": L, "val_loss": planned.base_loss,
-        "val_tokens": sweep.tokens, "removal_sets": len(sweep.memo),
+        "model": name,
+        "num_layers": L,
+        "val_loss": planned.base_loss,
+        "val_tokens": sweep.tokens,
+        "removal_sets": len(sweep.memo),
         "layer_calls": sweep.layer_calls,
-        "layer_calls_without_reuse": sum((L - len(k)) * len(planned.windows)
-                                         for k in sweep.memo),
+        "layer_calls_without_reuse": sum((L - len(k)) * len(planned.windows) for k in sweep.memo),
         "lm_eval_variants": len(evaluated.task_results),
         "tasks_full_model": evaluated.task_results.get((), []),
-        "healed_variants": len(healed.records), "exports": exports,
-        "phase_seconds": clock.seconds, "wall_s": clock.wall(),
+        "healed_variants": len(healed.records),
+        "exports": exports,
+        "phase_seconds": clock.seconds,
+        "wall_s": clock.wall(),
     }
-    write_json(out / "auto_depth.json", {"model": name, "num_layers": L,
-                                         "tolerances": spec["auto_depth"].get("tolerances", {}),
-                                         "choices": choices, "exports": exports})
+    write_json(
+        out / "auto_depth.json",
+        {
+            "model": name,
+            "num_layers": L,
+            "tolerances": spec["auto_depth"].get("tolerances", {}),
+            "choices": choices,
+            "exports": exports,
+        },
+    )
     write_json(out / "summary.json", summary)
     planned.provenance.extra["summary"] = summary
     planned.provenance.write(out / "provenance.json")
@@ -464,12 +665,14 @@ def run(spec: dict, device: str = "cpu", log=print) -> dict:
     healed = heal_variants(planned, evaluated, spec, device, log)
     clock.lap("healing")
     table = pd.DataFrame(evaluated.rows + healed.rows)[SWEEP_COLUMNS]
-    choices = auto_depth_choices(table, spec["auto_depth"].get("tolerances", {}),
-                                 spec["lm_eval"]["metric"])
+    choices = auto_depth_choices(
+        table, spec["auto_depth"].get("tolerances", {}), spec["lm_eval"]["metric"]
+    )
     with atomic_path(Path(spec["out"]), is_dir=True) as tmp:
         speed_table = measure_speed(planned, spec, device, tmp)
         clock.lap("speed")
         exports = export_choices(planned, choices, spec, tmp)
         clock.lap("export")
-        return write(tmp, planned, evaluated, healed, table, choices, speed_table, exports,
-                     spec, clock)
+        return write(
+            tmp, planned, evaluated, healed, table, choices, speed_table, exports, spec, clock
+        )

@@ -49,6 +49,7 @@ class ResidualStreamHooks:
     def __enter__(self) -> ResidualStreamHooks:
         consumer, last = self.consumer, self.adapter.num_layers - 1
         for index, layer in enumerate(self.adapter.layers):
+
             def layer_input(module, args, kwargs, index=index):
                 hidden = args[0] if args else kwargs["hidden_states"]
                 consumer.state(index, hidden)
@@ -61,9 +62,11 @@ class ResidualStreamHooks:
 
             self._handles.append(layer.register_forward_pre_hook(layer_input, with_kwargs=True))
             self._handles.append(
-                self.adapter.attention[index].register_forward_hook(attention_output))
+                self.adapter.attention[index].register_forward_hook(attention_output)
+            )
             self._handles.append(self.adapter.mlp[index].register_forward_hook(mlp_output))
             if index == last:
+
                 def final_output(module, args, output, index=index):
                     consumer.state(index + 1, _first_tensor(output))
 
@@ -82,8 +85,9 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
-def stream_residuals(adapter: ModelAdapter, batches: Iterable[dict],
-                     consumer: ResidualStreamConsumer) -> int:
+def stream_residuals(
+    adapter: ModelAdapter, batches: Iterable[dict], consumer: ResidualStreamConsumer
+) -> int:
     """Run the backbone over `batches` (dicts with input_ids and attention_mask) with hooks
     feeding `consumer`; return the number of batches. The LM head is not run: a consumer that
     wants logits (the logit lens) applies `adapter.logits` itself."""
@@ -116,9 +120,16 @@ def document_ids(text: str, tokenizer, max_length: int, add_special_tokens: bool
     return encode_documents(tokenizer, [text])[0][:max_length]
 
 
-def iter_token_batches(texts: Iterable[str], tokenizer, max_length: int, batch_size: int,
-                       max_samples: int | None = None, max_tokens: int | None = None,
-                       sort_window: int = 64, add_special_tokens: bool = False) -> Iterator[dict]:
+def iter_token_batches(
+    texts: Iterable[str],
+    tokenizer,
+    max_length: int,
+    batch_size: int,
+    max_samples: int | None = None,
+    max_tokens: int | None = None,
+    sort_window: int = 64,
+    add_special_tokens: bool = False,
+) -> Iterator[dict]:
     """Tokenise `texts` lazily (`document_ids`) into padded batches (the tokenizer's padding
     side). Documents are length-sorted within windows of sort_window batches to cut padding;
     memory stays flat. Stops after max_samples documents or before max_tokens real tokens would
@@ -129,7 +140,7 @@ def iter_token_batches(texts: Iterable[str], tokenizer, max_length: int, batch_s
     def flush(window):
         window.sort(key=len)
         for start in range(0, len(window), batch_size):
-            chunk = window[start:start + batch_size]
+            chunk = window[start : start + batch_size]
             yield tokenizer.pad({"input_ids": chunk}, padding=True, return_tensors="pt")
 
     for text in texts:

@@ -33,11 +33,22 @@ from .pretrain_runs import read_run
 
 
 LAWS = {
-    "decomposed": Law("decomposed", "L = c_m/m^a_m + c_l/l^a_l + c_D/D^a_D + L0",
-                      ("width", "depth", "tokens"), ("c_m", "c_l", "c_D"), ("a_m", "a_l", "a_D"),
-                      "L0"),
-    "reference": Law("reference", "L = E + A/N^alpha + B/D^beta", ("params", "tokens"),
-                     ("A", "B"), ("alpha", "beta"), "E"),
+    "decomposed": Law(
+        "decomposed",
+        "L = c_m/m^a_m + c_l/l^a_l + c_D/D^a_D + L0",
+        ("width", "depth", "tokens"),
+        ("c_m", "c_l", "c_D"),
+        ("a_m", "a_l", "a_D"),
+        "L0",
+    ),
+    "reference": Law(
+        "reference",
+        "L = E + A/N^alpha + B/D^beta",
+        ("params", "tokens"),
+        ("A", "B"),
+        ("alpha", "beta"),
+        "E",
+    ),
 }
 
 POINT_COLUMNS = ("width", "depth", "tokens", "loss", "params")
@@ -67,8 +78,9 @@ def load_points(path: str | Path, columns: dict | None = None) -> pd.DataFrame:
         elif name in explicit or name in ("loss", "tokens"):
             # a column the user named (or one every law needs) must exist; width/depth/params
             # left at their default names are optional (each law checks what it needs)
-            raise ValueError(f"{path}: no column '{source}' for {name} "
-                             f"(has: {', '.join(map(str, raw.columns))})")
+            raise ValueError(
+                f"{path}: no column '{source}' for {name} (has: {', '.join(map(str, raw.columns))})"
+            )
     return frame
 
 
@@ -108,8 +120,9 @@ def architecture_ids(frame: pd.DataFrame) -> np.ndarray:
         keys = list(frame["params"])
     else:
         raise ValueError("architecture resampling needs width and depth (or params) columns")
-    _, ids = np.unique(np.array(keys, dtype=float).reshape(len(keys), -1), axis=0,
-                       return_inverse=True)
+    _, ids = np.unique(
+        np.array(keys, dtype=float).reshape(len(keys), -1), axis=0, return_inverse=True
+    )
     return ids.reshape(-1)
 
 
@@ -136,18 +149,24 @@ def collect_sweep_points(model_dirs, min_tokens: int = 1) -> pd.DataFrame:
         run = read_run(model_dir)
         val = run.val_losses(min_tokens)
         if val.empty:
-            raise ValueError(f"{run.path / 'train_log.csv'}: no val rows with tokens >= "
-                             f"{min_tokens}")
-        frames.append(pd.DataFrame({
-            "model": run.name,
-            "width": run.width,
-            "depth": run.depth,
-            "params": (run.non_embedding_params if run.non_embedding_params is not None
-                       else np.nan),
-            "step": val["step"].to_numpy() if "step" in val else np.nan,
-            "tokens": val["tokens"].to_numpy(float),
-            "loss": val["loss"].to_numpy(float),
-        }))
+            raise ValueError(
+                f"{run.path / 'train_log.csv'}: no val rows with tokens >= {min_tokens}"
+            )
+        frames.append(
+            pd.DataFrame(
+                {
+                    "model": run.name,
+                    "width": run.width,
+                    "depth": run.depth,
+                    "params": (
+                        run.non_embedding_params if run.non_embedding_params is not None else np.nan
+                    ),
+                    "step": val["step"].to_numpy() if "step" in val else np.nan,
+                    "tokens": val["tokens"].to_numpy(float),
+                    "loss": val["loss"].to_numpy(float),
+                }
+            )
+        )
     if not frames:
         raise ValueError("collect_sweep_points: no model directories given")
     points = pd.concat(frames, ignore_index=True)
@@ -175,26 +194,38 @@ def _offsets(law: Law, depth_offset: float) -> dict:
     return {"depth": depth_offset}
 
 
-def fit_law(frame: pd.DataFrame, law: Law | str, settings: FitSettings | None = None,
-            source: str = "points", depth_offset: float = 0.0) -> FitResult:
+def fit_law(
+    frame: pd.DataFrame,
+    law: Law | str,
+    settings: FitSettings | None = None,
+    source: str = "points",
+    depth_offset: float = 0.0,
+) -> FitResult:
     """One of the stage's laws (by name) fitted to points; depth enters as (l - depth_offset)."""
     law = _law(law)
     if depth_offset and "depth" in frame.columns and law.name == "decomposed":
         depths = frame["depth"].to_numpy(float)
         if (depths - depth_offset <= 0).any():
-            raise ValueError(f"depth_offset: {depth_offset} is not below every depth "
-                             f"(smallest depth {depths.min():g})")
+            raise ValueError(
+                f"depth_offset: {depth_offset} is not below every depth "
+                f"(smallest depth {depths.min():g})"
+            )
     return power_law_fitter.fit_law(frame, law, settings, source, _offsets(law, depth_offset))
 
 
-def fit_depth_law(frame: pd.DataFrame, settings: FitSettings | None = None,
-                  source: str = "points", depth_offset: float = 0.0) -> FitResult:
+def fit_depth_law(
+    frame: pd.DataFrame,
+    settings: FitSettings | None = None,
+    source: str = "points",
+    depth_offset: float = 0.0,
+) -> FitResult:
     """Liu et al.'s decomposed law L = c_m/m^a_m + c_l/(l-k)^a_l + c_D/D^a_D + L0."""
     return fit_law(frame, "decomposed", settings, source, depth_offset)
 
 
-def fit_chinchilla_law(frame: pd.DataFrame, settings: FitSettings | None = None,
-                       source: str = "points") -> FitResult:
+def fit_chinchilla_law(
+    frame: pd.DataFrame, settings: FitSettings | None = None, source: str = "points"
+) -> FitResult:
     """The reference form L = E + A/N^alpha + B/D^beta (Hoffmann et al.; Besiroglu et al.)."""
     return fit_law(frame, "reference", settings, source)
 
@@ -208,8 +239,14 @@ def _check_unit(unit: str, where: str) -> None:
         raise ValueError(f"{where}.unit: '{unit}' is not points or architectures")
 
 
-def bootstrap(result: FitResult, resamples: int = 1000, unit: str = "points",
-              confidence: float = 0.95, seed: int = 0, refit: str = "warm") -> dict:
+def bootstrap(
+    result: FitResult,
+    resamples: int = 1000,
+    unit: str = "points",
+    confidence: float = 0.95,
+    seed: int = 0,
+    refit: str = "warm",
+) -> dict:
     """Refit on resampled points (or whole width-depth architectures), from the start grid
     (refit="full") or warm-started from the full fit (refit="warm"); percentile intervals.
     Returns {"samples": DataFrame, "intervals": {...}, ...}."""
@@ -221,10 +258,17 @@ def bootstrap(result: FitResult, resamples: int = 1000, unit: str = "points",
     return {**boot, "unit": unit}
 
 
-def held_out_validation(frame: pd.DataFrame, law: Law | str, settings: FitSettings,
-                        random_splits: int = 5, test_fraction: float = 0.2,
-                        extrapolation_train_fraction: float = 0.7, unit: str = "points",
-                        seed: int = 0, depth_offset: float = 0.0) -> dict:
+def held_out_validation(
+    frame: pd.DataFrame,
+    law: Law | str,
+    settings: FitSettings,
+    random_splits: int = 5,
+    test_fraction: float = 0.2,
+    extrapolation_train_fraction: float = 0.7,
+    unit: str = "points",
+    seed: int = 0,
+    depth_offset: float = 0.0,
+) -> dict:
     """Fit on part of the points, score log-loss error on the rest.
 
     random: `random_splits` random test sets of `test_fraction` of the points (or of the
@@ -237,13 +281,24 @@ def held_out_validation(frame: pd.DataFrame, law: Law | str, settings: FitSettin
     frame = frame.reset_index(drop=True)
     arch = architecture_ids(frame)
     out = power_law_fitter.held_out_validation(
-        frame, law, settings, random_groups=arch if unit == "architectures"
-        else np.arange(len(frame)), extrapolation_groups=arch, sizes=model_size(frame),
-        random_splits=random_splits, test_fraction=test_fraction,
-        extrapolation_train_fraction=extrapolation_train_fraction, seed=seed,
-        offsets=_offsets(law, depth_offset))
-    return {"random": out["random"], "extrapolation": out["extrapolation"], "unit": unit,
-            "mean_rmse_log_test_random": out["mean_rmse_log_test_random"]}
+        frame,
+        law,
+        settings,
+        random_groups=arch if unit == "architectures" else np.arange(len(frame)),
+        extrapolation_groups=arch,
+        sizes=model_size(frame),
+        random_splits=random_splits,
+        test_fraction=test_fraction,
+        extrapolation_train_fraction=extrapolation_train_fraction,
+        seed=seed,
+        offsets=_offsets(law, depth_offset),
+    )
+    return {
+        "random": out["random"],
+        "extrapolation": out["extrapolation"],
+        "unit": unit,
+        "mean_rmse_log_test_random": out["mean_rmse_log_test_random"],
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,33 +319,57 @@ def run_fit(frame: pd.DataFrame, spec: dict, seed: int = 0, source: str = "point
     kept = drop_highest_losses(frame, int(spec.get("drop_highest", 0)), spec.get("ties", "exact"))
     result = fit_law(kept, law, settings, source, depth_offset)
     boot_spec = spec.get("bootstrap") or {}
-    boot = bootstrap(result, boot_spec.get("resamples", 1000), boot_spec.get("unit", "points"),
-                     boot_spec.get("confidence", 0.95), seed, boot_spec.get("refit", "warm"))
+    boot = bootstrap(
+        result,
+        boot_spec.get("resamples", 1000),
+        boot_spec.get("unit", "points"),
+        boot_spec.get("confidence", 0.95),
+        seed,
+        boot_spec.get("refit", "warm"),
+    )
     val_spec = spec.get("validation") or {}
     validation = held_out_validation(
-        kept, law, settings, val_spec.get("random_splits", 5), val_spec.get("test_fraction", 0.2),
-        val_spec.get("extrapolation_train_fraction", 0.7), val_spec.get("unit", "points"), seed,
-        depth_offset)
+        kept,
+        law,
+        settings,
+        val_spec.get("random_splits", 5),
+        val_spec.get("test_fraction", 0.2),
+        val_spec.get("extrapolation_train_fraction", 0.7),
+        val_spec.get("unit", "points"),
+        seed,
+        depth_offset,
+    )
     residuals = result.residuals
     points = result.points.copy()
     points["predicted"] = np.exp(result.y - residuals)
     points["residual_log"] = residuals
     record = {
-        "law": law.name, "equation": law.equation, "source": source,
-        "objective": settings.objective, "huber_delta": settings.huber_delta,
-        "optimizer": settings.optimizer, "depth_offset": depth_offset,
-        "n_points_input": n_input, "n_points_used": len(result.points),
+        "law": law.name,
+        "equation": law.equation,
+        "source": source,
+        "objective": settings.objective,
+        "huber_delta": settings.huber_delta,
+        "optimizer": settings.optimizer,
+        "depth_offset": depth_offset,
+        "n_points_input": n_input,
+        "n_points_used": len(result.points),
         "n_dropped": n_input - len(result.points),
-        "drop_highest": int(spec.get("drop_highest", 0)), "ties": spec.get("ties", "exact"),
-        "estimates": result.estimates, "intervals": boot["intervals"],
-        "bootstrap": {k: boot[k] for k in ("resamples", "failures", "unit", "confidence",
-                                           "seed", "refit", "local_fits")},
+        "drop_highest": int(spec.get("drop_highest", 0)),
+        "ties": spec.get("ties", "exact"),
+        "estimates": result.estimates,
+        "intervals": boot["intervals"],
+        "bootstrap": {
+            k: boot[k]
+            for k in ("resamples", "failures", "unit", "confidence", "seed", "refit", "local_fits")
+        },
         "jacobian_standard_errors": result.jacobian_standard_errors(),
         "parameters_at_bounds": result.parameters_at_bounds(),
         "negligible_terms": result.negligible_terms(),
-        "objective_value": result.objective, "converged": result.converged,
-        "n_starts": result.n_starts, "n_starts_at_best": result.n_starts_at_best,
-        "rmse_log": float(np.sqrt(np.mean(residuals ** 2))),
+        "objective_value": result.objective,
+        "converged": result.converged,
+        "n_starts": result.n_starts,
+        "n_starts_at_best": result.n_starts_at_best,
+        "rmse_log": float(np.sqrt(np.mean(residuals**2))),
         "feature_refs": dict(zip(law.features, np.exp(result.log_refs).tolist())),
         "validation": validation,
         "points": points.to_dict(orient="records"),

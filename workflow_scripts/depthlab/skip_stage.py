@@ -11,22 +11,29 @@ from __future__ import annotations
 import time
 
 from .errors import UserError
-from .model_job import (clamp_max_length, context_length, load, log_stderr, provenance_inputs,
-                        text_batches)
+from .model_job import (
+    clamp_max_length,
+    context_length,
+    load,
+    log_stderr,
+    provenance_inputs,
+    text_batches,
+)
 
 
 def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     """Run one `skip_interventions` job on `device`; returns its summary (also in summary.json).
     log: notes, and the accuracy and depth-score tables of a problem set."""
-    from .interventions import SkipSettings, skip_effects
     from .atomic_files import atomic_path, write_dataframe, write_json
+    from .interventions import SkipSettings, skip_effects
     from .problem_scoring import depth_score_tables
     from .problem_sets import read_problems
     from .provenance import Provenance
 
     settings = SkipSettings.from_spec(spec, where="spec")
-    inputs = provenance_inputs(spec["texts"], [spec["model_path"]],
-                               files=[spec["problems"]] if spec["problems"] else [])
+    inputs = provenance_inputs(
+        spec["texts"], [spec["model_path"]], files=[spec["problems"]] if spec["problems"] else []
+    )
     provenance = Provenance("depth_use.skip", config=spec, inputs=inputs, seed=spec["seed"])
     adapter, tokenizer = load(spec["model_path"], spec["revision"], spec["dtype"], device)
     # facts of the loaded model: the resolver knows a hub model's layers and head only by name
@@ -35,8 +42,10 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     except ValueError as error:
         raise UserError(f"spec.{error}") from None
     if spec["problems"] and not adapter.has_lm_head:
-        raise UserError(f"spec.problems: {spec['model_name']} has no LM head, so it has no "
-                        f"output effect to score")
+        raise UserError(
+            f"spec.problems: {spec['model_name']} has no LM head, so it has no "
+            f"output effect to score"
+        )
     if spec["problems"] and spec["layers"] is not None:
         raise UserError("spec.layers: the depth score needs every layer (layers: null)")
     context = context_length(adapter, spec["max_length"])
@@ -46,30 +55,51 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     batches = text_batches(spec, tokenizer, max_length, max_samples=spec["max_samples"])
     effects = skip_effects(adapter, batches, settings)
     effect_seconds = time.perf_counter() - clock
-    summary = {"model": spec["model_name"], "text_set": spec["text_set"],
-               "prompts": effects.prompts, "rows": effects.rows, "max_length": max_length,
-               "variants": effects.variants, "skipped_layers": effects.skipped_layers,
-               "tokens_measured": {v: int(effects.counts[v].sum()) for v in effects.variants},
-               "effect_seconds": round(effect_seconds, 3),
-               "architecture": adapter.describe(), "notes": effects.notes}
+    summary = {
+        "model": spec["model_name"],
+        "text_set": spec["text_set"],
+        "prompts": effects.prompts,
+        "rows": effects.rows,
+        "max_length": max_length,
+        "variants": effects.variants,
+        "skipped_layers": effects.skipped_layers,
+        "tokens_measured": {v: int(effects.counts[v].sum()) for v in effects.variants},
+        "effect_seconds": round(effect_seconds, 3),
+        "architecture": adapter.describe(),
+        "notes": effects.notes,
+    }
 
     tables = {}
     if spec["problems"]:
         clock = time.perf_counter()
         problems = read_problems(spec["problems"], "spec.problems")
         tables = depth_score_tables(
-            adapter, tokenizer, problems, settings, spec["depth_score_variant"],
-            batch_size=spec["batch_size"], max_length=context,
-            prepend_bos=bool(spec["prepend_bos"]), bootstrap=spec["bootstrap"], seed=spec["seed"])
-        summary.update({
-            "problems": len(problems), "depth_score_variant": spec["depth_score_variant"],
-            "problem_seconds": round(time.perf_counter() - clock, 3),
-            "accuracy": tables["accuracy"].to_dict(orient="records"),
-            "depth_score": tables["depth_score"].to_dict(orient="records")})
+            adapter,
+            tokenizer,
+            problems,
+            settings,
+            spec["depth_score_variant"],
+            batch_size=spec["batch_size"],
+            max_length=context,
+            prepend_bos=bool(spec["prepend_bos"]),
+            bootstrap=spec["bootstrap"],
+            seed=spec["seed"],
+        )
+        summary.update(
+            {
+                "problems": len(problems),
+                "depth_score_variant": spec["depth_score_variant"],
+                "problem_seconds": round(time.perf_counter() - clock, 3),
+                "accuracy": tables["accuracy"].to_dict(orient="records"),
+                "depth_score": tables["depth_score"].to_dict(orient="records"),
+            }
+        )
 
     with atomic_path(spec["out"], is_dir=True) as out:
-        write_dataframe(out / "effects.csv",
-                        effects.to_frame(model=spec["model_name"], text_set=spec["text_set"]))
+        write_dataframe(
+            out / "effects.csv",
+            effects.to_frame(model=spec["model_name"], text_set=spec["text_set"]),
+        )
         for name, frame in tables.items():
             frame.insert(0, "model", spec["model_name"])
             write_dataframe(out / f"{name}.csv", frame)

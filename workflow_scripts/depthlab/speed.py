@@ -45,25 +45,35 @@ def _time_prefill(model, ids) -> float:
 def _time_generation(model, ids, new_tokens: int) -> float:
     start = time.perf_counter()
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                             max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                             do_sample=False, pad_token_id=0, eos_token_id=None)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=None,
+        )
     elapsed = time.perf_counter() - start
     if out.shape[1] != ids.shape[1] + new_tokens:
-        raise RuntimeError(f"generate returned {out.shape[1] - ids.shape[1]} new tokens, "
-                           f"asked for {new_tokens}")
+        raise RuntimeError(
+            f"generate returned {out.shape[1] - ids.shape[1]} new tokens, asked for {new_tokens}"
+        )
     return elapsed
 
 
-def measure(models: dict, batch_size: int, prompt_length: int, new_tokens: int, repeats: int,
-            seed: int = 0) -> dict:
+def measure(
+    models: dict, batch_size: int, prompt_length: int, new_tokens: int, repeats: int, seed: int = 0
+) -> dict:
     """{name: {prefill_tokens_per_s, generation_tokens_per_s, ...}} for loaded models."""
     first = next(iter(models.values()))
     context = getattr(first.config, "max_position_embeddings", None)
     if context is not None and prompt_length + new_tokens > context:
-        raise ValueError(f"pruning.speed: prompt_length + new_tokens = "
-                         f"{prompt_length + new_tokens} exceeds the model's context of "
-                         f"{context} positions")
+        raise ValueError(
+            f"pruning.speed: prompt_length + new_tokens = "
+            f"{prompt_length + new_tokens} exceeds the model's context of "
+            f"{context} positions"
+        )
     device = next(first.parameters()).device
     ids = _prompt(first.config.vocab_size, batch_size, prompt_length, seed).to(device)
     times = {name: {"prefill": [], "generation": []} for name in models}
@@ -81,17 +91,28 @@ def measure(models: dict, batch_size: int, prompt_length: int, new_tokens: int, 
         results[name] = {
             "prefill_tokens_per_s": batch_size * prompt_length / prefill,
             "generation_tokens_per_s": batch_size * new_tokens / generation,
-            "prefill_seconds": prefill, "generation_seconds": generation,
-            "batch_size": batch_size, "prompt_length": prompt_length,
-            "new_tokens": new_tokens, "repeats": repeats,
+            "prefill_seconds": prefill,
+            "generation_seconds": generation,
+            "batch_size": batch_size,
+            "prompt_length": prompt_length,
+            "new_tokens": new_tokens,
+            "repeats": repeats,
         }
     return results
 
 
-def measure_exports(model, full_dir: str | Path, removal_sets: dict[str, Sequence[int]],
-                    batch_size: int, prompt_length: int, new_tokens: int, repeats: int,
-                    seed: int = 0, device: str = "cpu", work_dir: str | Path | None = None
-                    ) -> dict:
+def measure_exports(
+    model,
+    full_dir: str | Path,
+    removal_sets: dict[str, Sequence[int]],
+    batch_size: int,
+    prompt_length: int,
+    new_tokens: int,
+    repeats: int,
+    seed: int = 0,
+    device: str = "cpu",
+    work_dir: str | Path | None = None,
+) -> dict:
     """Speed of the full model (loaded from full_dir) and of each removal set exported to a
     temporary folder and loaded back; {name: result}, the full model under "full"."""
     from transformers import AutoModelForCausalLM

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 from tqdm import tqdm
-from .errors import TrackingError
 
+from .errors import TrackingError
 
 # Plain progress lines per run when `every` is not given (about every 5% of the steps).
 DEFAULT_PROGRESS_LINES = 20
@@ -41,16 +41,27 @@ class Progress:
     """A tqdm bar on a terminal, periodic plain lines otherwise (see the module docstring).
     `write`: where the plain lines go (a log function; default: printed to `file`)."""
 
-    def __init__(self, total: int, desc: str, initial: int = 0, enabled: bool = True,
-                 every: int | None = None, file=None, write=None):
+    def __init__(
+        self,
+        total: int,
+        desc: str,
+        initial: int = 0,
+        enabled: bool = True,
+        every: int | None = None,
+        file=None,
+        write=None,
+    ):
         self.total, self.desc, self.count = total, desc, initial
         self.file = file if file is not None else sys.stderr
         self.write = write or (lambda line: print(line, file=self.file, flush=True))
         self.enabled = enabled
         self.every = every or max(1, math.ceil(total / DEFAULT_PROGRESS_LINES))
         is_tty = enabled and hasattr(self.file, "isatty") and self.file.isatty()
-        self.bar = (tqdm(total=total, initial=initial, desc=desc, file=self.file, mininterval=5)
-                    if is_tty else None)
+        self.bar = (
+            tqdm(total=total, initial=initial, desc=desc, file=self.file, mininterval=5)
+            if is_tty
+            else None
+        )
 
     def update(self, n: int = 1, **values) -> None:
         """Advance by n steps; `values` (loss=..., lr=...) are shown with the step."""
@@ -59,8 +70,9 @@ class Progress:
             return
         if self.bar is not None:
             if values:
-                self.bar.set_postfix({k: _format_value(v) for k, v in values.items()},
-                                     refresh=False)
+                self.bar.set_postfix(
+                    {k: _format_value(v) for k, v in values.items()}, refresh=False
+                )
             self.bar.update(n)
         elif self.count % self.every == 0 or self.count == self.total:
             shown = " ".join(f"{k} {_format_value(v)}" for k, v in values.items())
@@ -76,9 +88,15 @@ class Tracker:
     settings ({project, mode, entity, dir}), to a W&B run named `run_name` whose config is
     `run_config`. Does nothing when neither is on."""
 
-    def __init__(self, log_dir: str | Path | None, enabled: bool = True,
-                 purge_step: int | None = None, wandb: dict | None = None,
-                 run_name: str | None = None, run_config: dict | None = None):
+    def __init__(
+        self,
+        log_dir: str | Path | None,
+        enabled: bool = True,
+        purge_step: int | None = None,
+        wandb: dict | None = None,
+        run_name: str | None = None,
+        run_config: dict | None = None,
+    ):
         self.writer = None
         self.wandb_run = None
         if enabled and log_dir is not None:
@@ -118,16 +136,22 @@ def start_wandb_run(settings: dict, name: str | None, config: dict | None):
     folder.mkdir(parents=True, exist_ok=True)
     mode = settings.get("mode", "offline")
     try:
-        run = wandb.init(project=settings["project"], entity=settings.get("entity"),
-                         mode=mode, dir=str(folder), name=name, config=config,
-                         settings=wandb.Settings(silent=True, console="off"))
+        run = wandb.init(
+            project=settings["project"],
+            entity=settings.get("entity"),
+            mode=mode,
+            dir=str(folder),
+            name=name,
+            config=config,
+            settings=wandb.Settings(silent=True, console="off"),
+        )
     except (wandb.errors.UsageError, wandb.errors.CommError) as error:
         # wandb's own traceback would bury the one thing the user must change
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise TrackingError(
             f"tracking.wandb.mode: {mode!r} could not start a W&B run ({first_line}); run "
             f"`wandb login` or set WANDB_API_KEY on the machine that runs the job, or use "
-            f"mode: offline (no network, no login; `wandb sync` uploads later)") from None
-    print(f"[{name}] W&B {mode} run {run.id} in {folder / 'wandb'}",
-          file=sys.stderr, flush=True)
+            f"mode: offline (no network, no login; `wandb sync` uploads later)"
+        ) from None
+    print(f"[{name}] W&B {mode} run {run.id} in {folder / 'wandb'}", file=sys.stderr, flush=True)
     return run

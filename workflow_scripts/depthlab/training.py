@@ -23,6 +23,9 @@ The resumable state (`<state_dir>/state.pt`) holds only tensors and plain Python
 read with `torch.load(weights_only=True)`: a state file cannot run code. It also carries how many
 processes the run has taken and their summed wall time, so a resumed run's provenance records
 that it resumed, from which step, and its total time.
+
+Size: one training loop (resume, DDP, precision modes, document layouts, layer statistics),
+read top to bottom like nanoGPT's train.py.
 """
 
 from __future__ import annotations
@@ -47,15 +50,14 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer
 
 from . import data as data_lib
-from .errors import CheckpointError
 from .atomic_files import atomic_path, write_dataframe
+from .errors import CheckpointError
 from .models import build_model, make_config, save_checkpoint
 from .provenance import Provenance
 from .tracking import Progress, Tracker
 
 LOG_COLUMNS = ["step", "tokens", "split", "loss", "lr", "wall_s"]
-LAYER_STATS_COLUMNS = ["step", "tokens", "layer", "output_variance", "grad_norm",
-                       "total_grad_norm"]
+LAYER_STATS_COLUMNS = ["step", "tokens", "layer", "output_variance", "grad_norm", "total_grad_norm"]
 IGNORE = -100  # padding in a truncate_pad batch: never a target (cross_entropy's ignore_index)
 
 
@@ -82,7 +84,7 @@ class TrainSettings:
     document_layout: str = "packed"
 
     @classmethod
-    def from_dict(cls, values: dict) -> "TrainSettings":
+    def from_dict(cls, values: dict) -> TrainSettings:
         required = {f.name for f in fields(cls) if f.default is MISSING}
         missing = sorted(required - set(values))
         if missing:
@@ -110,17 +112,24 @@ def evaluation_steps(settings: TrainSettings) -> list[int]:
     steps.add(settings.steps)
     if settings.log_spaced_evals:
         first = max(1, settings.steps // 64)
-        steps.update(int(s) for s in np.unique(np.round(
-            np.geomspace(first, settings.steps, settings.log_spaced_evals))))
+        steps.update(
+            int(s)
+            for s in np.unique(
+                np.round(np.geomspace(first, settings.steps, settings.log_spaced_evals))
+            )
+        )
     return sorted(steps)
 
 
-def train_batch(tokens: np.ndarray, step: int, seed: int, batch_size: int,
-                seq_len: int) -> torch.Tensor:
+def train_batch(
+    tokens: np.ndarray, step: int, seed: int, batch_size: int, seq_len: int
+) -> torch.Tensor:
     """The global batch of `step`: (batch_size, seq_len + 1) random windows of the train split."""
     rng = np.random.default_rng([seed, step])
     starts = rng.integers(0, len(tokens) - seq_len - 1, size=batch_size)
-    return torch.from_numpy(np.stack([tokens[s:s + seq_len + 1] for s in starts]).astype(np.int64))
+    return torch.from_numpy(
+        np.stack([tokens[s : s + seq_len + 1] for s in starts]).astype(np.int64)
+    )
 
 
 def document_bounds(tokens: np.ndarray, eos_id: int) -> np.ndarray:
@@ -131,8 +140,9 @@ def document_bounds(tokens: np.ndarray, eos_id: int) -> np.ndarray:
     return np.stack([np.concatenate([[0], ends[:-1]]), ends], axis=1)
 
 
-def document_rows(tokens: np.ndarray, bounds: np.ndarray, indices, seq_len: int,
-                  bos_id: int) -> torch.Tensor:
+def document_rows(
+    tokens: np.ndarray, bounds: np.ndarray, indices, seq_len: int, bos_id: int
+) -> torch.Tensor:
     """(len(indices), seq_len + 1): bos + document (its eos included), cut to seq_len + 1 tokens
     and padded with IGNORE."""
     rows = np.full((len(indices), seq_len + 1), IGNORE, dtype=np.int64)
@@ -140,33 +150,41 @@ def document_rows(tokens: np.ndarray, bounds: np.ndarray, indices, seq_len: int,
         start, end = bounds[index]
         end = min(end, start + seq_len)
         rows[row, 0] = bos_id
-        rows[row, 1:1 + end - start] = tokens[start:end]
+        rows[row, 1 : 1 + end - start] = tokens[start:end]
     return torch.from_numpy(rows)
 
 
-def document_batch(tokens: np.ndarray, bounds: np.ndarray, step: int, seed: int,
-                   batch_size: int, seq_len: int, bos_id: int) -> torch.Tensor:
+def document_batch(
+    tokens: np.ndarray,
+    bounds: np.ndarray,
+    step: int,
+    seed: int,
+    batch_size: int,
+    seq_len: int,
+    bos_id: int,
+) -> torch.Tensor:
     """truncate_pad's global batch of `step`: random documents, drawn from (seed, step)."""
     rng = np.random.default_rng([seed, step])
-    return document_rows(tokens, bounds, rng.integers(0, len(bounds), size=batch_size),
-                         seq_len, bos_id)
+    return document_rows(
+        tokens, bounds, rng.integers(0, len(bounds), size=batch_size), seq_len, bos_id
+    )
 
 
-def validation_batches(tokens: np.ndarray, settings: TrainSettings,
-                       layout: dict | None = None) -> list[torch.Tensor]:
+def validation_batches(
+    tokens: np.ndarray, settings: TrainSettings, layout: dict | None = None
+) -> list[torch.Tensor]:
     """Fixed, evenly spaced windows of the val split (the same for every eval and every model);
     for truncate_pad (`layout`: {"bounds", "bos_id"}) evenly spaced documents."""
     count = settings.eval_batches * settings.batch_size
     if layout is not None:
         indices = np.linspace(0, len(layout["bounds"]) - 1, count).astype(np.int64)
-        rows = document_rows(tokens, layout["bounds"], indices, settings.seq_len,
-                             layout["bos_id"])
+        rows = document_rows(tokens, layout["bounds"], indices, settings.seq_len, layout["bos_id"])
         return list(rows.split(settings.batch_size))
     width = settings.seq_len + 1
     if len(tokens) < width:
         raise ValueError(f"val split has {len(tokens)} tokens, fewer than seq_len + 1 = {width}")
     starts = np.linspace(0, len(tokens) - width, count).astype(np.int64)
-    windows = np.stack([tokens[s:s + width] for s in starts]).astype(np.int64)
+    windows = np.stack([tokens[s : s + width] for s in starts]).astype(np.int64)
     return list(torch.from_numpy(windows).split(settings.batch_size))
 
 
@@ -175,11 +193,13 @@ def language_model_loss(model, window: torch.Tensor, autocast_dtype) -> torch.Te
     # Padding sits after each document's end, so with causal attention the id standing in for
     # it (0) never reaches a real position.
     inputs, targets = window[:, :-1].clamp(min=0), window[:, 1:]
-    with torch.autocast(device_type=inputs.device.type, dtype=autocast_dtype,
-                        enabled=autocast_dtype is not None):
+    with torch.autocast(
+        device_type=inputs.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
+    ):
         logits = model(input_ids=inputs).logits
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                           ignore_index=IGNORE)
+    return F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE
+    )
 
 
 class LayerOutputVariance:
@@ -193,14 +213,18 @@ class LayerOutputVariance:
         self.mask = None
         self._handles = []
 
-    def __enter__(self) -> "LayerOutputVariance":
+    def __enter__(self) -> LayerOutputVariance:
         for index, layer in enumerate(self.layers):
+
             def output(module, args, result, index=index):
                 hidden = (result[0] if isinstance(result, (tuple, list)) else result).double()
                 if self.mask is not None:
                     hidden = hidden[self.mask.to(hidden.device)]
-                self.sums[index] += (hidden.numel(), hidden.sum().item(),
-                                     hidden.square().sum().item())
+                self.sums[index] += (
+                    hidden.numel(),
+                    hidden.sum().item(),
+                    hidden.square().sum().item(),
+                )
 
             self._handles.append(layer.register_forward_hook(output))
         return self
@@ -213,12 +237,13 @@ class LayerOutputVariance:
     def variances(self) -> list[float]:
         count, total, squares = self.sums.T
         mean = total / count
-        return [float(v) for v in squares / count - mean ** 2]  # plain floats: state.pt
+        return [float(v) for v in squares / count - mean**2]  # plain floats: state.pt
 
 
 @torch.no_grad()
-def validation_loss(model, batches, device, autocast_dtype,
-                    variance: LayerOutputVariance | None = None) -> float:
+def validation_loss(
+    model, batches, device, autocast_dtype, variance: LayerOutputVariance | None = None
+) -> float:
     was_training = model.training
     model.eval()
     losses = []
@@ -233,12 +258,12 @@ def validation_loss(model, batches, device, autocast_dtype,
 
 def gradient_norms(model) -> tuple[list[float], float]:
     """L2 norm of the gradient of each decoder layer's parameters, and of all parameters."""
+
     def norm(parameters):
         grads = [p.grad for p in parameters if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
-    return ([norm(layer.parameters()) for layer in model.model.layers],
-            norm(model.parameters()))
+    return ([norm(layer.parameters()) for layer in model.model.layers], norm(model.parameters()))
 
 
 class Distributed:
@@ -279,13 +304,24 @@ class Distributed:
 
 def run_fingerprint(model_decl: dict, seed: int, data_meta: dict, world_size: int) -> str:
     """Identifies a training run; a saved state from a different run is never resumed."""
-    blob = json.dumps({"model": model_decl, "seed": seed, "data": data_meta,
-                       "world_size": world_size}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {"model": model_decl, "seed": seed, "data": data_meta, "world_size": world_size},
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-STATE_KEYS = ("fingerprint", "step", "model", "optimizer", "scheduler", "torch_rng", "log_rows",
-              "wall_s")  # and "layer_rows" (absent from states saved before layer statistics)
+STATE_KEYS = (
+    "fingerprint",
+    "step",
+    "model",
+    "optimizer",
+    "scheduler",
+    "torch_rng",
+    "log_rows",
+    "wall_s",
+)  # and "layer_rows" (absent from states saved before layer statistics)
 
 
 def save_state(path: Path, state: dict) -> None:
@@ -300,13 +336,17 @@ def load_state(path: Path, device) -> dict:
         state = torch.load(path, map_location=device, weights_only=True)
     except Exception as error:  # noqa: BLE001 - UnpicklingError, zip errors, EOF, ...
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise CheckpointError(f"{path}: not a training state that loads safely "
-                              f"({type(error).__name__}: {first}); delete it to start the run "
-                              f"over") from None
+        raise CheckpointError(
+            f"{path}: not a training state that loads safely "
+            f"({type(error).__name__}: {first}); delete it to start the run "
+            f"over"
+        ) from None
     missing = [key for key in STATE_KEYS if not isinstance(state, dict) or key not in state]
     if missing:
-        raise CheckpointError(f"{path}: not a training state (no {', '.join(missing)}); delete "
-                              f"it to start the run over")
+        raise CheckpointError(
+            f"{path}: not a training state (no {', '.join(missing)}); delete "
+            f"it to start the run over"
+        )
     return state
 
 
@@ -315,19 +355,21 @@ def load_data_tokenizer(data_dir: str | Path, meta: dict):
     meta.json's vocab_size (the embedding is sized from meta.json)."""
     folder = Path(data_dir) / "tokenizer"
     if not folder.is_dir():
-        raise data_lib.DataError(f"{folder}: missing (is {data_dir} a complete data stage "
-                                 f"output?)")
+        raise data_lib.DataError(f"{folder}: missing (is {data_dir} a complete data stage output?)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError, TypeError, KeyError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise data_lib.DataError(f"{folder}: cannot load the tokenizer "
-                                 f"({type(error).__name__}: {first})") from None
+        raise data_lib.DataError(
+            f"{folder}: cannot load the tokenizer ({type(error).__name__}: {first})"
+        ) from None
     largest = max(tokenizer.get_vocab().values(), default=-1)
     if largest >= meta["vocab_size"]:
-        raise data_lib.DataError(f"{folder}: token id {largest} is outside meta.json's "
-                                 f"vocab_size {meta['vocab_size']}: the tokenizer does not "
-                                 f"belong to this data")
+        raise data_lib.DataError(
+            f"{folder}: token id {largest} is outside meta.json's "
+            f"vocab_size {meta['vocab_size']}: the tokenizer does not "
+            f"belong to this data"
+        )
     return tokenizer
 
 
@@ -335,9 +377,11 @@ def check_split_length(data_dir: str | Path, split: str, tokens, seq_len: int) -
     """A split must hold at least one window of seq_len + 1 tokens (+1 for the random start)."""
     need = seq_len + 1 + (split == "train")
     if len(tokens) < need:
-        raise data_lib.DataError(f"{Path(data_dir) / f'{split}.bin'}: {len(tokens)} tokens, "
-                                 f"fewer than the {need} that one window of train.seq_len "
-                                 f"{seq_len} needs; use a larger corpus or a shorter seq_len")
+        raise data_lib.DataError(
+            f"{Path(data_dir) / f'{split}.bin'}: {len(tokens)} tokens, "
+            f"fewer than the {need} that one window of train.seq_len "
+            f"{seq_len} needs; use a larger corpus or a shorter seq_len"
+        )
 
 
 def make_optimizer(model, settings: TrainSettings) -> torch.optim.AdamW:
@@ -345,14 +389,27 @@ def make_optimizer(model, settings: TrainSettings) -> torch.optim.AdamW:
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": settings.weight_decay},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=settings.lr, betas=(settings.beta1, settings.beta2), eps=1e-8)
+        [
+            {"params": decay, "weight_decay": settings.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=settings.lr,
+        betas=(settings.beta1, settings.beta2),
+        eps=1e-8,
+    )
 
 
-def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: str | Path,
-             state_dir: str | Path, seed: int, threads: int, progress: bool = True,
-             tracking: dict | None = None) -> dict:
+def pretrain(
+    model_name: str,
+    model_decl: dict,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    state_dir: str | Path,
+    seed: int,
+    threads: int,
+    progress: bool = True,
+    tracking: dict | None = None,
+) -> dict:
     """Train one declared model and write its HF checkpoint directory atomically to out_dir.
     `threads` are the job's, shared among its DDP processes; `tracking` is the config's
     `tracking:` section as config.tracking_settings resolves it (None: no TensorBoard, no W&B,
@@ -362,11 +419,14 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
     settings = TrainSettings.from_dict(model_decl["train"])
     ddp = Distributed()
     torch.set_num_threads(max(1, threads // ddp.world_size))
-    provenance = Provenance("pretrain", config={"model_name": model_name, **model_decl},
-                            inputs=[data_dir], seed=seed)
+    provenance = Provenance(
+        "pretrain", config={"model_name": model_name, **model_decl}, inputs=[data_dir], seed=seed
+    )
     if settings.batch_size % ddp.world_size:
-        raise ValueError(f"train.batch_size: {settings.batch_size} is not divisible by the "
-                         f"{ddp.world_size} processes")
+        raise ValueError(
+            f"train.batch_size: {settings.batch_size} is not divisible by the "
+            f"{ddp.world_size} processes"
+        )
     autocast_dtype = torch.bfloat16 if settings.precision == "bf16" else None
     weight_dtype = torch.bfloat16 if settings.precision == "pure_bf16" else torch.float32
 
@@ -377,20 +437,30 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
     check_split_length(data_dir, "val", val_tokens, settings.seq_len)
     layouts = {}
     if settings.document_layout == "truncate_pad":
-        layouts = {split: {"bounds": document_bounds(tokens, meta["eos_id"]),
-                           "bos_id": meta["eos_id"] if meta.get("bos_id") is None
-                           else meta["bos_id"]}
-                   for split, tokens in (("train", train_tokens), ("val", val_tokens))}
+        layouts = {
+            split: {
+                "bounds": document_bounds(tokens, meta["eos_id"]),
+                "bos_id": meta["eos_id"] if meta.get("bos_id") is None else meta["bos_id"],
+            }
+            for split, tokens in (("train", train_tokens), ("val", val_tokens))
+        }
     val_batches = validation_batches(val_tokens, settings, layouts.get("val"))
     tokenizer = load_data_tokenizer(data_dir, meta)  # before training, not after it
-    config = make_config(model_decl["architecture"], model_decl["norm_scheme"],
-                         vocab_size=meta["vocab_size"], max_positions=settings.seq_len,
-                         init_std=settings.init_std, bos_token_id=meta.get("bos_id"),
-                         eos_token_id=meta.get("eos_id"), pad_token_id=meta.get("pad_id"))
+    config = make_config(
+        model_decl["architecture"],
+        model_decl["norm_scheme"],
+        vocab_size=meta["vocab_size"],
+        max_positions=settings.seq_len,
+        init_std=settings.init_std,
+        bos_token_id=meta.get("bos_id"),
+        eos_token_id=meta.get("eos_id"),
+        pad_token_id=meta.get("pad_id"),
+    )
     model = build_model(config, seed).to(ddp.device, dtype=weight_dtype)
     optimizer = make_optimizer(model, settings)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_multiplier(step, settings))
+        optimizer, lambda step: lr_multiplier(step, settings)
+    )
 
     state_path = Path(state_dir) / "state.pt"
     fingerprint = run_fingerprint(model_decl, seed, meta, ddp.world_size)
@@ -412,26 +482,34 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
             earlier_wall = float(state.get("total_wall_s", state["wall_s"]))
             print(f"[{model_name}] resumed from step {step} ({state_path})", file=sys.stderr)
         else:
-            print(f"[{model_name}] ignoring {state_path}: saved by a different run "
-                  f"configuration", file=sys.stderr)
+            print(
+                f"[{model_name}] ignoring {state_path}: saved by a different run configuration",
+                file=sys.stderr,
+            )
 
     train_model = model
     if ddp.enabled:
         train_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[ddp.device.index] if ddp.device.type == "cuda" else None)
+            model, device_ids=[ddp.device.index] if ddp.device.type == "cuda" else None
+        )
     rows_per_rank = settings.batch_size // ddp.world_size
     micro_rows = settings.micro_batch_size or rows_per_rank
     if rows_per_rank % micro_rows:
-        raise ValueError(f"train.micro_batch_size: {micro_rows} does not divide the "
-                         f"{rows_per_rank} rows each process gets per step")
+        raise ValueError(
+            f"train.micro_batch_size: {micro_rows} does not divide the "
+            f"{rows_per_rank} rows each process gets per step"
+        )
     accumulation = rows_per_rank // micro_rows
     eval_at = set(evaluation_steps(settings))
     n_params = sum(p.numel() for p in model.parameters())
     if ddp.is_main:
-        print(f"[{model_name}] {model_decl['norm_scheme']} {config.num_hidden_layers}x"
-              f"{config.hidden_size}, {n_params / 1e6:.2f}M params, {settings.steps} steps x "
-              f"{settings.tokens_per_step} tokens, device {ddp.device}, threads {threads}, "
-              f"world {ddp.world_size}", file=sys.stderr)
+        print(
+            f"[{model_name}] {model_decl['norm_scheme']} {config.num_hidden_layers}x"
+            f"{config.hidden_size}, {n_params / 1e6:.2f}M params, {settings.steps} steps x "
+            f"{settings.tokens_per_step} tokens, device {ddp.device}, threads {threads}, "
+            f"world {ddp.world_size}",
+            file=sys.stderr,
+        )
 
     tensorboard_dir = Path(state_dir) / "tensorboard"
     tracker = Tracker(None, enabled=False)
@@ -440,17 +518,29 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
             # events of an abandoned run must not mix with this one's
             shutil.rmtree(tensorboard_dir, ignore_errors=True)
         # steps up to resumed_from are in the state; later ones died with the killed process
-        tracker = Tracker(tensorboard_dir, enabled=bool(tracking.get("tensorboard")),
-                          purge_step=resumed_from and resumed_from + 1,
-                          wandb=tracking.get("wandb"), run_name=model_name, run_config={
-                              "model_name": model_name, "model": model_decl,
-                              "data": str(data_dir), "out": str(out_dir),
-                              "state_dir": str(state_dir), "seed": seed, "tracking": tracking,
-                              "world_size": ddp.world_size, "resumed_from_step": resumed_from})
+        tracker = Tracker(
+            tensorboard_dir,
+            enabled=bool(tracking.get("tensorboard")),
+            purge_step=resumed_from and resumed_from + 1,
+            wandb=tracking.get("wandb"),
+            run_name=model_name,
+            run_config={
+                "model_name": model_name,
+                "model": model_decl,
+                "data": str(data_dir),
+                "out": str(out_dir),
+                "state_dir": str(state_dir),
+                "seed": seed,
+                "tracking": tracking,
+                "world_size": ddp.world_size,
+                "resumed_from_step": resumed_from,
+            },
+        )
 
     def record_layer_stats(at_step: int, variance: LayerOutputVariance, grads) -> None:
-        layer_norms, total = grads if grads is not None else ([math.nan] * len(variance.layers),
-                                                               math.nan)
+        layer_norms, total = (
+            grads if grads is not None else ([math.nan] * len(variance.layers), math.nan)
+        )
         tokens = at_step * settings.tokens_per_step
         for layer, (var, norm) in enumerate(zip(variance.variances(), layer_norms)):
             layer_rows.append([at_step, tokens, layer, var, norm, total])
@@ -467,18 +557,28 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
 
     started = time.perf_counter()
     wall = wall_offset
-    bar = Progress(settings.steps, model_name, initial=step, enabled=progress and ddp.is_main,
-                   every=tracking.get("progress_every"))
+    bar = Progress(
+        settings.steps,
+        model_name,
+        initial=step,
+        enabled=progress and ddp.is_main,
+        every=tracking.get("progress_every"),
+    )
     model.train()
     while step < settings.steps:
         if settings.document_layout == "truncate_pad":
-            window = document_batch(train_tokens, layouts["train"]["bounds"], step, seed,
-                                    settings.batch_size, settings.seq_len,
-                                    layouts["train"]["bos_id"])
+            window = document_batch(
+                train_tokens,
+                layouts["train"]["bounds"],
+                step,
+                seed,
+                settings.batch_size,
+                settings.seq_len,
+                layouts["train"]["bos_id"],
+            )
         else:
-            window = train_batch(train_tokens, step, seed, settings.batch_size,
-                                 settings.seq_len)
-        local = window[ddp.rank * rows_per_rank:(ddp.rank + 1) * rows_per_rank].to(ddp.device)
+            window = train_batch(train_tokens, step, seed, settings.batch_size, settings.seq_len)
+        local = window[ddp.rank * rows_per_rank : (ddp.rank + 1) * rows_per_rank].to(ddp.device)
         loss = torch.zeros((), device=ddp.device)
         for index, micro in enumerate(local.split(micro_rows)):
             # Gradients are all-reduced once per step, on the last micro-batch.
@@ -490,8 +590,10 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
         mean_loss = ddp.mean(loss).item()
         step += 1
         if not math.isfinite(mean_loss):
-            raise FloatingPointError(f"[{model_name}] loss is {mean_loss} at step {step}; "
-                                     f"stopping (lower train.lr or set train.grad_clip)")
+            raise FloatingPointError(
+                f"[{model_name}] loss is {mean_loss} at step {step}; "
+                f"stopping (lower train.lr or set train.grad_clip)"
+            )
         # the gradient that makes update `step`, as all-reduced, before clipping
         grads = gradient_norms(model) if step in eval_at and ddp.is_main else None
         if settings.grad_clip:
@@ -503,42 +605,59 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
 
         wall = wall_offset + time.perf_counter() - started
         tokens = step * settings.tokens_per_step
-        tokens_per_s = (step - (resumed_from or 0)) * settings.tokens_per_step / max(
-            wall - wall_offset, 1e-9)
+        tokens_per_s = (
+            (step - (resumed_from or 0)) * settings.tokens_per_step / max(wall - wall_offset, 1e-9)
+        )
         if step % settings.log_every == 0 or step == settings.steps:
             log_rows.append([step, tokens, "train", mean_loss, lr, round(wall, 3)])
-            tracker.scalars(step, {"loss/train": mean_loss, "lr": lr,
-                                   "tokens_per_s": tokens_per_s})
+            tracker.scalars(step, {"loss/train": mean_loss, "lr": lr, "tokens_per_s": tokens_per_s})
         if step in eval_at and ddp.is_main:  # only rank 0 logs and writes; the others go on
             with LayerOutputVariance(model.model.layers) as variance:
                 val = validation_loss(model, val_batches, ddp.device, autocast_dtype, variance)
             log_rows.append([step, tokens, "val", val, lr, round(wall, 3)])
             tracker.scalars(step, {"loss/val": val})
             record_layer_stats(step, variance, grads)
-            print(f"[{model_name}] step {step} tokens {tokens} val_loss {val:.4f} "
-                  f"tok/s {tokens_per_s:.0f}", file=sys.stderr)
+            print(
+                f"[{model_name}] step {step} tokens {tokens} val_loss {val:.4f} "
+                f"tok/s {tokens_per_s:.0f}",
+                file=sys.stderr,
+            )
         if ddp.is_main and step % settings.checkpoint_every == 0 and step < settings.steps:
-            save_state(state_path, {
-                "fingerprint": fingerprint, "step": step, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "torch_rng": torch.get_rng_state(), "log_rows": log_rows,
-                "layer_rows": layer_rows, "wall_s": wall, "processes": earlier_processes + 1,
-                "total_wall_s": earlier_wall + time.perf_counter() - process_start})
+            save_state(
+                state_path,
+                {
+                    "fingerprint": fingerprint,
+                    "step": step,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "torch_rng": torch.get_rng_state(),
+                    "log_rows": log_rows,
+                    "layer_rows": layer_rows,
+                    "wall_s": wall,
+                    "processes": earlier_processes + 1,
+                    "total_wall_s": earlier_wall + time.perf_counter() - process_start,
+                },
+            )
             tracker.flush()  # what a resume keeps is on disk with the state
         bar.update(1, loss=mean_loss, lr=lr, **{"tok/s": tokens_per_s})
     bar.close()
     tracker.close()
 
-    summary = {"final_val_loss": next((r[3] for r in reversed(log_rows) if r[2] == "val"), None),
-               "tokens": settings.steps * settings.tokens_per_step,
-               "tokens_per_s": settings.steps * settings.tokens_per_step / max(wall, 1e-9),
-               "params": n_params, "world_size": ddp.world_size}
+    summary = {
+        "final_val_loss": next((r[3] for r in reversed(log_rows) if r[2] == "val"), None),
+        "tokens": settings.steps * settings.tokens_per_step,
+        "tokens_per_s": settings.steps * settings.tokens_per_step / max(wall, 1e-9),
+        "params": n_params,
+        "world_size": ddp.world_size,
+    }
     if ddp.is_main:
         with atomic_path(out_dir, is_dir=True) as tmp:
             save_checkpoint(model, tokenizer, tmp)
             write_dataframe(tmp / "train_log.csv", pd.DataFrame(log_rows, columns=LOG_COLUMNS))
-            write_dataframe(tmp / "layer_stats.csv",
-                            pd.DataFrame(layer_rows, columns=LAYER_STATS_COLUMNS))
+            write_dataframe(
+                tmp / "layer_stats.csv", pd.DataFrame(layer_rows, columns=LAYER_STATS_COLUMNS)
+            )
             if tensorboard_dir.is_dir() and tracking.get("tensorboard"):
                 shutil.copytree(tensorboard_dir, tmp / "tensorboard")
             record = run_record(resumed_from, earlier_processes, earlier_wall, process_start)
@@ -559,9 +678,13 @@ def pretrain(model_name: str, model_decl: dict, data_dir: str | Path, out_dir: s
     return summary
 
 
-def run_record(resumed_from: int | None, earlier_processes: int, earlier_wall: float,
-               process_start: float) -> dict:
+def run_record(
+    resumed_from: int | None, earlier_processes: int, earlier_wall: float, process_start: float
+) -> dict:
     """Whether the run resumed, from which step, its processes and their total wall time."""
-    return {"resumed": resumed_from is not None, "resumed_from_step": resumed_from,
-            "processes": earlier_processes + 1,
-            "total_wall_s": round(earlier_wall + time.perf_counter() - process_start, 3)}
+    return {
+        "resumed": resumed_from is not None,
+        "resumed_from_step": resumed_from,
+        "processes": earlier_processes + 1,
+        "total_wall_s": round(earlier_wall + time.perf_counter() - process_start, 3),
+    }

@@ -35,11 +35,32 @@ import os
 from pathlib import Path
 
 from ..errors import ConfigError
-from .load import (DEFAULT_CONFIG, REPO_ROOT, SCHEMA_PATH, apply_overrides, load_config,
-                   load_yaml, merge, parse_override_value, validate_schema)
-from .models import (check_hf_model, check_positions, check_pretrain_model, corpus_models,
-                     data_folder, declared_models, expand_sweeps, figure_facts, mix_ln_post_layers,
-                     model_layers, model_location, reads_special_tokens, seed_groups)
+from .load import (
+    DEFAULT_CONFIG,
+    REPO_ROOT,
+    SCHEMA_PATH,
+    apply_overrides,
+    load_config,
+    load_yaml,
+    merge,
+    parse_override_value,
+    validate_schema,
+)
+from .models import (
+    check_hf_model,
+    check_positions,
+    check_pretrain_model,
+    corpus_models,
+    data_folder,
+    declared_models,
+    expand_sweeps,
+    figure_facts,
+    mix_ln_post_layers,
+    model_layers,
+    model_location,
+    reads_special_tokens,
+    seed_groups,
+)
 from .paths import SAFE_NAME, RunPaths, check_name, seed_model_name, sweep_model_name
 from .resolved import Resolved, spec_json, stage_resources
 from .stages.analysis import ANALYSIS_FIGURES, resolve_analysis, text_set_texts
@@ -52,13 +73,40 @@ from .stages.scaling import merge_fit_spec, resolve_scaling
 from .stages.toy import resolve_toy, temperature_grid
 
 __all__ = [
-    "ANALYSIS_FIGURES", "DEFAULT_CONFIG", "DEPTH_USE_FIGURES", "PRUNING_FIGURES", "REPO_ROOT",
-    "SAFE_NAME", "SCHEMA_PATH", "ConfigError", "Resolved", "RunPaths",
-    "apply_overrides", "check_name", "check_positions", "corpus_models", "data_folder",
-    "declared_models", "figure_facts", "load_config", "load_yaml", "merge", "merge_fit_spec",
-    "mix_ln_post_layers", "model_layers", "model_location", "parse_override_value",
-    "reads_special_tokens", "resolve", "seed_groups", "seed_model_name", "spec_json",
-    "sweep_model_name", "temperature_grid", "text_set_texts", "tracking_settings",
+    "ANALYSIS_FIGURES",
+    "DEFAULT_CONFIG",
+    "DEPTH_USE_FIGURES",
+    "PRUNING_FIGURES",
+    "REPO_ROOT",
+    "SAFE_NAME",
+    "SCHEMA_PATH",
+    "ConfigError",
+    "Resolved",
+    "RunPaths",
+    "apply_overrides",
+    "check_name",
+    "check_positions",
+    "corpus_models",
+    "data_folder",
+    "declared_models",
+    "figure_facts",
+    "load_config",
+    "load_yaml",
+    "merge",
+    "merge_fit_spec",
+    "mix_ln_post_layers",
+    "model_layers",
+    "model_location",
+    "parse_override_value",
+    "reads_special_tokens",
+    "resolve",
+    "seed_groups",
+    "seed_model_name",
+    "spec_json",
+    "sweep_model_name",
+    "temperature_grid",
+    "text_set_texts",
+    "tracking_settings",
     "validate_schema",
 ]
 
@@ -67,7 +115,7 @@ def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
     """Validate `config` and resolve every job's spec (see the module docstring)."""
     validate_schema(config)
     base_dir = Path(base_dir)
-    paths = RunPaths(config["run_name"])   # a safe name: the schema's run_name pattern
+    paths = RunPaths(config["run_name"])  # a safe name: the schema's run_name pattern
     config = copy.deepcopy(config)
     config["resources"] = stage_resources(config)
     models = expand_sweeps(config)

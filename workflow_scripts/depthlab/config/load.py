@@ -39,13 +39,15 @@ def _construct_strict_mapping(loader, node, deep=False):
         if key in seen:
             raise ConfigError(
                 f"{loader.name}:{key_node.start_mark.line + 1}: key '{key}' appears twice in "
-                f"one mapping (first at line {seen[key] + 1}); YAML would silently keep the last")
+                f"one mapping (first at line {seen[key] + 1}); YAML would silently keep the last"
+            )
         seen[key] = key_node.start_mark.line
     return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-                              _construct_strict_mapping)
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_strict_mapping
+)
 
 
 def load_yaml(path: str | os.PathLike) -> dict:
@@ -117,7 +119,8 @@ def _schema_validator():
     base = jsonschema.Draft202012Validator
     # JSON Schema counts 16.0 as an integer; the code needs a Python int.
     checker = base.TYPE_CHECKER.redefine(
-        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool))
+        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
+    )
     return jsonschema.validators.extend(base, type_checker=checker)(schema)
 
 
@@ -131,8 +134,10 @@ def _key_path(path) -> str:
 def validate_schema(config: dict) -> None:
     import jsonschema
 
-    errors = sorted(_schema_validator().iter_errors(config),
-                    key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(
+        _schema_validator().iter_errors(config),
+        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
+    )
     if errors:
         error = jsonschema.exceptions.best_match(errors)
         where = _key_path(error.absolute_path)
@@ -140,6 +145,8 @@ def validate_schema(config: dict) -> None:
         if error.validator == "additionalProperties":
             message = f"unknown key ({message})"
         elif error.validator == "pattern" and isinstance(error.instance, str):
-            message = (f"{error.instance!r} is not a safe name (letters, digits, _ . -; no "
-                       f"'..', separators or shell characters)")
+            message = (
+                f"{error.instance!r} is not a safe name (letters, digits, _ . -; no "
+                f"'..', separators or shell characters)"
+            )
         raise ConfigError(f"{where}: {message}")

@@ -39,8 +39,10 @@ def _expand_seeds(name: str, model: dict, key: str, declared) -> dict:
         member = seed_model_name(name, seed)
         check_name(member, f"{key}.seeds (expanded model name)")
         if member in declared:
-            raise ConfigError(f"{key}.seeds: expanded model name '{member}' (seed {seed}) is "
-                              f"already declared under models")
+            raise ConfigError(
+                f"{key}.seeds: expanded model name '{member}' (seed {seed}) is "
+                f"already declared under models"
+            )
         members[member] = {**copy.deepcopy(model), "seed": seed, "seed_group": name}
     return members
 
@@ -48,8 +50,9 @@ def _expand_seeds(name: str, model: dict, key: str, declared) -> dict:
 def _add_models(models: dict, new: dict, key: str) -> None:
     for name, model in new.items():
         if name in models:
-            raise ConfigError(f"{key}: expanded model name '{name}' is already declared under "
-                              f"models")
+            raise ConfigError(
+                f"{key}: expanded model name '{name}' is already declared under models"
+            )
         models[name] = model
 
 
@@ -58,19 +61,24 @@ def expand_sweeps(config: dict) -> dict:
     declared = config["models"]
     models = {}
     for name, model in copy.deepcopy(declared).items():
-        _add_models(models, _expand_seeds(name, model, f"models.{name}", declared),
-                    f"models.{name}.seeds")
+        _add_models(
+            models, _expand_seeds(name, model, f"models.{name}", declared), f"models.{name}.seeds"
+        )
     for sweep_name, sweep in (config.get("sweeps") or {}).items():
         for depth in sweep["depths"]:
             for width in sweep["widths"]:
                 name = sweep_model_name(sweep_name, depth, width)
                 check_name(name, f"sweeps.{sweep_name} (expanded model name)")
                 if name in declared:
-                    raise ConfigError(f"sweeps.{sweep_name}: expanded model name '{name}' is "
-                                      f"already declared under models")
+                    raise ConfigError(
+                        f"sweeps.{sweep_name}: expanded model name '{name}' is "
+                        f"already declared under models"
+                    )
                 if width % sweep["head_dim"]:
-                    raise ConfigError(f"sweeps.{sweep_name}.head_dim: {sweep['head_dim']} does "
-                                      f"not divide width {width}")
+                    raise ConfigError(
+                        f"sweeps.{sweep_name}.head_dim: {sweep['head_dim']} does "
+                        f"not divide width {width}"
+                    )
                 # SwiGLU hidden size ~ (8/3) m in LLaMA, rounded to a multiple of 32
                 intermediate = int(round(sweep["mlp_ratio"] * width / 32)) * 32
                 point = {
@@ -87,8 +95,11 @@ def expand_sweeps(config: dict) -> dict:
                 }
                 if "seeds" in sweep:
                     point["seeds"] = sweep["seeds"]
-                _add_models(models, _expand_seeds(name, point, f"sweeps.{sweep_name}", declared),
-                            f"sweeps.{sweep_name}")
+                _add_models(
+                    models,
+                    _expand_seeds(name, point, f"sweeps.{sweep_name}", declared),
+                    f"sweeps.{sweep_name}",
+                )
     return models
 
 
@@ -103,48 +114,70 @@ def seed_groups(resolved: Resolved) -> dict[str, list[str]]:
 
 
 def check_pretrain_model(name: str, model: dict, defaults: dict, processes: int) -> None:
-    key = (f"sweeps.{model['sweep']}" if "sweep" in model
-           else f"models.{model.get('seed_group', name)}")
+    key = (
+        f"sweeps.{model['sweep']}"
+        if "sweep" in model
+        else f"models.{model.get('seed_group', name)}"
+    )
     arch = model["architecture"]
     if arch["hidden_size"] % arch["num_heads"]:
-        raise ConfigError(f"{key}.architecture.num_heads: {arch['num_heads']} does not "
-                          f"divide hidden_size {arch['hidden_size']}")
+        raise ConfigError(
+            f"{key}.architecture.num_heads: {arch['num_heads']} does not "
+            f"divide hidden_size {arch['hidden_size']}"
+        )
     if (arch["hidden_size"] // arch["num_heads"]) % 2:
-        raise ConfigError(f"{key}.architecture.num_heads: head size "
-                          f"{arch['hidden_size'] // arch['num_heads']} is odd (RoPE rotates pairs)")
+        raise ConfigError(
+            f"{key}.architecture.num_heads: head size "
+            f"{arch['hidden_size'] // arch['num_heads']} is odd (RoPE rotates pairs)"
+        )
     kv_heads = arch.get("num_kv_heads", arch["num_heads"])
     if arch["num_heads"] % kv_heads:
-        raise ConfigError(f"{key}.architecture.num_kv_heads: {kv_heads} does not divide "
-                          f"num_heads {arch['num_heads']}")
+        raise ConfigError(
+            f"{key}.architecture.num_kv_heads: {kv_heads} does not divide "
+            f"num_heads {arch['num_heads']}"
+        )
     if model["norm_scheme"] == "mix_ln":
         fraction = arch.get("mix_ln_post_fraction")
         if fraction is None:
-            raise ConfigError(f"{key}.architecture.mix_ln_post_fraction: required for "
-                              f"norm_scheme mix_ln (the paper uses 0.25)")
+            raise ConfigError(
+                f"{key}.architecture.mix_ln_post_fraction: required for "
+                f"norm_scheme mix_ln (the paper uses 0.25)"
+            )
         if mix_ln_post_layers(fraction, arch["num_layers"]) < 1:
-            raise ConfigError(f"{key}.architecture.mix_ln_post_fraction: {fraction} of "
-                              f"{arch['num_layers']} layers rounds to no Post-LN layer "
-                              f"(that is pre_ln)")
+            raise ConfigError(
+                f"{key}.architecture.mix_ln_post_fraction: {fraction} of "
+                f"{arch['num_layers']} layers rounds to no Post-LN layer "
+                f"(that is pre_ln)"
+            )
     elif "mix_ln_post_fraction" in arch:
-        raise ConfigError(f"{key}.architecture.mix_ln_post_fraction: has no effect for "
-                          f"norm_scheme {model['norm_scheme']} (only mix_ln)")
+        raise ConfigError(
+            f"{key}.architecture.mix_ln_post_fraction: has no effect for "
+            f"norm_scheme {model['norm_scheme']} (only mix_ln)"
+        )
     if "deepnorm_variant" in arch and model["norm_scheme"] != "deepnorm":
-        raise ConfigError(f"{key}.architecture.deepnorm_variant: has no effect for "
-                          f"norm_scheme {model['norm_scheme']} (only deepnorm)")
+        raise ConfigError(
+            f"{key}.architecture.deepnorm_variant: has no effect for "
+            f"norm_scheme {model['norm_scheme']} (only deepnorm)"
+        )
     model["train"] = {**defaults, **(model.get("train") or {})}
     train = model["train"]
     if train["warmup_steps"] > train["steps"]:
-        raise ConfigError(f"{key}.train.warmup_steps: {train['warmup_steps']} exceeds "
-                          f"steps {train['steps']}")
+        raise ConfigError(
+            f"{key}.train.warmup_steps: {train['warmup_steps']} exceeds steps {train['steps']}"
+        )
     rows = train["batch_size"]
     if rows % processes:
-        raise ConfigError(f"{key}.train.batch_size: {rows} is not divisible by the {processes} "
-                          f"processes of resources.pretrain (gpu / processes)")
+        raise ConfigError(
+            f"{key}.train.batch_size: {rows} is not divisible by the {processes} "
+            f"processes of resources.pretrain (gpu / processes)"
+        )
     micro = train["micro_batch_size"]
     if micro is not None and (rows // processes) % micro:
-        raise ConfigError(f"{key}.train.micro_batch_size: {micro} does not divide the "
-                          f"{rows // processes} rows each process gets per step (batch_size "
-                          f"{rows} over {processes} process(es))")
+        raise ConfigError(
+            f"{key}.train.micro_batch_size: {micro} does not divide the "
+            f"{rows // processes} rows each process gets per step (batch_size "
+            f"{rows} over {processes} process(es))"
+        )
 
 
 def check_hf_model(name: str, model: dict, base_dir: Path) -> None:
@@ -155,12 +188,15 @@ def check_hf_model(name: str, model: dict, base_dir: Path) -> None:
     except FileNotFoundError as error:  # a pkg: path whose package or folder is missing
         raise ConfigError(f"{key}: {error}") from None
     candidate = local_path(local, base_dir)
-    looks_local = (path.startswith(("pkg:", "/", ".", "~")) or local.count("/") != 1
-                   or not HUB_ID.match(local))
+    looks_local = (
+        path.startswith(("pkg:", "/", ".", "~")) or local.count("/") != 1 or not HUB_ID.match(local)
+    )
     if candidate is None:
         if looks_local:
-            raise ConfigError(f"{key}: local model folder '{path}' does not exist (a hub id "
-                              f"looks like 'org/name')")
+            raise ConfigError(
+                f"{key}: local model folder '{path}' does not exist (a hub id "
+                f"looks like 'org/name')"
+            )
         return  # a hub id: checked when downloaded
     if not Path(candidate).is_dir():
         raise ConfigError(f"{key}: '{path}' is not a folder")
@@ -204,9 +240,11 @@ def data_folder(resolved: Resolved, name: str) -> str | None:
         from ..problem_sets import FAMILIES, has_synthetic_family
 
         if not has_synthetic_family(problems):
-            raise ConfigError(f"models.{name}.data: 'problems' needs a synthetic family "
-                              f"({', '.join(FAMILIES)}) in depth_use.problems.families: "
-                              f"dataset families have no training data")
+            raise ConfigError(
+                f"models.{name}.data: 'problems' needs a synthetic family "
+                f"({', '.join(FAMILIES)}) in depth_use.problems.families: "
+                f"dataset families have no training data"
+            )
         return resolved.paths.problems
     return resolved.paths.data
 
@@ -229,8 +267,10 @@ def declared_models(resolved: Resolved, names, key: str) -> list:
         elif name in groups:
             expanded.extend(groups[name])
         else:
-            raise ConfigError(f"{key}[{index}]: '{name}' is not a declared model "
-                              f"(declared: {', '.join(sorted(resolved.models))})")
+            raise ConfigError(
+                f"{key}[{index}]: '{name}' is not a declared model "
+                f"(declared: {', '.join(sorted(resolved.models))})"
+            )
     return list(dict.fromkeys(expanded))
 
 
@@ -247,8 +287,7 @@ FIGURE_FACTS = ("kind", "norm_scheme", "sweep", "seed", "seed_group")
 def figure_facts(resolved: Resolved, names) -> dict:
     """What figures group and colour models by (depthlab.figure_style): {name: facts}."""
     models = resolved.models
-    return {name: {k: models[name][k] for k in FIGURE_FACTS if k in models[name]}
-            for name in names}
+    return {name: {k: models[name][k] for k in FIGURE_FACTS if k in models[name]} for name in names}
 
 
 def model_location(resolved: Resolved, name: str) -> str:
@@ -286,8 +325,10 @@ def check_positions(resolved: Resolved, name: str, length: int, key: str) -> Non
     was trained on (its RoPE never saw more)."""
     model = resolved.models[name]
     if model["kind"] == "pretrain" and length > model["train"]["seq_len"]:
-        raise ConfigError(f"{key}: {length} tokens exceed the {model['train']['seq_len']} "
-                          f"positions '{name}' was trained on (its train.seq_len)")
+        raise ConfigError(
+            f"{key}: {length} tokens exceed the {model['train']['seq_len']} "
+            f"positions '{name}' was trained on (its train.seq_len)"
+        )
 
 
 def has_lm_head(resolved: Resolved, name: str) -> bool:

@@ -15,8 +15,10 @@ SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")
 
 def check_name(name, key: str) -> str:
     if not isinstance(name, str) or not SAFE_NAME.match(name):
-        raise ConfigError(f"{key}: {name!r} is not a safe name (letters, digits, _ . -, at most "
-                          f"100 characters; no '..', separators or shell characters)")
+        raise ConfigError(
+            f"{key}: {name!r} is not a safe name (letters, digits, _ . -, at most "
+            f"100 characters; no '..', separators or shell characters)"
+        )
     return name
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from .paths import RunPaths
 
+
 @dataclass
 class Resolved:
     """The resolved config: models, paths and every job's spec, by job family.
@@ -28,12 +29,12 @@ class Resolved:
     def jobs(self, family: str) -> dict:
         return self.families.get(family, {})
 
-    def add(self, family: str, job: str, spec: dict, outputs=(), wildcards=None,
-            inputs=None) -> None:
+    def add(
+        self, family: str, job: str, spec: dict, outputs=(), wildcards=None, inputs=None
+    ) -> None:
         for output in outputs:
             if not self.paths.contains(output):
-                raise ConfigError(f"{family}.{job}: output {output} would leave "
-                                  f"{self.paths.root}/")
+                raise ConfigError(f"{family}.{job}: output {output} would leave {self.paths.root}/")
         self.families.setdefault(family, {})[job] = spec
         self.wildcards.setdefault(family, {})[job] = wildcards or {"job": job}
         self.inputs.setdefault(family, {})[job] = inputs or {}
@@ -70,20 +71,25 @@ class Resolved:
 
 
 def stage_resources(config: dict) -> dict:
-    resources = config["resources"]   # the schema requires every always-on stage's entry
+    resources = config["resources"]  # the schema requires every always-on stage's entry
     # cluster: {partition, account, qos} applies to every stage unless the stage names its own
     cluster = config.get("cluster") or {}
-    resolved = {stage: {"gpu": 0, "gpu_model": "", **cluster, **spec}
-                for stage, spec in resources.items()}
+    resolved = {
+        stage: {"gpu": 0, "gpu_model": "", **cluster, **spec} for stage, spec in resources.items()
+    }
     for stage, spec in resolved.items():
         if "processes" not in spec:
             continue
         if stage != "pretrain":
-            raise ConfigError(f"resources.{stage}.processes: only the pretrain stage runs "
-                              f"several processes (torchrun)")
+            raise ConfigError(
+                f"resources.{stage}.processes: only the pretrain stage runs "
+                f"several processes (torchrun)"
+            )
         if spec["gpu"] and spec["processes"] != spec["gpu"]:
-            raise ConfigError(f"resources.pretrain.processes: {spec['processes']} differs from "
-                              f"gpu {spec['gpu']} (one process per GPU)")
+            raise ConfigError(
+                f"resources.pretrain.processes: {spec['processes']} differs from "
+                f"gpu {spec['gpu']} (one process per GPU)"
+            )
     # torchrun processes of a pretraining job: one per GPU, or as set (several on CPU: gloo)
     resolved["pretrain"].setdefault("processes", max(1, resolved["pretrain"]["gpu"]))
     return resolved
@@ -91,8 +97,10 @@ def stage_resources(config: dict) -> dict:
 
 def require_resources(config: dict, stage: str) -> None:
     if stage not in config["resources"]:
-        raise ConfigError(f"resources.{stage}: missing (the {stage} stage is on; give it "
-                          f"threads, mem_mb, runtime)")
+        raise ConfigError(
+            f"resources.{stage}: missing (the {stage} stage is on; give it "
+            f"threads, mem_mb, runtime)"
+        )
 
 
 def library_check(check, *args, **kwargs) -> None:

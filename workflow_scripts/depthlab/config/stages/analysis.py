@@ -6,15 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...errors import ConfigError
-from ..models import (data_folder, declared_models, figure_facts, local_file, model_location,
-                      reads_special_tokens)
+from ..models import (
+    data_folder,
+    declared_models,
+    figure_facts,
+    local_file,
+    model_location,
+    reads_special_tokens,
+)
 from ..resolved import Resolved
 
 ANALYSIS_TEXT_KEYS = ("text_field", "max_samples", "max_tokens", "max_length", "all_token_distance")
 
 
-ANALYSIS_FIGURES = ("angular_distance", "variance_growth", "contributions", "logit_lens",
-                    "angles")
+ANALYSIS_FIGURES = ("angular_distance", "variance_growth", "contributions", "logit_lens", "angles")
 
 
 def resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
@@ -30,45 +35,83 @@ def resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
         for name in names:
             model = resolved.models[name]
             out = paths.analysis(text_set, name)
-            resolved.add("analyse_model", f"{text_set}/{name}", {
-                "model_name": name, "model_path": model_location(resolved, name),
-                "dtype": model.get("dtype", "float32"), "revision": model.get("revision"),
-                "text_set": text_set, "texts": texts, **settings,
-                "batch_size": analysis["batch_size"], "logit_lens": analysis["logit_lens"],
-                "logit_lens_stride": analysis["logit_lens_stride"],
-                "add_special_tokens": reads_special_tokens(model),
-                "device": analysis["device"], "out": out,
-            }, outputs=[out], wildcards={"text_set": text_set, "model": name}, inputs={
-                "model": resolved.model_inputs(name),
-                "texts": [texts["input"]] if texts["input"] else []})
-        figures = {figure: paths.figure(f"analysis/{text_set}/{figure}", fmt)
-                   for figure in ANALYSIS_FIGURES}
-        resolved.add("plot_analysis", text_set, {
-            "analyses": [paths.analysis(text_set, name) for name in names],
-            "out_dir": f"{paths.root}/figures/analysis/{text_set}", "format": fmt,
-            "figures": figures, "facts": figure_facts(resolved, names),
-        }, outputs=list(figures.values()))
+            resolved.add(
+                "analyse_model",
+                f"{text_set}/{name}",
+                {
+                    "model_name": name,
+                    "model_path": model_location(resolved, name),
+                    "dtype": model.get("dtype", "float32"),
+                    "revision": model.get("revision"),
+                    "text_set": text_set,
+                    "texts": texts,
+                    **settings,
+                    "batch_size": analysis["batch_size"],
+                    "logit_lens": analysis["logit_lens"],
+                    "logit_lens_stride": analysis["logit_lens_stride"],
+                    "add_special_tokens": reads_special_tokens(model),
+                    "device": analysis["device"],
+                    "out": out,
+                },
+                outputs=[out],
+                wildcards={"text_set": text_set, "model": name},
+                inputs={
+                    "model": resolved.model_inputs(name),
+                    "texts": [texts["input"]] if texts["input"] else [],
+                },
+            )
+        figures = {
+            figure: paths.figure(f"analysis/{text_set}/{figure}", fmt)
+            for figure in ANALYSIS_FIGURES
+        }
+        resolved.add(
+            "plot_analysis",
+            text_set,
+            {
+                "analyses": [paths.analysis(text_set, name) for name in names],
+                "out_dir": f"{paths.root}/figures/analysis/{text_set}",
+                "format": fmt,
+                "figures": figures,
+                "facts": figure_facts(resolved, names),
+            },
+            outputs=list(figures.values()),
+        )
 
 
-def text_set_texts(resolved: Resolved, text_set: str, base_dir: Path, key: str,
-                   model: str | None = None) -> dict:
+def text_set_texts(
+    resolved: Resolved, text_set: str, base_dir: Path, key: str, model: str | None = None
+) -> dict:
     """Where a text set's documents come from: {source: jsonl, path, input} or {source:
     hf_dataset, name, config_name, split, input: None}. `val` is the held-out split of the data
     folder `model` trained on (the run's corpus for every other model)."""
-    if text_set == "val" and (resolved.config.get("analysis") or {}).get(
-            "text_sets", {}).get("val", {"source": "val"})["source"] == "val":
+    if (
+        text_set == "val"
+        and (resolved.config.get("analysis") or {})
+        .get("text_sets", {})
+        .get("val", {"source": "val"})["source"]
+        == "val"
+    ):
         folder = (data_folder(resolved, model) if model else None) or resolved.paths.data
         return {"source": "jsonl", "path": f"{folder}/val.jsonl", "input": folder}
     spec = ((resolved.config.get("analysis") or {}).get("text_sets") or {}).get(text_set)
     if spec is None:
         raise ConfigError(f"{key}: '{text_set}' is not a text set of analysis.text_sets")
     if spec["source"] == "val":
-        return {"source": "jsonl", "path": f"{resolved.paths.data}/val.jsonl",
-                "input": resolved.paths.data}
+        return {
+            "source": "jsonl",
+            "path": f"{resolved.paths.data}/val.jsonl",
+            "input": resolved.paths.data,
+        }
     if spec["source"] == "jsonl":
         local = local_file(spec["path"], base_dir, f"analysis.text_sets.{text_set}.path")
         return {"source": "jsonl", "path": local, "input": local}
     # a pinned revision joins the spec only when given: unpinned specs stay as they were
     pinned = {"revision": spec["revision"]} if spec.get("revision") else {}
-    return {"source": "hf_dataset", "name": spec["name"], "config_name": spec.get("config_name"),
-            "split": spec["split"], **pinned, "input": None}
+    return {
+        "source": "hf_dataset",
+        "name": spec["name"],
+        "config_name": spec.get("config_name"),
+        "split": spec["split"],
+        **pinned,
+        "input": None,
+    }

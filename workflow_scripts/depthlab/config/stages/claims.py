@@ -6,6 +6,7 @@ from ..models import corpus_models, data_folder, seed_groups
 from ..resolved import Resolved
 from .depth_use import seeded_pairs
 
+
 def resolve_claims(resolved: Resolved) -> None:
     """The claims table (depthlab.claims): which outputs test which claim. Pre-LN and LNS seed
     groups trained on the corpus outside sweeps are compared when their architecture and
@@ -17,58 +18,104 @@ def resolve_claims(resolved: Resolved) -> None:
         return models[name].get("seed_group", name)
 
     def scheme_groups(scheme):
-        return [g for g, members in groups.items() if all(
-            models[m]["kind"] == "pretrain" and models[m].get("norm_scheme") == scheme
-            and "sweep" not in models[m] and m in corpus_models(resolved) for m in members)]
+        return [
+            g
+            for g, members in groups.items()
+            if all(
+                models[m]["kind"] == "pretrain"
+                and models[m].get("norm_scheme") == scheme
+                and "sweep" not in models[m]
+                and m in corpus_models(resolved)
+                for m in members
+            )
+        ]
 
-    cod_pairs = [[base, groups[base], treat, groups[treat]]
-                 for base in scheme_groups("pre_ln") for treat in scheme_groups("lns")
-                 if all(models[groups[base][0]][k] == models[groups[treat][0]][k]
-                        for k in ("architecture", "train"))]
+    cod_pairs = [
+        [base, groups[base], treat, groups[treat]]
+        for base in scheme_groups("pre_ln")
+        for treat in scheme_groups("lns")
+        if all(
+            models[groups[base][0]][k] == models[groups[treat][0]][k]
+            for k in ("architecture", "train")
+        )
+    ]
     analysis = resolved.config.get("analysis") or {}
     text_set = (resolved.config.get("pruning") or {}).get(
-        "text_set", next(iter(analysis.get("text_sets") or {}), None))
+        "text_set", next(iter(analysis.get("text_sets") or {}), None)
+    )
     cod_members = [m for pair in cod_pairs for m in pair[1] + pair[3]]
-    analysed = {m: paths.analysis(text_set, m) for m in cod_members
-                if f"{text_set}/{m}" in resolved.jobs("analyse_model")}
+    analysed = {
+        m: paths.analysis(text_set, m)
+        for m in cod_members
+        if f"{text_set}/{m}" in resolved.jobs("analyse_model")
+    }
     pruned = {m: paths.pruning(m) for m in resolved.jobs("prune_model")}
-    scored = {m: spec["out"] for m, spec in resolved.jobs("skip_interventions").items()
-              if spec["problems"]}
+    scored = {
+        m: spec["out"]
+        for m, spec in resolved.jobs("skip_interventions").items()
+        if spec["problems"]
+    }
     maps = {pair: paths.linear_map(pair) for pair in resolved.jobs("linear_maps")}
     map_groups = {}
     if maps:
-        for key, pair, _ in seeded_pairs(resolved, resolved.config["depth_use"]["linear_maps"]
-                                          ["pairs"]):
+        for key, pair, _ in seeded_pairs(
+            resolved, resolved.config["depth_use"]["linear_maps"]["pairs"]
+        ):
             map_groups.setdefault(key.rsplit(".", 1)[1], []).append(pair)
-    map_ends = [e for spec in resolved.jobs("linear_maps").values()
-                for e in (spec["source_name"], spec["target_name"])]
-    read = [m for m in dict.fromkeys(cod_members + list(pruned) + list(scored) + map_ends)
-            if models[m]["kind"] == "pretrain"]
-    fits = {name: {"fit": spec["out_json"], "exponent_bounds": spec["fit"]["exponent_bounds"]}
-            for name, spec in resolved.jobs("fit_scaling").items()}
+    map_ends = [
+        e
+        for spec in resolved.jobs("linear_maps").values()
+        for e in (spec["source_name"], spec["target_name"])
+    ]
+    read = [
+        m
+        for m in dict.fromkeys(cod_members + list(pruned) + list(scored) + map_ends)
+        if models[m]["kind"] == "pretrain"
+    ]
+    fits = {
+        name: {"fit": spec["out_json"], "exponent_bounds": spec["fit"]["exponent_bounds"]}
+        for name, spec in resolved.jobs("fit_scaling").items()
+    }
     toy = resolved.jobs("fit_toy").get("toy")
     if not (cod_pairs or pruned or scored or maps or fits or toy):
         return
     bootstrap = ((resolved.config.get("depth_use") or {}).get("depth_score") or {}).get(
-        "bootstrap", {"resamples": 1000})
+        "bootstrap", {"resamples": 1000}
+    )
     spec = {
         "run_name": resolved.config["run_name"],
         "models": {m: {"dir": paths.model(m), "data": data_folder(resolved, m)} for m in read},
         "data": sorted({data_folder(resolved, m) for m in read}),
-        "cod_pairs": cod_pairs, "analysis": analysed, "pruning": pruned,
-        "pruning_groups": _grouped(pruned, group_of), "depth_score": scored,
-        "depth_groups": _grouped(scored, group_of), "linear_maps": maps,
-        "map_groups": map_groups, "fits": fits,
-        "toy": {"fit": toy["out_json"], "exponent_bounds": toy["exponent_bounds"]}
-        if toy else None,
+        "cod_pairs": cod_pairs,
+        "analysis": analysed,
+        "pruning": pruned,
+        "pruning_groups": _grouped(pruned, group_of),
+        "depth_score": scored,
+        "depth_groups": _grouped(scored, group_of),
+        "linear_maps": maps,
+        "map_groups": map_groups,
+        "fits": fits,
+        "toy": {"fit": toy["out_json"], "exponent_bounds": toy["exponent_bounds"]} if toy else None,
         "bootstrap": {"resamples": bootstrap["resamples"], "seed": resolved.config["seed"]},
-        "out_csv": paths.claims("csv"), "out_md": paths.claims("md"),
+        "out_csv": paths.claims("csv"),
+        "out_md": paths.claims("md"),
     }
-    folders = ([paths.model(m) for m in read] + spec["data"] + list(analysed.values())
-               + list(pruned.values()) + list(scored.values()) + list(maps.values()))
+    folders = (
+        [paths.model(m) for m in read]
+        + spec["data"]
+        + list(analysed.values())
+        + list(pruned.values())
+        + list(scored.values())
+        + list(maps.values())
+    )
     files = [fit["fit"] for fit in fits.values()] + ([toy["out_json"]] if toy else [])
-    resolved.add("make_claims", "claims", spec, outputs=[spec["out_csv"], spec["out_md"]],
-                 inputs={"folders": folders, "files": files})
+    resolved.add(
+        "make_claims",
+        "claims",
+        spec,
+        outputs=[spec["out_csv"], spec["out_md"]],
+        inputs={"folders": folders, "files": files},
+    )
 
 
 def _grouped(names, group_of) -> dict:

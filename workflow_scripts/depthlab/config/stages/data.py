@@ -10,14 +10,19 @@ from pathlib import Path
 from ...errors import ConfigError
 from ..resolved import Resolved
 
+
 def resolve_data(resolved: Resolved, base_dir: Path) -> None:
     config = resolved.config
     data = copy.deepcopy(config["data"])
     if data["source"] == "text_files":
-        for index, pattern in enumerate(data["text_files"]["paths"]):   # >= 1: the schema
+        for index, pattern in enumerate(data["text_files"]["paths"]):  # >= 1: the schema
             if not glob.glob(os.path.expanduser(pattern), recursive=True) and not glob.glob(
-                    str(base_dir / pattern), recursive=True):
+                str(base_dir / pattern), recursive=True
+            ):
                 raise ConfigError(f"data.text_files.paths[{index}]: '{pattern}' matches no file")
-    resolved.add("prepare_data", "data",
-                 {"data": data, "seed": config["seed"], "out": resolved.paths.data},
-                 outputs=[resolved.paths.data])
+    resolved.add(
+        "prepare_data",
+        "data",
+        {"data": data, "seed": config["seed"], "out": resolved.paths.data},
+        outputs=[resolved.paths.data],
+    )

@@ -7,9 +7,18 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ..load import REPO_ROOT
-from ..models import (check_positions, data_folder, declared_models, local_file, local_path,
-                      model_layers, model_location, reads_special_tokens, resolve_model_path,
-                      seed_groups)
+from ..models import (
+    check_positions,
+    data_folder,
+    declared_models,
+    local_file,
+    local_path,
+    model_layers,
+    model_location,
+    reads_special_tokens,
+    resolve_model_path,
+    seed_groups,
+)
 from ..paths import check_name, seed_model_name
 from ..resolved import Resolved, library_check, require_resources
 from .analysis import text_set_texts
@@ -34,94 +43,179 @@ def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
         local_datasets = []
         for family, settings in problems["families"].items():
             dataset = settings.get("dataset") or {}
-            if dataset.get("source") == "jsonl":   # a local dataset file, found as text sets are
+            if dataset.get("source") == "jsonl":  # a local dataset file, found as text sets are
                 dataset["path"] = local_file(
-                    dataset["path"], base_dir, f"depth_use.problems.families.{family}.dataset.path")
-                local_datasets.append(dataset["path"])   # an edited file rebuilds the set
-        resolved.add("make_problems", "problems", {"out": paths.problems, "seed": config["seed"],
-                                                   **problems}, outputs=[paths.problems],
-                     inputs={"datasets": local_datasets})
+                    dataset["path"], base_dir, f"depth_use.problems.families.{family}.dataset.path"
+                )
+                local_datasets.append(dataset["path"])  # an edited file rebuilds the set
+        resolved.add(
+            "make_problems",
+            "problems",
+            {"out": paths.problems, "seed": config["seed"], **problems},
+            outputs=[paths.problems],
+            inputs={"datasets": local_datasets},
+        )
     skip, score = depth_use["skip"], depth_use["depth_score"]
     skip_models = declared_models(resolved, skip["models"], "depth_use.skip.models")
     score_models = declared_models(resolved, score["models"], "depth_use.depth_score.models")
     if score_models and not problems:
-        raise ConfigError("depth_use.depth_score.models: a depth score needs problems "
-                          "(depth_use.problems)")
+        raise ConfigError(
+            "depth_use.depth_score.models: a depth score needs problems (depth_use.problems)"
+        )
     per_model = skip.get("per_model") or {}
     groups = seed_groups(resolved)
     for name in per_model:
         if not set(groups.get(name, [name])) & set(skip_models + score_models):
-            raise ConfigError(f"depth_use.skip.per_model.{name}: not a model of "
-                              f"depth_use.skip.models or depth_use.depth_score.models")
+            raise ConfigError(
+                f"depth_use.skip.per_model.{name}: not a model of "
+                f"depth_use.skip.models or depth_use.depth_score.models"
+            )
     skip_folders = []
     for name in dict.fromkeys(skip_models + score_models):
-        key = (f"depth_use.skip.models[{skip_models.index(name)}]" if name in skip_models
-               else f"depth_use.depth_score.models[{score_models.index(name)}]")
+        key = (
+            f"depth_use.skip.models[{skip_models.index(name)}]"
+            if name in skip_models
+            else f"depth_use.depth_score.models[{score_models.index(name)}]"
+        )
         # a seeded model takes its base name's per_model settings unless it has its own
         own = name if name in per_model else resolved.models[name].get("seed_group", name)
-        settings = {**{k: skip[k] for k in ("max_samples", "max_length", "batch_size", "variants",
-                                            "layers", "no_skip_front", "future_positions",
-                                            "future_min_position", "max_rows")},
-                    **per_model.get(own, {})}
+        settings = {
+            **{
+                k: skip[k]
+                for k in (
+                    "max_samples",
+                    "max_length",
+                    "batch_size",
+                    "variants",
+                    "layers",
+                    "no_skip_front",
+                    "future_positions",
+                    "future_min_position",
+                    "max_rows",
+                )
+            },
+            **per_model.get(own, {}),
+        }
         scored = name in score_models
-        library_check(validate_intervention_settings,
-                       {**settings, "depth_score_variant": score["variant"]},
-                       model_layers(resolved, name, key), "depth_use.skip")
-        check_positions(resolved, name, settings["max_length"],
-                        f"depth_use.skip.per_model.{own}.max_length" if "max_length" in
-                        per_model.get(own, {}) else "depth_use.skip.max_length")
-        texts = text_set_texts(resolved, skip["text_set"], base_dir, "depth_use.skip.text_set",
-                               model=name)
+        library_check(
+            validate_intervention_settings,
+            {**settings, "depth_score_variant": score["variant"]},
+            model_layers(resolved, name, key),
+            "depth_use.skip",
+        )
+        check_positions(
+            resolved,
+            name,
+            settings["max_length"],
+            f"depth_use.skip.per_model.{own}.max_length"
+            if "max_length" in per_model.get(own, {})
+            else "depth_use.skip.max_length",
+        )
+        texts = text_set_texts(
+            resolved, skip["text_set"], base_dir, "depth_use.skip.text_set", model=name
+        )
         model = resolved.models[name]
         out = paths.skip(name)
         skip_folders.append(out)
-        resolved.add("skip_interventions", name, {
-            "model_name": name, "model_path": model_location(resolved, name),
-            "revision": model.get("revision"), "out": out, "texts": texts,
-            "text_field": (config.get("analysis") or {}).get("text_field", "text"),
-            "text_set": skip["text_set"], **settings, "seed": config["seed"],
-            "problems": f"{paths.problems}/problems.jsonl" if scored else None,
-            "add_special_tokens": reads_special_tokens(model),
-            "depth_score_variant": score["variant"], "prepend_bos": score["prepend_bos"],
-            "bootstrap": score["bootstrap"], "dtype": model.get("dtype", depth_use["dtype"]),
-            "device": depth_use["device"]}, outputs=[out], inputs={
+        resolved.add(
+            "skip_interventions",
+            name,
+            {
+                "model_name": name,
+                "model_path": model_location(resolved, name),
+                "revision": model.get("revision"),
+                "out": out,
+                "texts": texts,
+                "text_field": (config.get("analysis") or {}).get("text_field", "text"),
+                "text_set": skip["text_set"],
+                **settings,
+                "seed": config["seed"],
+                "problems": f"{paths.problems}/problems.jsonl" if scored else None,
+                "add_special_tokens": reads_special_tokens(model),
+                "depth_score_variant": score["variant"],
+                "prepend_bos": score["prepend_bos"],
+                "bootstrap": score["bootstrap"],
+                "dtype": model.get("dtype", depth_use["dtype"]),
+                "device": depth_use["device"],
+            },
+            outputs=[out],
+            inputs={
                 "model": resolved.model_inputs(name),
                 "texts": [texts["input"]] if texts["input"] else [],
-                "problems": [paths.problems] if scored else []})
+                "problems": [paths.problems] if scored else [],
+            },
+        )
     maps = depth_use["linear_maps"]
     library_check(validate_linear_map_settings, maps, "depth_use.linear_maps")
     map_folders = []
     for key, pair, ends in seeded_pairs(resolved, maps["pairs"]):
         check_same_tokens(resolved, ends["source"], ends["target"], key)
         for end in ("source", "target"):
-            check_positions(resolved, ends[end], maps["max_length"],
-                            "depth_use.linear_maps.max_length")
-        texts = text_set_texts(resolved, maps["text_set"], base_dir,
-                               "depth_use.linear_maps.text_set", model=ends["source"])
+            check_positions(
+                resolved, ends[end], maps["max_length"], "depth_use.linear_maps.max_length"
+            )
+        texts = text_set_texts(
+            resolved,
+            maps["text_set"],
+            base_dir,
+            "depth_use.linear_maps.text_set",
+            model=ends["source"],
+        )
         out = paths.linear_map(pair)
         map_folders.append(out)
         source, target = resolved.models[ends["source"]], resolved.models[ends["target"]]
-        resolved.add("linear_maps", pair, {
-            "pair": pair, "source_name": ends["source"],
-            "source_path": model_location(resolved, ends["source"]),
-            "target_name": ends["target"], "target_path": model_location(resolved, ends["target"]),
-            "source_revision": source.get("revision"),
-            "target_revision": target.get("revision"), "out": out,
-            "texts": texts, "text_field": (config.get("analysis") or {}).get("text_field", "text"),
-            "add_special_tokens": reads_special_tokens(source),
-            **{k: maps[k] for k in ("max_documents", "max_length", "batch_size", "skip_first",
-                                    "val_fraction", "test_fraction", "alphas", "max_memory_mb",
-                                    "error")},
-            "dtype": depth_use["dtype"], "device": depth_use["device"]}, outputs=[out], inputs={
+        resolved.add(
+            "linear_maps",
+            pair,
+            {
+                "pair": pair,
+                "source_name": ends["source"],
+                "source_path": model_location(resolved, ends["source"]),
+                "target_name": ends["target"],
+                "target_path": model_location(resolved, ends["target"]),
+                "source_revision": source.get("revision"),
+                "target_revision": target.get("revision"),
+                "out": out,
+                "texts": texts,
+                "text_field": (config.get("analysis") or {}).get("text_field", "text"),
+                "add_special_tokens": reads_special_tokens(source),
+                **{
+                    k: maps[k]
+                    for k in (
+                        "max_documents",
+                        "max_length",
+                        "batch_size",
+                        "skip_first",
+                        "val_fraction",
+                        "test_fraction",
+                        "alphas",
+                        "max_memory_mb",
+                        "error",
+                    )
+                },
+                "dtype": depth_use["dtype"],
+                "device": depth_use["device"],
+            },
+            outputs=[out],
+            inputs={
                 "models": resolved.model_inputs(ends["source"])
                 + resolved.model_inputs(ends["target"]),
-                "texts": [texts["input"]] if texts["input"] else []})
+                "texts": [texts["input"]] if texts["input"] else [],
+            },
+        )
     fmt = config["figures"]["format"]
     figures = {figure: paths.figure(f"depth_use/{figure}", fmt) for figure in DEPTH_USE_FIGURES}
-    resolved.add("plot_depth_use", "depth_use", {
-        "skip": skip_folders, "linear_maps": map_folders,
-        "out_dir": f"{paths.root}/figures/depth_use", "format": fmt},
-        outputs=list(figures.values()))
+    resolved.add(
+        "plot_depth_use",
+        "depth_use",
+        {
+            "skip": skip_folders,
+            "linear_maps": map_folders,
+            "out_dir": f"{paths.root}/figures/depth_use",
+            "format": fmt,
+        },
+        outputs=list(figures.values()),
+    )
 
 
 def seeded_pairs(resolved: Resolved, pairs: dict) -> list:
@@ -146,15 +240,25 @@ def seeded_pairs(resolved: Resolved, pairs: dict) -> list:
             expanded.append((key, pair, dict(ends)))
             continue
         if len(seeded) == 2 and set(seeded[0]) != set(seeded[1]):
-            raise ConfigError(f"{key}: '{ends['source']}' and '{ends['target']}' are trained "
-                              f"with different seeds ({sorted(seeded[0])} vs {sorted(seeded[1])})")
+            raise ConfigError(
+                f"{key}: '{ends['source']}' and '{ends['target']}' are trained "
+                f"with different seeds ({sorted(seeded[0])} vs {sorted(seeded[1])})"
+            )
         for seed in seeded[0]:
             name = seed_model_name(pair, seed)
             check_name(name, f"{key} (expanded pair name)")
             if name in pairs:
                 raise ConfigError(f"{key}: expanded pair name '{name}' is already a pair")
-            expanded.append((key, name, {end: by_seed[end].get(seed, by_seed[end].get(None))
-                                         for end in ("source", "target")}))
+            expanded.append(
+                (
+                    key,
+                    name,
+                    {
+                        end: by_seed[end].get(seed, by_seed[end].get(None))
+                        for end in ("source", "target")
+                    },
+                )
+            )
     return expanded
 
 
@@ -163,16 +267,22 @@ def check_same_tokens(resolved: Resolved, source: str, target: str, key: str) ->
     folders = {name: data_folder(resolved, name) for name in (source, target)}
     if all(folders.values()):
         if folders[source] != folders[target]:
-            raise ConfigError(f"{key}: '{source}' and '{target}' are trained on different data "
-                              f"folders ({folders[source]}, {folders[target]}), so their tokens "
-                              f"differ")
+            raise ConfigError(
+                f"{key}: '{source}' and '{target}' are trained on different data "
+                f"folders ({folders[source]}, {folders[target]}), so their tokens "
+                f"differ"
+            )
         return
     if any(folders.values()):
-        raise ConfigError(f"{key}: '{source}' and '{target}' do not share a tokenizer (one is "
-                          f"trained here on the run's BPE, the other is a declared checkpoint)")
+        raise ConfigError(
+            f"{key}: '{source}' and '{target}' do not share a tokenizer (one is "
+            f"trained here on the run's BPE, the other is a declared checkpoint)"
+        )
     from ...linear_maps import check_same_tokenizer
 
-    locations = [local_path(resolve_model_path(resolved.models[n]["path"]), REPO_ROOT)
-                 for n in (source, target)]
+    locations = [
+        local_path(resolve_model_path(resolved.models[n]["path"]), REPO_ROOT)
+        for n in (source, target)
+    ]
     if all(locations):
         library_check(check_same_tokenizer, *locations, where=key)

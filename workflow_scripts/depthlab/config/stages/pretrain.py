@@ -6,14 +6,23 @@ from ..models import corpus_models, data_folder, figure_facts
 from ..paths import RunPaths
 from ..resolved import Resolved
 
+
 def tracking_settings(config: dict) -> dict:
     """The `tracking:` section with its defaults: TensorBoard on, progress lines every ~5%, no
     W&B; a W&B run (offline unless `mode: online`) keeps its files in the run folder."""
-    settings = {"tensorboard": True, "progress_every": None, "wandb": None,
-                **(config.get("tracking") or {})}
+    settings = {
+        "tensorboard": True,
+        "progress_every": None,
+        "wandb": None,
+        **(config.get("tracking") or {}),
+    }
     if settings["wandb"] is not None:
-        settings["wandb"] = {"mode": "offline", "entity": None, **settings["wandb"],
-                             "dir": RunPaths(config["run_name"]).root}
+        settings["wandb"] = {
+            "mode": "offline",
+            "entity": None,
+            **settings["wandb"],
+            "dir": RunPaths(config["run_name"]).root,
+        }
     return settings
 
 
@@ -23,22 +32,42 @@ def resolve_pretrain(resolved: Resolved) -> None:
         if model["kind"] != "pretrain":
             continue
         data = data_folder(resolved, name)
-        resolved.add("pretrain_model", name, {
-            "model_name": name, "model": model, "data": data, "seed":
-            model.get("seed", resolved.config["seed"]), "out": paths.model(name),
-            "state_dir": paths.train_state(name),
-            "processes": resolved.config["resources"]["pretrain"]["processes"],
-            "tracking": tracking_settings(resolved.config),
-        }, outputs=[paths.model(name), paths.train_state(name)], inputs={"data": [data]})
-    pretrained = [name for name, m in resolved.models.items() if m["kind"] == "pretrain"
-                  and name in corpus_models(resolved)]
+        resolved.add(
+            "pretrain_model",
+            name,
+            {
+                "model_name": name,
+                "model": model,
+                "data": data,
+                "seed": model.get("seed", resolved.config["seed"]),
+                "out": paths.model(name),
+                "state_dir": paths.train_state(name),
+                "processes": resolved.config["resources"]["pretrain"]["processes"],
+                "tracking": tracking_settings(resolved.config),
+            },
+            outputs=[paths.model(name), paths.train_state(name)],
+            inputs={"data": [data]},
+        )
+    pretrained = [
+        name
+        for name, m in resolved.models.items()
+        if m["kind"] == "pretrain" and name in corpus_models(resolved)
+    ]
     if pretrained:
         fmt = resolved.config["figures"]["format"]
-        resolved.add("plot_loss_curves", "loss_curves", {
-            "models": [paths.model(name) for name in pretrained],
-            "labels": {name: resolved.models[name]["norm_scheme"] for name in pretrained},
-            "sweeps": {name: resolved.models[name]["sweep"] for name in pretrained
-                       if "sweep" in resolved.models[name]},
-            "facts": figure_facts(resolved, pretrained),
-            "out": paths.figure("loss_curves", fmt),
-        }, outputs=[paths.figure("loss_curves", fmt)])
+        resolved.add(
+            "plot_loss_curves",
+            "loss_curves",
+            {
+                "models": [paths.model(name) for name in pretrained],
+                "labels": {name: resolved.models[name]["norm_scheme"] for name in pretrained},
+                "sweeps": {
+                    name: resolved.models[name]["sweep"]
+                    for name in pretrained
+                    if "sweep" in resolved.models[name]
+                },
+                "facts": figure_facts(resolved, pretrained),
+                "out": paths.figure("loss_curves", fmt),
+            },
+            outputs=[paths.figure("loss_curves", fmt)],
+        )

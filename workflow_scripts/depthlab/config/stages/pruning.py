@@ -5,16 +5,32 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...errors import ConfigError
-from ..models import (check_positions, corpus_models, declared_models, has_lm_head, model_layers,
-                      model_location)
+from ..models import (
+    check_positions,
+    corpus_models,
+    declared_models,
+    has_lm_head,
+    model_layers,
+    model_location,
+)
 from ..resolved import Resolved, library_check, require_resources
 from .pretrain import tracking_settings
 
 PRUNING_FIGURES = ("delta_p", "sweep", "speedup")
 
 
-PRUNING_SETTINGS = ("strategies", "n_grid", "val", "lm_eval", "healing", "auto_depth", "export",
-                    "speed", "device", "dtype")
+PRUNING_SETTINGS = (
+    "strategies",
+    "n_grid",
+    "val",
+    "lm_eval",
+    "healing",
+    "auto_depth",
+    "export",
+    "speed",
+    "device",
+    "dtype",
+)
 
 
 def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
@@ -30,70 +46,119 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
     library_check(validate_task_settings, tasks, "pruning.tasks")
     lm_eval = pruning["lm_eval"]
     if lm_eval["enabled"]:
-        library_check(validate_task_names, lm_eval["tasks"], tasks["kinds"],
-                       "pruning.lm_eval.tasks")
+        library_check(
+            validate_task_names, lm_eval["tasks"], tasks["kinds"], "pruning.lm_eval.tasks"
+        )
     names = declared_models(resolved, pruning["models"], "pruning.models")
     text_set = pruning["text_set"]
     analysis_jobs = resolved.jobs("analyse_model")
-    resolved.add("build_lm_tasks", "tasks", {
-        "data": paths.data, "tokenizer": f"{paths.data}/tokenizer", "out": paths.lm_tasks,
-        **{key: tasks[key] for key in ("kinds", "examples", "words", "context_tokens",
-                                       "max_per_document")},
-        "seed": config["seed"]}, outputs=[paths.lm_tasks])
+    resolved.add(
+        "build_lm_tasks",
+        "tasks",
+        {
+            "data": paths.data,
+            "tokenizer": f"{paths.data}/tokenizer",
+            "out": paths.lm_tasks,
+            **{
+                key: tasks[key]
+                for key in ("kinds", "examples", "words", "context_tokens", "max_per_document")
+            },
+            "seed": config["seed"],
+        },
+        outputs=[paths.lm_tasks],
+    )
     settings = {key: pruning[key] for key in PRUNING_SETTINGS}
-    if lm_eval["n_grid"] == "inherit":   # the job gets the grid itself (null: every n)
+    if lm_eval["n_grid"] == "inherit":  # the job gets the grid itself (null: every n)
         settings["lm_eval"] = {**lm_eval, "n_grid": pruning["n_grid"]}
     for index, name in enumerate(names):
         key = f"pruning.models[{index}]"
         if not has_lm_head(resolved, name):
-            raise ConfigError(f"{key}: model '{name}' has no LM head (a bare encoder); layer "
-                              f"removal is scored by validation loss and lm-eval, which need one")
+            raise ConfigError(
+                f"{key}: model '{name}' has no LM head (a bare encoder); layer "
+                f"removal is scored by validation loss and lm-eval, which need one"
+            )
         if name not in corpus_models(resolved):
-            raise ConfigError(f"{key}: model '{name}' is not trained on the run's corpus, which "
-                              f"the validation loss and tasks are built from")
+            raise ConfigError(
+                f"{key}: model '{name}' is not trained on the run's corpus, which "
+                f"the validation loss and tasks are built from"
+            )
         model = resolved.models[name]
         if model["kind"] == "pretrain":
             longest = tasks["context_tokens"] + MAX_TOKENS_PER_WORD * max(
-                tasks["words"].get(kind, 1) for kind in tasks["kinds"])
+                tasks["words"].get(kind, 1) for kind in tasks["kinds"]
+            )
             if longest > model["train"]["seq_len"]:
                 raise ConfigError(
                     f"pruning.tasks.context_tokens: {tasks['context_tokens']} context tokens plus "
                     f"a choice of up to {longest - tasks['context_tokens']} tokens exceed the "
-                    f"{model['train']['seq_len']} positions '{name}' was trained on")
+                    f"{model['train']['seq_len']} positions '{name}' was trained on"
+                )
         check_positions(resolved, name, pruning["val"]["seq_len"], "pruning.val.seq_len")
         if pruning["healing"]["enabled"]:
-            check_positions(resolved, name, pruning["healing"].get("seq_len", 0),
-                            "pruning.healing.seq_len")
+            check_positions(
+                resolved, name, pruning["healing"].get("seq_len", 0), "pruning.healing.seq_len"
+            )
         if pruning["speed"]["enabled"]:
             speed = pruning["speed"]
-            check_positions(resolved, name, speed.get("prompt_length", 0)
-                            + speed.get("new_tokens", 0), "pruning.speed.new_tokens")
+            check_positions(
+                resolved,
+                name,
+                speed.get("prompt_length", 0) + speed.get("new_tokens", 0),
+                "pruning.speed.new_tokens",
+            )
         layers = model_layers(resolved, name, key)
         if layers is not None:
             library_check(validate_pruning_settings, settings, layers, "pruning")
         if f"{text_set}/{name}" not in analysis_jobs:
-            raise ConfigError(f"{key}: the angular block choice needs the analysis of '{name}' "
-                              f"on text set '{text_set}' (pruning.text_set); add it to "
-                              f"analysis.models / analysis.text_sets")
+            raise ConfigError(
+                f"{key}: the angular block choice needs the analysis of '{name}' "
+                f"on text set '{text_set}' (pruning.text_set); add it to "
+                f"analysis.models / analysis.text_sets"
+            )
         out = paths.pruning(name)
-        resolved.add("prune_model", name, {
-            "model_name": name, "model": model_location(resolved, name),
-            "analysis": paths.analysis(text_set, name), "data": paths.data,
-            "tasks": paths.lm_tasks, "datasets_cache": paths.datasets_cache(name), "out": out,
-            "seed": config["seed"], **settings, "revision": model.get("revision"),
-            "dtype": model.get("dtype", settings["dtype"]),
-            # healing's curves; without healing the tracking settings cannot change the job
-            **({"tracking": tracking_settings(config)} if pruning["healing"]["enabled"] else {})},
-            outputs=[out, paths.datasets_cache(name)], inputs={
-                "model": resolved.model_inputs(name), "analysis": [paths.analysis(text_set, name)],
-                "data": [paths.data], "tasks": [paths.lm_tasks]})
+        resolved.add(
+            "prune_model",
+            name,
+            {
+                "model_name": name,
+                "model": model_location(resolved, name),
+                "analysis": paths.analysis(text_set, name),
+                "data": paths.data,
+                "tasks": paths.lm_tasks,
+                "datasets_cache": paths.datasets_cache(name),
+                "out": out,
+                "seed": config["seed"],
+                **settings,
+                "revision": model.get("revision"),
+                "dtype": model.get("dtype", settings["dtype"]),
+                # healing's curves; without healing the tracking settings cannot change the job
+                **(
+                    {"tracking": tracking_settings(config)} if pruning["healing"]["enabled"] else {}
+                ),
+            },
+            outputs=[out, paths.datasets_cache(name)],
+            inputs={
+                "model": resolved.model_inputs(name),
+                "analysis": [paths.analysis(text_set, name)],
+                "data": [paths.data],
+                "tasks": [paths.lm_tasks],
+            },
+        )
     fmt = config["figures"]["format"]
     figures = {figure: paths.figure(f"pruning/{figure}", fmt) for figure in PRUNING_FIGURES}
-    resolved.add("plot_pruning", "pruning", {
-        "prunings": {name: paths.pruning(name) for name in names},
-        "labels": {name: _seeded_label(resolved.models[name], name) for name in names},
-        "metric": lm_eval["metric"], "chance": 0.25, "run_name": config["run_name"],
-        "figures": figures}, outputs=list(figures.values()))
+    resolved.add(
+        "plot_pruning",
+        "pruning",
+        {
+            "prunings": {name: paths.pruning(name) for name in names},
+            "labels": {name: _seeded_label(resolved.models[name], name) for name in names},
+            "metric": lm_eval["metric"],
+            "chance": 0.25,
+            "run_name": config["run_name"],
+            "figures": figures,
+        },
+        outputs=list(figures.values()),
+    )
 
 
 def _seeded_label(model: dict, name: str) -> str:

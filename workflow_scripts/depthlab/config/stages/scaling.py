@@ -20,15 +20,19 @@ def merge_fit_spec(defaults: dict, fit: dict, name: str = "<name>") -> dict:
             merged[key] = {**defaults[key], **fit[key]}
     lo, hi = merged.get("exponent_bounds", (0.0, 5.0))
     if not lo < hi:
-        raise ConfigError(f"scaling.fits.{name}.exponent_bounds: {[lo, hi]} is not an interval "
-                          f"(low < high); check scaling.fit.exponent_bounds too")
+        raise ConfigError(
+            f"scaling.fits.{name}.exponent_bounds: {[lo, hi]} is not an interval "
+            f"(low < high); check scaling.fit.exponent_bounds too"
+        )
     if merged.get("law") != "decomposed" and merged.get("depth_offset"):
         raise ConfigError(f"scaling.fits.{name}.depth_offset: only applies to the decomposed law")
     return merged
 
 
-LAW_COLUMNS = {"decomposed": ("width", "depth", "tokens", "loss"),
-               "reference": ("params", "tokens", "loss")}
+LAW_COLUMNS = {
+    "decomposed": ("width", "depth", "tokens", "loss"),
+    "reference": ("params", "tokens", "loss"),
+}
 
 
 def _check_points_csv(path: str, columns: dict, law: str, key: str) -> None:
@@ -40,8 +44,10 @@ def _check_points_csv(path: str, columns: dict, law: str, key: str) -> None:
     for canonical in LAW_COLUMNS[law]:
         column = (columns or {}).get(canonical, canonical)
         if column not in header:
-            raise ConfigError(f"scaling.fits.{key.split('.')[2]}.columns.{canonical}: column "
-                              f"'{column}' is not in {path} (columns: {', '.join(header)})")
+            raise ConfigError(
+                f"scaling.fits.{key.split('.')[2]}.columns.{canonical}: column "
+                f"'{column}' is not in {path} (columns: {', '.join(header)})"
+            )
 
 
 def resolve_scaling(resolved: Resolved, base_dir: Path) -> None:
@@ -52,28 +58,53 @@ def resolve_scaling(resolved: Resolved, base_dir: Path) -> None:
     sweep = scaling.get("sweep")
     if sweep is not None and sweep not in (config.get("sweeps") or {}):
         raise ConfigError(f"scaling.sweep: '{sweep}' is not a declared sweep")
-    sweep_models = [name for name, m in resolved.models.items()
-                    if sweep is not None and m.get("sweep") == sweep]
+    sweep_models = [
+        name for name, m in resolved.models.items() if sweep is not None and m.get("sweep") == sweep
+    ]
     fmt = config["figures"]["format"]
     if sweep_models:
-        resolved.add("collect_sweep", "sweep_points", {
-            "models": [paths.model(name) for name in sweep_models], "min_tokens": 1,
-            "out": paths.sweep_points}, outputs=[paths.sweep_points])
+        resolved.add(
+            "collect_sweep",
+            "sweep_points",
+            {
+                "models": [paths.model(name) for name in sweep_models],
+                "min_tokens": 1,
+                "out": paths.sweep_points,
+            },
+            outputs=[paths.sweep_points],
+        )
     for name, fit in scaling["fits"].items():
         spec = merge_fit_spec(scaling.get("fit") or {}, fit, name)
         if spec["source"] == "sweep":
             if not sweep_models:
-                raise ConfigError(f"scaling.fits.{name}.source: 'sweep' needs scaling.sweep to "
-                                  f"name a declared sweep with models")
+                raise ConfigError(
+                    f"scaling.fits.{name}.source: 'sweep' needs scaling.sweep to "
+                    f"name a declared sweep with models"
+                )
             points = paths.sweep_points
         else:
             points = local_file(spec["source"], base_dir, f"scaling.fits.{name}.source")
-            _check_points_csv(points, spec.get("columns"), spec["law"],
-                              f"scaling.fits.{name}.source")
+            _check_points_csv(
+                points, spec.get("columns"), spec["law"], f"scaling.fits.{name}.source"
+            )
         outputs = [paths.fit(name), paths.fit_samples(name)]
-        resolved.add("fit_scaling", name, {
-            "name": name, "points": points, "fit": spec, "seed": config["seed"],
-            "out_json": outputs[0], "out_samples": outputs[1]}, outputs=outputs)
+        resolved.add(
+            "fit_scaling",
+            name,
+            {
+                "name": name,
+                "points": points,
+                "fit": spec,
+                "seed": config["seed"],
+                "out_json": outputs[0],
+                "out_samples": outputs[1],
+            },
+            outputs=outputs,
+        )
         figure = paths.figure(f"scaling/{name}", fmt)
-        resolved.add("plot_scaling", name, {"fit": outputs[0], "samples": outputs[1],
-                                            "out": figure}, outputs=[figure])
+        resolved.add(
+            "plot_scaling",
+            name,
+            {"fit": outputs[0], "samples": outputs[1], "out": figure},
+            outputs=[figure],
+        )

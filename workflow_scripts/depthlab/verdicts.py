@@ -1,0 +1,231 @@
+"""Estimates, intervals and verdicts of the claims table (depthlab.claims): a measured value with
+its interval, t-intervals over seeds, OLS slopes, differences, and the verdict rules (effect > 0
+with a negligible band, equivalence within a margin, a paper value inside the interval, a size
+inside the paper's band). Pure functions of numbers: no tables, no files."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+CONFIDENCE = 0.95
+MIN_SEEDS = 3
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+NOT_TESTABLE = "not testable at this scale"
+INDICATIVE = "one seed: indicative"
+SIZE_REPRODUCED = "size reproduced"
+SIZE_NOT_REPRODUCED = "size not reproduced"
+NO_SIZE = "no size stated"
+DECIDED = (REPRODUCED, NOT_REPRODUCED)
+
+# ---------------------------------------------------------------------------------------------
+# Estimates and intervals
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A measured value with an optional interval [low, high] and how it was made."""
+
+    value: float
+    low: float = math.nan
+    high: float = math.nan
+    method: str = ""
+    n: int = 1  # seeds the value averages over (decides when >= MIN_SEEDS)
+    se: float = math.nan  # standard error, where the method has one
+
+    @property
+    def has_interval(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+
+def _t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + confidence / 2, df))
+
+
+def _z_quantile(confidence: float = CONFIDENCE) -> float:
+    from scipy import stats
+
+    return float(stats.norm.ppf(0.5 + confidence / 2))
+
+
+def t_interval(values, what: str, confidence: float = CONFIDENCE) -> Estimate:
+    """Mean of `values` with a t-interval (no interval for fewer than 2 finite values)."""
+    values = np.asarray([v for v in values if math.isfinite(v)], dtype=np.float64)
+    if values.size == 0:
+        return Estimate(math.nan, method=f"no finite {what}")
+    mean = float(values.mean())
+    if values.size < 2:
+        return Estimate(mean, method=f"one {what}: no interval")
+    se = float(values.std(ddof=1) / math.sqrt(values.size))
+    half = _t_quantile(values.size - 1, confidence) * se
+    return Estimate(
+        mean,
+        mean - half,
+        mean + half,
+        f"{confidence:.0%} t-interval over {values.size} {what}",
+        1,
+        se,
+    )
+
+
+def over_seeds(estimates: list[Estimate], confidence: float = CONFIDENCE) -> Estimate:
+    """The per-seed estimates of one claim as one. >= MIN_SEEDS seeds: their mean with a
+    t-interval over seeds (n - 1 df); one seed: its own (within-model) estimate; two: their mean
+    without an interval. `n` is the number of seeds either way."""
+    n = len(estimates)
+    if n == 1:
+        e = estimates[0]
+        return replace(
+            e,
+            n=1,
+            method=f"{e.method}, within one model (no seed-to-seed variance)"
+            if e.method
+            else "one model",
+        )
+    values = [e.value for e in estimates]
+    if n < MIN_SEEDS:
+        return Estimate(
+            float(np.mean(values)),
+            method=f"mean of {n} seeds: no between-seed interval (needs {MIN_SEEDS})",
+            n=n,
+        )
+    e = t_interval(values, "seeds", confidence)
+    return replace(e, n=n)
+
+
+def ols_slope(x, y, confidence: float = CONFIDENCE, what: str = "layers") -> Estimate:
+    """Least-squares slope of y on x with its t-interval (df = n - 2)."""
+    from scipy import stats
+
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.size < 3:
+        return Estimate(math.nan, method="fewer than 3 points")
+    fit = stats.linregress(x, y)
+    half = _t_quantile(x.size - 2, confidence) * fit.stderr
+    return Estimate(
+        float(fit.slope),
+        fit.slope - half,
+        fit.slope + half,
+        f"{confidence:.0%} OLS interval over {x.size} {what}",
+        1,
+        float(fit.stderr),
+    )
+
+
+def difference(a: Estimate, b: Estimate, confidence: float = CONFIDENCE) -> Estimate:
+    """a - b; the interval combines the two standard errors (normal), when both have one."""
+    value = a.value - b.value
+    if not (math.isfinite(a.se) and math.isfinite(b.se)):
+        return Estimate(value, method="no interval")
+    se = math.hypot(a.se, b.se)
+    half = _z_quantile(confidence) * se
+    return Estimate(
+        value,
+        value - half,
+        value + half,
+        f"{confidence:.0%} normal interval from the two standard errors",
+        1,
+        se,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts
+
+
+def _interval_text(e: Estimate) -> str:
+    return f"[{e.low:.4g}, {e.high:.4g}]"
+
+
+def verdict_positive(e: Estimate, blockers=(), negligible: float = 0.0) -> tuple[str, str]:
+    """The claim: the effect is > 0, and not negligible: reproduced when the interval lies above
+    `negligible`; not reproduced when it lies below 0 or wholly inside (-negligible,
+    negligible) (a precise null); not testable otherwise."""
+    if blockers:
+        return NOT_TESTABLE, "; ".join(blockers)
+    if not math.isfinite(e.value):
+        return NOT_TESTABLE, e.method or "no value"
+    if not e.has_interval:
+        return NOT_TESTABLE, f"{e.method or 'no interval'} (add seeds)"
+    if e.low > negligible:
+        return REPRODUCED, f"interval {_interval_text(e)} above {negligible:g}"
+    if e.high < 0:
+        return NOT_REPRODUCED, f"interval {_interval_text(e)} below 0"
+    if negligible > 0 and -negligible < e.low and e.high < negligible:
+        return NOT_REPRODUCED, (
+            f"negligible: interval {_interval_text(e)} inside (-{negligible:g}, {negligible:g})"
+        )
+    return NOT_TESTABLE, (
+        f"interval {_interval_text(e)} too wide to decide (negligible band ±{negligible:g})"
+    )
+
+
+def verdict_equivalent(estimates: dict, margin: float, blockers=()) -> tuple[str, str]:
+    """The claim: no difference. `estimates`: {label: Estimate} (e.g. every level - the easiest
+    level). Reproduced when every interval lies inside [-margin, margin]; not reproduced when one
+    lies wholly outside it; not testable otherwise (an interval too wide, or none)."""
+    if blockers:
+        return NOT_TESTABLE, "; ".join(blockers)
+    if not estimates:
+        return NOT_TESTABLE, "nothing to compare"
+    missing = [k for k, e in estimates.items() if not e.has_interval]
+    if missing:
+        return NOT_TESTABLE, f"no interval for {', '.join(map(str, missing))} (add seeds)"
+    shown = "; ".join(f"{k}: {e.value:.3g} {_interval_text(e)}" for k, e in estimates.items())
+    outside = [k for k, e in estimates.items() if e.low > margin or e.high < -margin]
+    if outside:
+        return NOT_REPRODUCED, (f"{', '.join(map(str, outside))} outside ±{margin:g} ({shown})")
+    if all(-margin <= e.low and e.high <= margin for e in estimates.values()):
+        return REPRODUCED, f"all inside ±{margin:g} ({shown})"
+    return NOT_TESTABLE, f"an interval crosses ±{margin:g}: too wide to decide ({shown})"
+
+
+def verdict_value(e: Estimate, paper_value: float, blockers=()) -> tuple[str, str]:
+    """The claim: the parameter equals the paper's value (inside our interval)."""
+    if blockers:
+        return NOT_TESTABLE, "; ".join(blockers)
+    if not e.has_interval:
+        return NOT_TESTABLE, e.method or "no interval"
+    if e.low <= paper_value <= e.high:
+        return REPRODUCED, f"{paper_value:g} inside {_interval_text(e)}"
+    return NOT_REPRODUCED, f"{paper_value:g} outside {_interval_text(e)}"
+
+
+def with_seeds(
+    e: Estimate, verdict: tuple[str, str], trained_here: bool = True, blockers=()
+) -> tuple[str, str]:
+    """A verdict on a model trained here stands only over >= MIN_SEEDS seeds; with fewer it is
+    `one seed: indicative`, with what the rule says on this run's interval as the reason."""
+    if blockers or not trained_here or e.n >= MIN_SEEDS:
+        return verdict
+    return INDICATIVE, (
+        f"{e.n} seed{'s' if e.n > 1 else ''} (a verdict needs {MIN_SEEDS}): on "
+        f"this run's interval {verdict[0]}: {verdict[1]}"
+    )
+
+
+def verdict_size(e: Estimate | None, band, verdict: str) -> str:
+    """The size verdict: size reproduced when the interval lies inside the paper's band, size not
+    reproduced when it lies wholly outside; not testable otherwise. Follows an indicative or
+    blocked main verdict."""
+    if band is None:
+        return NO_SIZE
+    if verdict == INDICATIVE:
+        return INDICATIVE
+    if e is None or not e.has_interval or verdict not in DECIDED:
+        return NOT_TESTABLE
+    lo, hi = band
+    if lo <= e.low and e.high <= hi:
+        return SIZE_REPRODUCED
+    if e.low > hi or e.high < lo:
+        return SIZE_NOT_REPRODUCED
+    return NOT_TESTABLE
+
+
+def _band_text(band, unit: str = "") -> str:
+    return "" if band is None else f"[{band[0]:.3g}, {band[1]:.3g}]{unit}"
