@@ -619,7 +619,10 @@ def test_config_pairs_pre_ln_with_lns_of_the_same_architecture_only():
     spec = resolve(config).jobs("make_claims")["claims"]
     assert spec["cod_pairs"] == [["pre_ln", ["pre_ln"], "lns", ["lns"]]]
     assert set(spec["pruning"]) == {"pre_ln", "lns"}
-    assert set(spec["depth_score"]) == {"depth_problems"}
+    # the seeded problem model: its seeds scored one by one, decided as one group
+    seeds = [f"depth_problems_s{seed}" for seed in range(3)]
+    assert set(spec["depth_score"]) == set(seeds)
+    assert spec["depth_groups"] == {"depth_problems": seeds}
 
 
 def test_claims_rule_plans_after_the_stages_it_reads():

@@ -258,3 +258,80 @@ def test_toy_figure_shows_the_spread_of_per_replicate_exponents():
     text = all_text(fig)
     assert "replicates 1.80 to 2.20" in text
     assert "protocol: steps 400" in text
+
+
+def test_loss_curves_keep_equal_schemes_apart_by_line_style():
+    from depthlab.pretrain_plots import plot_loss_curves
+
+    tokens = [0, 100, 200]
+    runs = pd.DataFrame(
+        [
+            {"model": m, "split": "val", "step": t, "tokens": t, "loss": loss, "sweep": ""}
+            for m, losses in {
+                "post_ln": [8.0, 6.5, 6.5],
+                "deepnorm": [8.0, 6.5, 6.5],  # equal to post_ln: drawn on top of it
+                "lns": [8.0, 5.0, 4.5],
+            }.items()
+            for t, loss in zip(tokens, losses)
+        ]
+    )
+    fig = plot_loss_curves(runs)
+    drawn = {}
+    for line in fig.axes[0].get_lines():
+        if len(line.get_xdata()) == len(tokens):
+            drawn[tuple(line.get_ydata())] = drawn.get(tuple(line.get_ydata()), []) + [line]
+    equal = drawn[(8.0, 6.5, 6.5)]
+    assert len(equal) == 2
+    styles = {(line.get_linestyle(), line.get_marker()) for line in equal}
+    assert len(styles) == 2, "post_ln and deepnorm must differ in dashes or markers"
+
+
+def depth_score_tables(family):
+    scores = pd.DataFrame(
+        [
+            {"model": "m", "family": family, "level": k, "depth_score": 1.0 + 0.1 * k}
+            | {"ci_low": 0.9 + 0.1 * k, "ci_high": 1.1 + 0.1 * k}
+            for k in (1, 2, 3)
+        ]
+    )
+    accuracy = pd.DataFrame(
+        [
+            {"model": "m", "family": family, "level": k, "accuracy": 1.0 / k, "chance": 0.1}
+            for k in (1, 2, 3)
+        ]
+    )
+    return scores, accuracy, {"m": summary("m", 4)}
+
+
+@pytest.mark.parametrize(
+    "family, named, absent",
+    [("hops", "synthetic k-hop lookups: hops", "MATH: levels"), ("math", "MATH: levels", "k-hop")],
+)
+def test_depth_score_title_names_the_family_that_was_scored(family, named, absent):
+    from depthlab.depth_use_plots import plot_depth_score
+
+    title = plot_depth_score(*depth_score_tables(family))._suptitle.get_text()
+    measured = title.split(" - ")[0]
+    assert named in measured and absent not in measured
+
+
+def test_pruning_sweep_draws_gromovs_half_depth_reference():
+    from depthlab.paper_values import PAPER_VALUES
+    from depthlab.pruning_plots import plot_sweep
+
+    sweep = pd.DataFrame(
+        [
+            {"model": "m", "strategy": "angular", "healed": False, "n": n, "fraction": n / 4}
+            | {"val_loss": 5.0 + n, "task": "t", "acc": 0.8 - 0.1 * n, "acc_stderr": 0.01}
+            for n in (1, 2, 3)
+        ]
+    )
+    fig = plot_sweep(sweep, {"m": "m"}, "acc", "test", chance=0.25)
+    task_axis = fig.axes[1]
+    vertical = [
+        line.get_xdata()[0]
+        for line in task_axis.get_lines()
+        if len(set(line.get_xdata())) == 1 and len(line.get_xdata()) == 2
+    ]
+    assert vertical == [PAPER_VALUES["gromov_robust_fraction"].value]
+    assert "Gromov et al." in fig._suptitle.get_text()

@@ -25,6 +25,14 @@ from pathlib import Path
 import numpy as np
 
 PAPER = "Csordás et al. 2025"
+# What a difficulty level is in each problem family (figure titles name what was measured).
+FAMILY_LEVELS = {
+    "arithmetic": "synthetic arithmetic: operations",
+    "hops": "synthetic k-hop lookups: hops",
+    "lookup": "synthetic lookups: keys",
+    "math": "MATH: levels",
+    "mquake": "MQuAKE: hops",
+}
 FIGURES = ("skip_effects", "output_effect", "depth_score", "linear_maps")
 VARIANT_LABELS = {
     "layer_all": "layer skipped, effect on the same tokens",
@@ -253,9 +261,10 @@ def plot_depth_score(scores, accuracy, summaries):
         fontsize=9,
     )
     axes[1].legend(fontsize=7)
+    measured = ", ".join(FAMILY_LEVELS.get(f, f) for f in sorted(accuracy["family"].unique()))
     fig.suptitle(
-        f"Depth score vs problem difficulty - after {PAPER}, depth-score figures "
-        f"(MATH levels, MQuAKE hops)",
+        f"Depth score vs problem difficulty ({measured}) - layout of {PAPER}'s depth-score "
+        "figures (MATH levels, MQuAKE hops)",
         fontsize=10,
     )
     fig.tight_layout()

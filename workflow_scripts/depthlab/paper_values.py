@@ -162,6 +162,15 @@ PAPER_VALUES: dict[str, PaperValue] = {
         "layers; QLoRA healing recovers most of the loss",
         derived="read off the accuracy-vs-fraction-dropped curves; no number is printed",
     ),
+    "gromov_robust_fraction": PaperValue(
+        GROMOV,
+        "Abstract; Fig. 1 / Fig. 2",
+        0.5,
+        "fraction of layers removed up to which QA accuracy barely drops (model-dependent; "
+        "beyond it accuracy falls towards chance)",
+        quote="minimal degradation of performance on different question-answering benchmarks "
+        "until after a large fraction (up to half) of the layers are removed",
+    ),
     # Csordás et al.
     "csordas_linear_maps": PaperValue(
         CSORDAS,

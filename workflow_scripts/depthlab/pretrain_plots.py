@@ -13,7 +13,7 @@ import seaborn as sns  # noqa: E402
 def plot_loss_curves(runs: pd.DataFrame, facts: dict | None = None):
     """Left: val loss per norm-scheme model (fixed scheme colours, depthlab.figure_style); right:
     the sweep runs, colour by depth and line style by width. Seed replicates of one model are
-    drawn as their mean with the range as a band. `runs`: runs.read_training_runs."""
+    drawn as their mean with the range as a band. `runs`: pretrain_runs.read_training_runs."""
     from . import figure_style as style
 
     val = runs[runs["split"] == "val"].copy()
@@ -34,8 +34,10 @@ def plot_loss_curves(runs: pd.DataFrame, facts: dict | None = None):
                 x="tokens",
                 y="loss",
                 hue="base",
+                style="base",  # equal curves (post_ln, deepnorm at the unigram loss) stay visible
+                markers=True,
+                dashes=True,
                 palette=colours,
-                marker="o",
                 errorbar=style.SEED_BAND,
                 ax=ax,
             )

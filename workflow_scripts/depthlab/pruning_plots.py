@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .paper_values import PAPER_VALUES
+
 STRATEGY_COLORS = {"angular": "tab:blue", "deepest": "tab:orange", "greedy": "tab:green"}
 
 
@@ -131,6 +133,7 @@ def plot_sweep(
 ):
     import matplotlib.pyplot as plt
 
+    robust = PAPER_VALUES["gromov_robust_fraction"]
     models = list(labels)
     tasks = _tasks(sweep)
     columns = 1 + len(tasks)
@@ -179,6 +182,9 @@ def plot_sweep(
         for column, task in enumerate(tasks, start=1):
             if chance:
                 axes[row, column].axhline(chance, color="gray", ls=":", label="chance")
+            axes[row, column].axvline(
+                robust.value, color="gray", ls="--", lw=0.8, label="Gromov et al.: QA holds to here"
+            )
             axes[row, column].set_ylabel(f"{metric} ({task})")
         for ax in axes[row]:
             ax.set_xlabel("fraction of layers removed")
@@ -187,7 +193,8 @@ def plot_sweep(
         f"Layout of Gromov et al. Fig. 1/2: validation loss and lm-eval {metric} vs "
         f"fraction of layers removed, per strategy, unhealed (solid) and healed "
         f"(dashed), measured on the {run_name} run's models\n(error bars: lm-eval "
-        f"standard error; dotted: chance)",
+        f"standard error; dotted: chance; dashed: {robust.paper}, up to about half of the "
+        f"layers removed with little QA loss on pretrained LLMs)",
         fontsize=9,
     )
     fig.tight_layout()
