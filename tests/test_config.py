@@ -470,6 +470,24 @@ def test_lm_eval_inherit_hands_the_job_the_pruning_grid():
         assert spec["lm_eval"]["n_grid"] is None
 
 
+def test_pruning_per_model_overrides_reach_only_their_model():
+    config = load("test.yaml")
+    config["pruning"]["models"] = ["pre_ln", "lns"]
+    config["pruning"]["per_model"] = {"lns": {"val": {"seq_len": 16}, "speed": {"n_grid": [1]}}}
+    jobs = resolve(config).jobs("prune_model")
+    assert jobs["lns"]["val"] == {**config["pruning"]["val"], "seq_len": 16}
+    assert jobs["lns"]["speed"]["n_grid"] == [1]
+    assert jobs["pre_ln"]["val"] == config["pruning"]["val"]
+    assert jobs["pre_ln"]["speed"] == config["pruning"]["speed"]
+    # the error names the override that breaks the model, not the shared key
+    config["pruning"]["per_model"] = {"lns": {"val": {"seq_len": 4096}}}
+    with pytest.raises(ConfigError, match=r"^pruning\.per_model\.lns\.val\.seq_len: 4096 tokens"):
+        resolve(config)
+    config["pruning"]["per_model"] = {"ghost": {"val": {"seq_len": 16}}}
+    with pytest.raises(ConfigError, match=r"^pruning\.per_model\.ghost: not a model of pruning"):
+        resolve(config)
+
+
 def test_nested_command_line_override_reaches_the_job(tmp_path):
     config = load("test.yaml")
     assert config["analysis"]["max_samples"] != 7
