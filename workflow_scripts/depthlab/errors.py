@@ -58,3 +58,8 @@ class DatasetProblemError(DepthlabError, ValueError):
 
 class TrackingError(DepthlabError, RuntimeError):
     """The tracking backend cannot start (e.g. W&B online without a login); names the key."""
+
+
+class GGUFError(DepthlabError, ValueError):
+    """A GGUF model that cannot be converted (a missing file or chunk, a wrong sha256, an
+    architecture transformers cannot read): the message names the model and the file."""

@@ -59,7 +59,7 @@ def model_facts(names, facts: dict | None = None) -> dict:
             f"sweep {fact['sweep']}"
             if "sweep" in fact
             else HUB_GROUP
-            if fact.get("kind") == "hf"
+            if fact.get("kind") in ("hf", "gguf")  # declared checkpoints
             else NORM_GROUP
         )
         out[name] = fact

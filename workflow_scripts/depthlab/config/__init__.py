@@ -47,6 +47,7 @@ from .load import (
     validate_schema,
 )
 from .models import (
+    check_gguf_model,
     check_hf_model,
     check_positions,
     check_pretrain_model,
@@ -123,6 +124,8 @@ def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
     for name, model in models.items():
         if model["kind"] == "pretrain":
             check_pretrain_model(name, model, config["pretrain"], processes)
+        elif model["kind"] == "gguf":
+            check_gguf_model(name, model, base_dir)
         else:
             check_hf_model(name, model, base_dir)
     resolved = Resolved(config=config, paths=paths, models=models)

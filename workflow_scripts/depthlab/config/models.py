@@ -20,6 +20,7 @@ from .paths import check_name, seed_model_name, sweep_model_name
 if TYPE_CHECKING:
     from .resolved import Resolved
 
+SHA256 = re.compile(r"[0-9a-fA-F]{64}\Z")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 
 
@@ -208,6 +209,36 @@ def check_hf_model(name: str, model: dict, base_dir: Path) -> None:
         raise ConfigError(f"{key}: {error}") from None
 
 
+def gguf_sources(model: dict, base_dir: Path, key: str) -> list[str]:
+    """A gguf model's files as local paths (pkg: sources resolved, relative paths from the working
+    directory or the workflow folder); ConfigError naming `key[i]` for one that is missing."""
+    sources = []
+    for index, source in enumerate(model["files"]):
+        try:
+            local = resolve_model_path(source, file=True)
+        except FileNotFoundError as error:  # a pkg: path whose package or file is missing
+            raise ConfigError(f"{key}[{index}]: {error}") from None
+        sources.append(local_file(local, base_dir, f"{key}[{index}]"))
+    return sources
+
+
+def check_gguf_model(name: str, model: dict, base_dir: Path) -> None:
+    """Every file of a gguf model exists; its layer count comes from the first file's header
+    (model["layers"]: None when the header names none)."""
+    if not SHA256.match(model["sha256"]):
+        raise ConfigError(
+            f"models.{name}.sha256: {model['sha256']!r} is not a sha256 (64 hex digits)"
+        )
+    key = f"models.{name}.files"
+    first = gguf_sources(model, base_dir, key)[0]
+    from ..gguf_models import gguf_block_count  # torch-free header read
+
+    try:
+        model["layers"] = gguf_block_count(first)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{key}[0]: {first}: {error}") from None
+
+
 def local_path(path: str, base_dir: Path) -> str | None:
     """A path as given if it exists from the working directory, else relative to the workflow
     folder; None when neither exists."""
@@ -278,7 +309,7 @@ def reads_special_tokens(model: dict) -> bool:
     """Whether text reaches a model with its tokenizer's special tokens: a model pretrained here
     reads documents as its training stream encoded them (none); a declared checkpoint reads them
     as it was trained (its tokenizer's template, e.g. Llama's BOS)."""
-    return model["kind"] == "hf"
+    return model["kind"] in ("hf", "gguf")
 
 
 FIGURE_FACTS = ("kind", "norm_scheme", "sweep", "seed", "seed_group")
@@ -291,9 +322,23 @@ def figure_facts(resolved: Resolved, names) -> dict:
 
 
 def model_location(resolved: Resolved, name: str) -> str:
-    """Where a declared model's HF folder is: our pretrain output, or the declared path."""
+    """Where a declared model's HF folder is: our pretrain or convert_gguf output, or the declared
+    path."""
     model = resolved.models[name]
-    return resolved.paths.model(name) if model["kind"] == "pretrain" else model["path"]
+    return resolved.paths.model(name) if model["kind"] in BUILT_HERE else model["path"]
+
+
+# Kinds whose HF folder a job of this workflow writes to results/<run>/models/<name>/.
+BUILT_HERE = ("pretrain", "gguf")
+
+
+def declared_checkpoint_folder(resolved: Resolved, name: str) -> str | None:
+    """The existing local folder of a declared hf model (None for a hub model, and for models
+    whose folder a job writes: pretrain, gguf)."""
+    model = resolved.models[name]
+    if model["kind"] != "hf":
+        return None
+    return local_path(resolve_model_path(model["path"]), REPO_ROOT)
 
 
 def _checkpoint_config(resolved: Resolved, name: str) -> tuple[str, dict] | None:
@@ -310,6 +355,8 @@ def model_layers(resolved: Resolved, name: str, key: str) -> int | None:
     model = resolved.models[name]
     if model["kind"] == "pretrain":
         return model["architecture"]["num_layers"]
+    if model["kind"] == "gguf":
+        return model.get("layers")  # from the GGUF header (check_gguf_model)
     checkpoint = _checkpoint_config(resolved, name)
     if checkpoint is None:
         return None
@@ -335,7 +382,7 @@ def has_lm_head(resolved: Resolved, name: str) -> bool:
     """Whether a declared model has an LM head: ours do; a local checkpoint's config.json says
     (depthlab.architectures.is_causal_lm); a hub model is taken to be a causal LM (checked when
     downloaded)."""
-    if resolved.models[name]["kind"] == "pretrain":
-        return True
+    if resolved.models[name]["kind"] in BUILT_HERE:
+        return True  # a gguf model is loaded with AutoModelForCausalLM, so it has one
     checkpoint = _checkpoint_config(resolved, name)
     return checkpoint is None or is_causal_lm(checkpoint[1].get("architectures"))

@@ -62,9 +62,10 @@ class Resolved:
 
     def model_inputs(self, name: str) -> list:
         """Workflow inputs for a declared model: our pretrain output, or an existing local
-        folder (hub ids and pkg: paths are not files of this workflow)."""
+        folder (hub ids and pkg: paths are not files of this workflow); a gguf model's converted
+        folder (convert_gguf)."""
         model = self.models[name]
-        if model["kind"] == "pretrain":
+        if model["kind"] in ("pretrain", "gguf"):
             return [self.paths.model(name)]
         path = model["path"]
         return [path] if not path.startswith("pkg:") and os.path.exists(path) else []

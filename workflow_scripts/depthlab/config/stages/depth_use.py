@@ -6,17 +6,15 @@ import copy
 from pathlib import Path
 
 from ...errors import ConfigError
-from ..load import REPO_ROOT
 from ..models import (
     check_positions,
     data_folder,
+    declared_checkpoint_folder,
     declared_models,
     local_file,
-    local_path,
     model_layers,
     model_location,
     reads_special_tokens,
-    resolve_model_path,
     seed_groups,
 )
 from ..paths import check_name, seed_model_name
@@ -280,9 +278,6 @@ def check_same_tokens(resolved: Resolved, source: str, target: str, key: str) ->
         )
     from ...linear_maps import check_same_tokenizer
 
-    locations = [
-        local_path(resolve_model_path(resolved.models[n]["path"]), REPO_ROOT)
-        for n in (source, target)
-    ]
+    locations = [declared_checkpoint_folder(resolved, n) for n in (source, target)]
     if all(locations):
         library_check(check_same_tokenizer, *locations, where=key)

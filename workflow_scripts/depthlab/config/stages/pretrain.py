@@ -1,10 +1,12 @@
-"""Pretraining: one pretrain_model job per model trained here, and the loss-curve figure."""
+"""Pretraining: one pretrain_model job per model trained here, and the loss-curve figure; one
+convert_gguf job per kind: gguf model (its HF folder sits where a pretrained model's does)."""
 
 from __future__ import annotations
 
-from ..models import corpus_models, data_folder, figure_facts
+from ..load import REPO_ROOT
+from ..models import corpus_models, data_folder, figure_facts, gguf_sources
 from ..paths import RunPaths
-from ..resolved import Resolved
+from ..resolved import Resolved, require_resources
 
 
 def tracking_settings(config: dict) -> dict:
@@ -26,7 +28,41 @@ def tracking_settings(config: dict) -> dict:
     return settings
 
 
+def resolve_convert_gguf(resolved: Resolved) -> None:
+    """One convert_gguf job per kind: gguf model: its GGUF file (or chunks) -> an HF folder at
+    results/<run>/models/<name>/, which later stages read like a local kind: hf model."""
+    paths = resolved.paths
+    for name, model in resolved.models.items():
+        if model["kind"] != "gguf":
+            continue
+        require_resources(resolved.config, "convert")
+        resolved.add(
+            "convert_gguf",
+            name,
+            {
+                "model_name": name,
+                "files": model["files"],
+                "sha256": model["sha256"].lower(),
+                "dtype": model.get("dtype", "float32"),
+                "out": paths.model(name),
+            },
+            outputs=[paths.model(name)],
+            # local files are workflow inputs (a replaced file reruns the job); pkg: files are
+            # not files of this workflow (as for kind: hf models)
+            inputs={
+                "gguf": [
+                    local
+                    for source, local in zip(
+                        model["files"], gguf_sources(model, REPO_ROOT, f"models.{name}.files")
+                    )
+                    if not source.startswith("pkg:")
+                ]
+            },
+        )
+
+
 def resolve_pretrain(resolved: Resolved) -> None:
+    resolve_convert_gguf(resolved)
     paths = resolved.paths
     for name, model in resolved.models.items():
         if model["kind"] != "pretrain":
