@@ -76,6 +76,25 @@ def test_a_base_name_in_a_stage_list_means_all_its_seeds(test_config):
     assert labels["lns_s0"] == labels["lns_s1"] == "lns"
 
 
+def test_per_model_overrides_take_a_base_name_for_its_seeds_and_name_the_key(test_config):
+    config = seeded(test_config, lns=(0, 1))
+    # a base name covers its seeds; a seed's own entry wins over its base name's
+    config["pruning"]["per_model"] = {
+        "lns": {"val": {"seq_len": 16}},
+        "lns_s1": {"val": {"seq_len": 8}},
+    }
+    jobs = resolve(config).jobs("prune_model")
+    assert [jobs[name]["val"]["seq_len"] for name in ("lns_s0", "lns_s1")] == [16, 8]
+    # errors name the override the user wrote, for both stages that have one
+    config["depth_use"]["skip"]["models"] = ["lns", "depth_problems"]
+    config["depth_use"]["skip"]["per_model"] = {"lns": {"max_length": 4096}}
+    with pytest.raises(ConfigError, match=r"^depth_use\.skip\.per_model\.lns\.max_length: 4096"):
+        resolve(config)
+    config["depth_use"]["skip"]["per_model"] = {"ghost": {"max_samples": 3}}
+    with pytest.raises(ConfigError, match=r"^depth_use\.skip\.per_model\.ghost: not a model of"):
+        resolve(config)
+
+
 def test_a_map_from_a_seeded_to_an_unseeded_model_pairs_each_seed(test_config):
     config = seeded(test_config)
     config["sweeps"]["depth_width"]["seeds"] = [0, 1]

@@ -114,6 +114,38 @@ def seed_groups(resolved: Resolved) -> dict[str, list[str]]:
     return groups
 
 
+class ModelOverrides:
+    """A stage's `per_model` section: per-model overrides of the stage's settings, keyed by model
+    name or by a seeded model's base name (which covers its seeds unless a seed has its own).
+    `stage` is the section's key (e.g. "pruning"), `listed` the keys whose models it may name."""
+
+    def __init__(self, resolved: Resolved, stage: str, per_model: dict, names, listed: str):
+        groups = seed_groups(resolved)
+        for name in per_model:
+            if not set(groups.get(name, [name])) & set(names):
+                raise ConfigError(f"{stage}.per_model.{name}: not a model of {listed}")
+        self.resolved, self.stage, self.per_model = resolved, stage, per_model
+
+    def group(self, name: str) -> str:
+        """The per_model key that applies to model `name`."""
+        if name in self.per_model:
+            return name
+        return self.resolved.models[name].get("seed_group", name)
+
+    def of(self, name: str) -> dict:
+        """The overrides of model `name` ({} when none)."""
+        return self.per_model.get(self.group(name), {})
+
+    def key(self, name: str, *path: str) -> str:
+        """The config key that sets `path` for model `name`: its override where one applies, else
+        the stage's own key (so an error names what the user would edit)."""
+        section = self.of(name)
+        for part in path[:-1]:  # the schema makes every level above a setting a mapping
+            section = section.get(part, {})
+        inside = f"per_model.{self.group(name)}." if path[-1] in section else ""
+        return f"{self.stage}.{inside}{'.'.join(path)}"
+
+
 def check_pretrain_model(name: str, model: dict, defaults: dict, processes: int) -> None:
     key = (
         f"sweeps.{model['sweep']}"

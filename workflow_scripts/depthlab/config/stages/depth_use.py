@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ..models import (
+    ModelOverrides,
     check_positions,
     data_folder,
     declared_checkpoint_folder,
@@ -60,14 +61,13 @@ def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
         raise ConfigError(
             "depth_use.depth_score.models: a depth score needs problems (depth_use.problems)"
         )
-    per_model = skip.get("per_model") or {}
-    groups = seed_groups(resolved)
-    for name in per_model:
-        if not set(groups.get(name, [name])) & set(skip_models + score_models):
-            raise ConfigError(
-                f"depth_use.skip.per_model.{name}: not a model of "
-                f"depth_use.skip.models or depth_use.depth_score.models"
-            )
+    overrides = ModelOverrides(
+        resolved,
+        "depth_use.skip",
+        skip.get("per_model") or {},
+        skip_models + score_models,
+        "depth_use.skip.models or depth_use.depth_score.models",
+    )
     skip_folders = []
     for name in dict.fromkeys(skip_models + score_models):
         key = (
@@ -75,8 +75,6 @@ def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
             if name in skip_models
             else f"depth_use.depth_score.models[{score_models.index(name)}]"
         )
-        # a seeded model takes its base name's per_model settings unless it has its own
-        own = name if name in per_model else resolved.models[name].get("seed_group", name)
         settings = {
             **{
                 k: skip[k]
@@ -92,7 +90,7 @@ def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
                     "max_rows",
                 )
             },
-            **per_model.get(own, {}),
+            **overrides.of(name),
         }
         scored = name in score_models
         library_check(
@@ -105,9 +103,7 @@ def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
             resolved,
             name,
             settings["max_length"],
-            f"depth_use.skip.per_model.{own}.max_length"
-            if "max_length" in per_model.get(own, {})
-            else "depth_use.skip.max_length",
+            overrides.key(name, "max_length"),
         )
         texts = text_set_texts(
             resolved, skip["text_set"], base_dir, "depth_use.skip.text_set", model=name

@@ -7,6 +7,7 @@ from pathlib import Path
 from ...errors import ConfigError
 from ..load import merge
 from ..models import (
+    ModelOverrides,
     check_positions,
     corpus_models,
     declared_models,
@@ -71,23 +72,12 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
     shared = {key: pruning[key] for key in PRUNING_SETTINGS}
     if lm_eval["n_grid"] == "inherit":  # the job gets the grid itself (null: every n)
         shared["lm_eval"] = {**lm_eval, "n_grid": pruning["n_grid"]}
-    per_model = pruning.get("per_model") or {}
-    seed_groups = {resolved.models[n].get("seed_group", n) for n in names}
-    for other in per_model:
-        if other not in set(names) | seed_groups:
-            raise ConfigError(f"pruning.per_model.{other}: not a model of pruning.models")
+    overrides = ModelOverrides(
+        resolved, "pruning", pruning.get("per_model") or {}, names, "pruning.models"
+    )
     for index, name in enumerate(names):
         key = f"pruning.models[{index}]"
-        # a seeded model takes its base name's overrides unless it has its own
-        group = name if name in per_model else resolved.models[name].get("seed_group")
-        own = per_model.get(group, {})
-        settings = merge(shared, own)
-
-        def where(part, field, own=own, group=group):
-            """The key a sequence-length error names: the override where one applies."""
-            inside = field in own.get(part, {})
-            return f"pruning.{f'per_model.{group}.' if inside else ''}{part}.{field}"
-
+        settings = merge(shared, overrides.of(name))
         if not has_lm_head(resolved, name):
             raise ConfigError(
                 f"{key}: model '{name}' has no LM head (a bare encoder); layer "
@@ -109,10 +99,15 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
                     f"a choice of up to {longest - tasks['context_tokens']} tokens exceed the "
                     f"{model['train']['seq_len']} positions '{name}' was trained on"
                 )
-        check_positions(resolved, name, settings["val"]["seq_len"], where("val", "seq_len"))
+        check_positions(
+            resolved, name, settings["val"]["seq_len"], overrides.key(name, "val", "seq_len")
+        )
         if settings["healing"]["enabled"]:
             check_positions(
-                resolved, name, settings["healing"].get("seq_len", 0), where("healing", "seq_len")
+                resolved,
+                name,
+                settings["healing"].get("seq_len", 0),
+                overrides.key(name, "healing", "seq_len"),
             )
         if settings["speed"]["enabled"]:
             speed = settings["speed"]
@@ -120,7 +115,7 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
                 resolved,
                 name,
                 speed.get("prompt_length", 0) + speed.get("new_tokens", 0),
-                where("speed", "new_tokens"),
+                overrides.key(name, "speed", "new_tokens"),
             )
         layers = model_layers(resolved, name, key)
         if layers is not None:
