@@ -638,3 +638,90 @@ def test_claims_rule_plans_after_the_stages_it_reads():
     assert "rule make_claims:" in result.stdout
     for stage_rule in ("prune_model", "fit_scaling", "analyse_model"):
         assert f"rule {stage_rule}:" in result.stdout
+
+
+def _measures_frame(layers: int, var_slope: float, contribution, rng) -> pd.DataFrame:
+    """A measures.csv frame: h_var growing as exp(var_slope * l) (times noise) and block_rel_norm
+    per layer."""
+    rows = [
+        ("h_var", l, np.nan, math.exp(var_slope * l) * rng.uniform(0.999, 1.001))
+        for l in range(layers + 1)
+    ]
+    rows += [("block_rel_norm", l, np.nan, contribution[l]) for l in range(layers)]
+    return pd.DataFrame(rows, columns=["measure", "layer", "n", "value"])
+
+
+def _pretrained_data(var_slope: float, deep_contribution: float, shards: int) -> RunData:
+    rng = np.random.default_rng(0)
+    layers = 8
+    replicates = []
+    for _ in range(shards):
+        contribution = [0.5] * 4 + [deep_contribution] * 4 + rng.normal(0, 0.01, layers)
+        distance = pd.Series(np.r_[[0.3] * 4, [0.1] * 4] + rng.normal(0, 0.005, layers))
+        replicates.append(
+            (_measures_frame(layers, var_slope, contribution, rng), distance, "all tokens")
+        )
+    data = RunData(pretrained={"real": replicates}, pretrained_scale={"real": "real (8 layers)"})
+    data.single_layer["real"] = pd.DataFrame(
+        {"layer": range(layers), "delta_loss": [1.0, 0.5, 0.4, 0.3, 0.05, 0.04, 0.06, 0.5]}
+    )
+    return data
+
+
+def test_pretrained_claims_use_shards_as_replicates():
+    data = _pretrained_data(var_slope=0.3, deep_contribution=0.1, shards=4)
+    table = build_claims(data).set_index("claim_id")
+    row = table.loc["cod_variance_growth:real"]
+    # independent: the OLS slope of ln h_var over l >= 1 per shard, then a t-interval over shards
+    slopes = []
+    for frame, _, _ in data.pretrained["real"]:
+        v = frame[(frame["measure"] == "h_var") & (frame["layer"] >= 1)]
+        slopes.append(stats.linregress(v["layer"], np.log(v["value"])).slope)
+    half = stats.t.ppf(0.975, 3) * np.std(slopes, ddof=1) / 2
+    assert row["measured"] == pytest.approx(np.mean(slopes))
+    assert row["high"] - row["low"] == pytest.approx(2 * half)
+    assert "4 document shards" in row["interval"]
+    assert row["verdict"] == REPRODUCED
+    closer = table.loc["cod_deep_identity:real"]
+    assert closer["measured"] == pytest.approx(
+        np.mean([d[:4].mean() - d[4:].mean() for _, d, _ in data.pretrained["real"]])
+    )
+    assert closer["verdict"] == REPRODUCED
+    assert table.loc["csordas_second_half:real", "measured"] == pytest.approx(0.4, abs=0.02)
+    assert table.loc["csordas_second_half:real", "verdict"] == REPRODUCED
+    # delta P: shallow mean 0.55 - deep mean 0.1625, Welch-style interval over the layers
+    delta = table.loc["cod_delta_p_depth:real"]
+    assert delta["measured"] == pytest.approx(0.55 - 0.1625)
+    se = math.hypot(
+        np.std([1.0, 0.5, 0.4, 0.3], ddof=1) / 2, np.std([0.05, 0.04, 0.06, 0.5], ddof=1) / 2
+    )
+    assert delta["high"] - delta["low"] == pytest.approx(2 * stats.norm.ppf(0.975) * se)
+
+
+def test_pretrained_claims_not_reproduced_and_flat():
+    # no variance growth, a second half that contributes as much as the first
+    table = build_claims(_pretrained_data(0.0, 0.5, shards=4)).set_index("claim_id")
+    assert table.loc["cod_variance_growth:real", "verdict"] == NOT_REPRODUCED
+    assert table.loc["csordas_second_half:real", "verdict"] == NOT_REPRODUCED
+    # one shard: no interval, so nothing is decided
+    one = build_claims(_pretrained_data(0.3, 0.1, shards=1)).set_index("claim_id")
+    assert one.loc["cod_variance_growth:real", "verdict"] == NOT_TESTABLE
+
+
+def test_config_reads_pretrained_models_over_their_shards(tmp_path):
+    config = load_config(ROOT / "config" / "default.yaml")
+    config["analysis"]["text_sets"] = {
+        "val": {"source": "val"},
+        **{f"val_{i}": {"source": "val", "shard": {"index": i, "count": 3}} for i in range(3)},
+    }
+    config["models"]["llm"] = {"kind": "hf", "path": "some-org/some-llm"}
+    spec = resolve(config).jobs("make_claims")["claims"]
+    # the MiniLM encoder has no LM head: not a pretrained LM the papers speak of
+    assert set(spec["pretrained"]) == {"llm"}
+    assert spec["pretrained"]["llm"]["analysis"] == [
+        f"results/default/analysis/val_{i}/llm" for i in range(3)
+    ]
+    bad = load_config(ROOT / "config" / "default.yaml")
+    bad["analysis"]["text_sets"]["val_9"] = {"source": "val", "shard": {"index": 3, "count": 3}}
+    with pytest.raises(Exception, match=r"analysis\.text_sets\.val_9\.shard\.index: 3"):
+        resolve(bad)

@@ -172,6 +172,33 @@ def healing_gap_change(sweep: pd.DataFrame) -> Estimate | None:
     return t_interval(change, "healed n")
 
 
+def half_gap(values: pd.Series) -> float:
+    """Mean over the shallower half of the layers minus mean over the deeper half (deep_layers)
+    of a per-layer series (> 0: the deeper half is smaller)."""
+    layers = sorted(values.index)
+    deep = set(deep_layers(len(layers)))
+    shallow_values = [values[l] for i, l in enumerate(layers) if i not in deep]
+    deep_values = [values[l] for i, l in enumerate(layers) if i in deep]
+    return float(np.mean(shallow_values) - np.mean(deep_values))
+
+
+def half_gap_over_layers(values: pd.Series) -> Estimate:
+    """half_gap with an interval over the layers of each half (the two means' standard errors):
+    for a measure with one value per layer and no document replicates."""
+    layers = sorted(values.index)
+    deep = set(deep_layers(len(layers)))
+    shallow = t_interval([values[l] for i, l in enumerate(layers) if i not in deep], "layers")
+    deeper = t_interval([values[l] for i, l in enumerate(layers) if i in deep], "layers")
+    e = difference(shallow, deeper)
+    return replace(e, method=f"{e.method} over the layers of each half")
+
+
+def over_shards(values: list[float], what: str) -> Estimate:
+    """A pretrained model's measure over its document shards: mean with a t-interval over the
+    shards (the sampling variance of the documents); one shard: no interval."""
+    return t_interval(values, f"document shards ({what})")
+
+
 def bonferroni(confidence: float, comparisons: int) -> float:
     """Per-interval confidence so that `comparisons` intervals hold together at `confidence`."""
     return 1 - (1 - confidence) / max(comparisons, 1)
@@ -389,6 +416,10 @@ class RunData:
     fits: dict = field(default_factory=dict)  # name -> (fit.json dict, bounds)
     toy_fit: dict | None = None
     toy_bounds: tuple | None = None
+    # pretrained LMs (not trained here): per model, its analysis replicates (one per document
+    # shard) as (measures.csv frame, d(l, l+1) Series, "all tokens" | "last token")
+    pretrained: dict = field(default_factory=dict)
+    pretrained_scale: dict = field(default_factory=dict)
 
 
 def _not_learned(data: RunData, members) -> list[str]:
@@ -717,6 +748,84 @@ def _csordas_claims(data: RunData) -> list[dict]:
     return rows
 
 
+def _pretrained_claims(data: RunData) -> list[dict]:
+    """The papers' statements about pretrained LMs, tested on each model not trained here: its
+    hidden-state measures per document shard (intervals over shards carry the sampling variance
+    of the documents) and, when pruned, its single-layer removal table."""
+    rows = []
+    for name, replicates in data.pretrained.items():
+        scale = data.pretrained_scale.get(name, name)
+
+        def positive(e, negligible):
+            return _decide(e, verdict_positive(e, [], negligible), False, [])
+
+        frames = [frame for frame, _, _ in replicates]
+        h_var = [f[f["measure"] == "h_var"].set_index("layer")["value"] for f in frames]
+        growth = over_shards([log_variance_slope(v).value for v in h_var], "OLS slope each")
+        rows.append(
+            _row(
+                f"cod_variance_growth:{name}",
+                COD,
+                f"{name}: ln Var(h_l) rises with depth l (slope > "
+                f"{pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g} per layer), the Pre-LN growth the paper "
+                f"describes in pretrained LLMs",
+                "cod_variance_growth",
+                growth,
+                scale,
+                positive(growth, pv.COD_VARIANCE_SLOPE_NEGLIGIBLE),
+            )
+        )
+        tokens = sorted({t for _, _, t in replicates})
+        closer = over_shards([half_gap(d) for _, d, _ in replicates], "half means each")
+        rows.append(
+            _row(
+                f"cod_deep_identity:{name}",
+                COD,
+                f"{name}: deep layers are closer to identity: mean d(l, l+1) over the "
+                f"shallower half - over the deeper half > {pv.COD_ANGULAR_NEGLIGIBLE:g} "
+                f"({' / '.join(tokens)})",
+                "cod_angular_distance",
+                closer,
+                scale,
+                positive(closer, pv.COD_ANGULAR_NEGLIGIBLE),
+            )
+        )
+        contribution = [
+            f[f["measure"] == "block_rel_norm"].set_index("layer")["value"] for f in frames
+        ]
+        less = over_shards([half_gap(c) for c in contribution], "half means each")
+        rows.append(
+            _row(
+                f"csordas_second_half:{name}",
+                CSORDAS,
+                f"{name}: the second half contributes less: mean ||h_(l+1) - h_l|| / ||h_l|| "
+                f"over the first half - over the second half > "
+                f"{pv.CSORDAS_HALF_CONTRIBUTION_NEGLIGIBLE:g}",
+                "csordas_second_half",
+                less,
+                scale,
+                positive(less, pv.CSORDAS_HALF_CONTRIBUTION_NEGLIGIBLE),
+            )
+        )
+        if name in data.single_layer:
+            drop, what = single_layer_drop(data.single_layer[name])
+            gap = half_gap_over_layers(drop)
+            rows.append(
+                _row(
+                    f"cod_delta_p_depth:{name}",
+                    COD,
+                    f"{name}: removing one deep layer hurts less than removing a shallow one: "
+                    f"mean {what} over the shallower half - over the deeper half > "
+                    f"{pv.COD_DELTA_P_NEGLIGIBLE:g}",
+                    "cod_delta_p",
+                    gap,
+                    scale,
+                    positive(gap, pv.COD_DELTA_P_NEGLIGIBLE),
+                )
+            )
+    return rows
+
+
 SIZE_BANDS = {"liu_a_l": pv.LIU_A_L_BAND, "liu_a_m": pv.LIU_A_M_BAND}
 
 
@@ -786,7 +895,13 @@ def _liu_claims(data: RunData) -> list[dict]:
 
 def build_claims(data: RunData) -> pd.DataFrame:
     """Every claim the run's data can test, one row each (COLUMNS)."""
-    rows = _cod_claims(data) + _gromov_claims(data) + _csordas_claims(data) + _liu_claims(data)
+    rows = (
+        _cod_claims(data)
+        + _pretrained_claims(data)
+        + _gromov_claims(data)
+        + _csordas_claims(data)
+        + _liu_claims(data)
+    )
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -912,7 +1027,10 @@ def input_files(spec: dict) -> list[str]:
     for model in spec["models"].values():
         files += [f"{model['dir']}/train_log.csv", f"{model['dir']}/config.json"]
     files += [f"{d}/{f}" for d in spec["data"] for f in ("meta.json", "val.bin")]
-    for d in spec["analysis"].values():
+    analysis_folders = list(spec["analysis"].values()) + [
+        d for model in spec.get("pretrained", {}).values() for d in model["analysis"]
+    ]
+    for d in analysis_folders:
         files.append(f"{d}/measures.csv")
         if Path(f"{d}/angular_distance_all.csv").exists():
             files.append(f"{d}/angular_distance_all.csv")
@@ -932,6 +1050,17 @@ def _scale_text(run) -> str:
     tokens = int(run.log["tokens"].max())
     shown = f"{tokens / 1e6:.3g}M" if tokens >= 1e6 else f"{tokens / 1e3:.3g}k"
     return f"{run.depth} layers x {run.width}, {shown} tokens"
+
+
+def _read_analysis(folder) -> tuple[pd.DataFrame, pd.Series, str]:
+    """An analysis folder's measures.csv, its d(l, l+1) and which tokens that distance is over
+    (all tokens, the paper's Eq. 1, when the folder has that matrix; else the last token)."""
+    measures = pd.read_csv(f"{folder}/measures.csv")
+    all_tokens = Path(folder, "angular_distance_all.csv")
+    if all_tokens.exists():
+        return measures, next_layer_distance(pd.read_csv(all_tokens)), "all tokens"
+    distance = measures[(measures["measure"] == "angular_distance_last") & (measures["n"] == 1)]
+    return measures, distance.set_index("layer")["value"], "last token"
 
 
 def read_run_data(spec: dict) -> RunData:
@@ -958,18 +1087,12 @@ def read_run_data(spec: dict) -> RunData:
         data.unigram[name] = unigram[model["data"]]
         data.scale[name] = _scale_text(run)
     for name, folder in spec["analysis"].items():
-        measures = pd.read_csv(f"{folder}/measures.csv")
+        measures, distance, tokens = _read_analysis(folder)
         data.h_var[name] = measures[measures["measure"] == "h_var"].set_index("layer")["value"]
-        all_tokens = Path(folder, "angular_distance_all.csv")
-        if all_tokens.exists():  # the paper's Eq. 1: a mean over all tokens
-            data.distance[name] = next_layer_distance(pd.read_csv(all_tokens))
-            data.distance_tokens[name] = "all tokens"
-        else:
-            distance = measures[
-                (measures["measure"] == "angular_distance_last") & (measures["n"] == 1)
-            ]
-            data.distance[name] = distance.set_index("layer")["value"]
-            data.distance_tokens[name] = "last token"
+        data.distance[name], data.distance_tokens[name] = distance, tokens
+    for name, model in spec.get("pretrained", {}).items():
+        data.pretrained[name] = [_read_analysis(folder) for folder in model["analysis"]]
+        data.pretrained_scale[name] = model["scale"]
     for name, folder in spec["pruning"].items():
         data.sweeps[name] = pd.read_csv(f"{folder}/sweep.csv")
         data.single_layer[name] = pd.read_csv(f"{folder}/single_layer.csv")

@@ -448,7 +448,17 @@ def iter_dataset_texts(
 
 def iter_texts(texts: dict, field: str = "text"):
     """The documents of a resolved text set: {source: jsonl, path} (a local JSON-lines file) or
-    {source: hf_dataset, name, config_name, split, revision} (streamed with `datasets`)."""
+    {source: hf_dataset, name, config_name, split, revision} (streamed with `datasets`). With
+    `shard: [index, count]` only documents index, index + count, index + 2 count, ...: disjoint
+    subsamples of one source, whose spread carries the sampling variance of a measure."""
+    documents = _source_texts(texts, field)
+    if "shard" in texts:
+        index, count = texts["shard"]
+        return itertools.islice(documents, index, None, count)
+    return documents
+
+
+def _source_texts(texts: dict, field: str):
     if texts["source"] == "jsonl":
         return iter_jsonl_texts(texts["path"], field, "texts.path")
     pinned = {"revision": texts["revision"]} if texts.get("revision") else {}

@@ -85,6 +85,9 @@ GROMOV_GAP_NEGLIGIBLE = 0.005
 # 0.005 of the relative error ||y_hat - y|| / ||y|| (in [0, ~1]): half a percent of the target
 # norm, below the differences between neighbouring target layers the paper's map plots show.
 CSORDAS_MAP_ERROR_NEGLIGIBLE = 0.005
+# 0.01 of the relative contribution ||h_{l+1} - h_l|| / ||h_l|| (first-half means of real LMs are
+# ~0.1-1): a difference this small is no "much less" in the second half.
+CSORDAS_HALF_CONTRIBUTION_NEGLIGIBLE = 0.01
 # "No rise": every level's depth score within 5% of the model's depth (normalised score,
 # /(L - 1)) of the easiest level's; a larger shift moves the score by more than a layer in a
 # 20-layer model, a visible use of more layers.
@@ -178,6 +181,14 @@ PAPER_VALUES: dict[str, PaperValue] = {
         None,
         "a shallow model's layer maps best onto the deep model's layer at the same relative depth",
         derived="read off the map-error heatmaps (diagonal at equal relative depth)",
+    ),
+    "csordas_second_half": PaperValue(
+        CSORDAS,
+        "Abstract; Sec. 3 (relative contribution of each layer to the residual stream)",
+        None,
+        "pretrained LLMs: the layers of the second half contribute much less to the residual "
+        "stream than those of the first half",
+        quote="layers in the second half contribute much less than those in the first half",
     ),
     "csordas_depth_score": PaperValue(
         CSORDAS,

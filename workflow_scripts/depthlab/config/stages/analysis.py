@@ -96,6 +96,19 @@ def text_set_texts(
     spec = ((resolved.config.get("analysis") or {}).get("text_sets") or {}).get(text_set)
     if spec is None:
         raise ConfigError(f"{key}: '{text_set}' is not a text set of analysis.text_sets")
+    texts = _text_source(resolved, text_set, spec, base_dir)
+    if "shard" in spec:  # joins the spec only when given: unsharded specs stay as they were
+        shard = spec["shard"]
+        if shard["index"] >= shard["count"]:
+            raise ConfigError(
+                f"analysis.text_sets.{text_set}.shard.index: {shard['index']} is not below "
+                f"shard.count {shard['count']}"
+            )
+        texts["shard"] = [shard["index"], shard["count"]]
+    return texts
+
+
+def _text_source(resolved: Resolved, text_set: str, spec: dict, base_dir: Path) -> dict:
     if spec["source"] == "val":
         return {
             "source": "jsonl",

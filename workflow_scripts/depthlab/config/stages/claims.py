@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..models import corpus_models, data_folder, seed_groups
+from ..models import corpus_models, data_folder, has_lm_head, model_layers, seed_groups
 from ..resolved import Resolved
 from .depth_use import seeded_pairs
 
@@ -49,6 +49,7 @@ def resolve_claims(resolved: Resolved) -> None:
         for m in cod_members
         if f"{text_set}/{m}" in resolved.jobs("analyse_model")
     }
+    pretrained = _pretrained_models(resolved, text_set)
     pruned = {m: paths.pruning(m) for m in resolved.jobs("prune_model")}
     scored = {
         m: spec["out"]
@@ -77,7 +78,7 @@ def resolve_claims(resolved: Resolved) -> None:
         for name, spec in resolved.jobs("fit_scaling").items()
     }
     toy = resolved.jobs("fit_toy").get("toy")
-    if not (cod_pairs or pruned or scored or maps or fits or toy):
+    if not (cod_pairs or pretrained or pruned or scored or maps or fits or toy):
         return
     bootstrap = ((resolved.config.get("depth_use") or {}).get("depth_score") or {}).get(
         "bootstrap", {"resamples": 1000}
@@ -88,6 +89,7 @@ def resolve_claims(resolved: Resolved) -> None:
         "data": sorted({data_folder(resolved, m) for m in read}),
         "cod_pairs": cod_pairs,
         "analysis": analysed,
+        "pretrained": pretrained,
         "pruning": pruned,
         "pruning_groups": _grouped(pruned, group_of),
         "depth_score": scored,
@@ -104,6 +106,7 @@ def resolve_claims(resolved: Resolved) -> None:
         [paths.model(m) for m in read]
         + spec["data"]
         + list(analysed.values())
+        + [d for model in pretrained.values() for d in model["analysis"]]
         + list(pruned.values())
         + list(scored.values())
         + list(maps.values())
@@ -116,6 +119,32 @@ def resolve_claims(resolved: Resolved) -> None:
         outputs=[spec["out_csv"], spec["out_md"]],
         inputs={"folders": folders, "files": files},
     )
+
+
+def _pretrained_models(resolved: Resolved, text_set: str | None) -> dict:
+    """{model: {analysis: folders, scale}} for each analysed causal LM not trained here: its
+    analyses on the sharded text sets (analysis.text_sets.<name>.shard), one per shard, whose
+    spread the claims read as the documents' sampling variance; without shards, its analysis on
+    the pruning text set alone."""
+    analysis = resolved.config.get("analysis") or {}
+    sharded = [t for t, s in (analysis.get("text_sets") or {}).items() if "shard" in s]
+    jobs = resolved.jobs("analyse_model")
+    pretrained = {}
+    for name, model in resolved.models.items():
+        if model["kind"] == "pretrain" or not has_lm_head(resolved, name):
+            continue
+        sets = [t for t in sharded if f"{t}/{name}" in jobs] or [
+            t for t in [text_set] if t and f"{t}/{name}" in jobs
+        ]
+        if not sets:
+            continue
+        layers = model_layers(resolved, name, "claims")
+        shards = f"{len(sets)} document shards" if len(sets) > 1 else f"text set {sets[0]}"
+        pretrained[name] = {
+            "analysis": [resolved.paths.analysis(t, name) for t in sets],
+            "scale": f"{name} (pretrained, {layers or '?'} layers); {shards}",
+        }
+    return pretrained
 
 
 def _grouped(names, group_of) -> dict:
