@@ -445,3 +445,17 @@ def test_cli_matches_the_library(base_run, tmp_path):
     assert bad.returncode == 2 and "data.text_files.paths: file" in bad.stderr
     assert "Traceback" not in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_text_set_shards_are_disjoint_and_cover_the_source(tmp_path):
+    from depthlab.data import iter_texts
+
+    path = tmp_path / "texts.jsonl"
+    documents = [f"document number {i}" for i in range(10)]
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents))
+    shards = [
+        list(iter_texts({"source": "jsonl", "path": str(path), "shard": [i, 3]})) for i in range(3)
+    ]
+    assert shards[1] == [documents[i] for i in (1, 4, 7)]
+    assert sorted(d for shard in shards for d in shard) == sorted(documents)
+    assert list(iter_texts({"source": "jsonl", "path": str(path)})) == documents
