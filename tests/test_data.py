@@ -459,3 +459,23 @@ def test_text_set_shards_are_disjoint_and_cover_the_source(tmp_path):
     assert shards[1] == [documents[i] for i in (1, 4, 7)]
     assert sorted(d for shard in shards for d in shard) == sorted(documents)
     assert list(iter_texts({"source": "jsonl", "path": str(path)})) == documents
+
+
+def test_docstring_prose_keeps_the_description_and_drops_reference_sections_and_code():
+    from depthlab.data import docstring_prose
+
+    docstring = (
+        "Compute the mean of an array\nalong one axis.\n\n"
+        "The mean is the sum of the elements divided by their count.\n\n"
+        "    indented = code(block)\n\n"
+        ">>> mean([1, 2])\n1.5\n\n"
+        "Use it like this::\n\n"
+        "Parameters\n----------\nx : array\n    The input, which is described in prose too.\n"
+    )
+    assert docstring_prose(docstring) == (
+        "Compute the mean of an array along one axis.\n\n"
+        "The mean is the sum of the elements divided by their count."
+    )
+    google = "Load a file from disk and parse it.\n\nArgs:\n    path: where the file is.\n"
+    assert docstring_prose(google) == "Load a file from disk and parse it."
+    assert docstring_prose("x = f(y, z) + g[0] * 2 / 3.") == ""  # mostly symbols, not words

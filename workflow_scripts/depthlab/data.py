@@ -192,6 +192,41 @@ def module_docstrings(path: str | os.PathLike) -> list[str]:
     return docstrings
 
 
+# A docstring's reference part starts at its first section: a numpy-style title underlined with
+# ---/===, or a Google/Sphinx-style "Args:" line.
+_SECTION_NAMES = re.compile(
+    r"^(Parameters|Other Parameters|Arguments|Args|Keyword Arguments|Returns?|Yields?|Raises|"
+    r"Warns|Warnings?|Examples?|See Also|Attributes|Methods|References|Notes?|Todo)\s*:?$"
+)
+
+
+def docstring_prose(text: str) -> str:
+    """The prose of a docstring: its paragraphs before the first section (Parameters, Returns,
+    Examples, ...), each reflowed to one line; paragraphs that hold code (indented lines,
+    `>>>` prompts, `::` blocks) or are mostly not words are dropped. "" when nothing is left."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        under = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        underlined = stripped and len(under) >= 3 and set(under) <= set("-=~^")
+        if underlined or _SECTION_NAMES.match(stripped):
+            lines = lines[:i]
+            break
+    kept = []
+    for paragraph in "\n".join(lines).split("\n\n"):
+        rows = [row for row in paragraph.splitlines() if row.strip()]
+        if not rows or any(row[:1].isspace() or ">>>" in row for row in rows):
+            continue
+        flowed = " ".join(row.strip() for row in rows)
+        if flowed.endswith("::") or len(flowed.split()) < 4:
+            continue
+        letters = sum(c.isalpha() or c.isspace() for c in flowed)
+        if letters < 0.85 * len(flowed) or flowed[-1] not in ".!?":
+            continue
+        kept.append(flowed)
+    return "\n\n".join(kept)
+
+
 def _ascii_fraction(text: str) -> float:
     return len(text.encode("ascii", "ignore")) / len(text)
 
@@ -224,6 +259,7 @@ def docstring_source(cfg: dict, keep: DocumentFilter, threads: int = 1):
     max_bytes = float(_require(cfg, "max_megabytes", where)) * 1e6
     min_ascii = float(_require(cfg, "min_ascii_fraction", where))
     exclude_dirs = _require(cfg, "exclude_dirs", where)
+    prose_only = bool(cfg.get("prose_only", False))
     files, owners = [], []
     for name in packages:  # resolve all first: a typo fails before any parsing
         found = package_source_files(name, exclude_dirs)
@@ -236,6 +272,7 @@ def docstring_source(cfg: dict, keep: DocumentFilter, threads: int = 1):
         "megabytes_per_package": dict.fromkeys(packages, 0.0),
         "max_megabytes": cfg["max_megabytes"],
         "reached_max_megabytes": False,
+        **({"prose_only": True} if prose_only else {}),
     }
 
     def documents():
@@ -251,6 +288,8 @@ def docstring_source(cfg: dict, keep: DocumentFilter, threads: int = 1):
         try:
             for owner, docstrings in zip(owners, per_file):
                 for text in docstrings:
+                    if prose_only:
+                        text = docstring_prose(text)
                     if not keep.keep(text):
                         continue
                     if _ascii_fraction(text) < min_ascii:
