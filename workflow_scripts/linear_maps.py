@@ -2,20 +2,24 @@
 """Cross-model linear maps (Csordás et al. 2025): an affine map from every layer state of a
 source model to every layer state of a target model on the same tokens, in closed form.
 
-Both models read the same token ids (their tokenizers must be identical: the config resolver
-compares those of models trained here and of local checkpoints, the job those of hub models
-once downloaded). Documents of the texts are split by sha256 of their text into fit / val /
-test; the ridge normal equations of every (source layer, target layer) pair are accumulated in
-float64 over the fit tokens, one eigendecomposition per source layer serves every target layer
-and every alpha, alpha is chosen per pair by the closed-form validation error, and the mean
-relative error ||y_hat - y|| / ||y|| is measured on the test tokens. Memory stays within
-max_memory_mb (target layers in blocks, the tokens streamed once per block). See
+With alignment positions both models read the same token ids (their tokenizers must be
+identical: the config resolver compares those of models trained here and of local checkpoints,
+the job those of hub models once downloaded) and token t is paired with token t; with word_ends
+each model reads the text with its own tokenizer and the states are paired at the word ends both
+tokenizations share (a deviation from the paper, for models of different families; auto picks
+one by comparing the tokenizers). Documents of the texts are split by sha256 of their text into
+fit / val / test; the ridge normal equations of every (source layer, target layer) pair are
+accumulated in float64 over the fit tokens, one eigendecomposition per source layer serves every
+target layer and every alpha, alpha is chosen per pair by the closed-form validation error,
+and the mean relative error ||y_hat - y|| / ||y|| is measured on the test tokens. Memory stays
+within max_memory_mb (target layers in blocks, the tokens streamed once per block). See
 depthlab/linear_map_stage.py (the stage) and depthlab/linear_maps.py (the fit).
 
 Writes into spec["out"] (atomically): relative_error.csv (pair, source_layer, target_layer,
 source_depth, target_depth = layer / L, relative_error, centred_error, alpha), best_target.csv
 (per source layer: the target layer of least error and its relative depth), summary.json,
-provenance.json.
+provenance.json; summary.json names the alignment used and, per split ("streams"), the
+documents, source and target tokens and pairs the maps were fitted on.
 
 Spec keys (all required; null where marked):
   pair                      name of the pair (label)
@@ -26,7 +30,9 @@ Spec keys (all required; null where marked):
   texts, text_field         {source: jsonl, path} (results/<run>/data/val.jsonl) or
                             {source: hf_dataset, name, config_name, split}; the text field
   add_special_tokens        documents with the tokenizer's template (hub models) or as the
-                            training stream encoded them (models pretrained here)
+                            training stream encoded them (models pretrained here); the source's
+  target_add_special_tokens the same for the target model (word_ends: it reads its own tokens)
+  alignment                 positions | word_ends | auto (depthlab/linear_maps.py)
   max_documents             null or the documents read
   max_length, batch_size    tokens per document, documents per pass
   skip_first                first real tokens of each document left out (attention sinks)
@@ -48,6 +54,7 @@ Example (default run): --spec '{"pair": "l4_to_l16_m96",
   "source_revision": null, "target_revision": null,
   "out": "results/default/depth_use/linear_maps/l4_to_l16_m96",
   "texts": {"source": "jsonl", "path": "results/default/data/val.jsonl"}, "text_field": "text",
+  "add_special_tokens": false, "target_add_special_tokens": false, "alignment": "positions",
   "max_documents": 400,
   "max_length": 64, "batch_size": 32, "skip_first": 1, "val_fraction": 0.15,
   "test_fraction": 0.25, "alphas": [0.0, 1e-4, 1e-3, 1e-2, 1e-1], "max_memory_mb": 256,

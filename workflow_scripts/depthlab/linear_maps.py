@@ -23,13 +23,36 @@ mean relative error ||y_hat - y|| / ||y|| over held-out test tokens.
 Memory: the accumulators of one block of target layers at a time (fit and validation Sxy per
 pair, d_a x d_b float64 each; fit and validation Sxx and the eigenvectors per source layer) are
 kept within `max_memory_mb`; with more target layers than fit, the tokens are streamed once per
-block. Data is never stored.
+block. Data is never stored. Only each model's backbone runs (depthlab.residual_stream): no LM
+head, so a large vocabulary (Gemma-3's 262k tokens) costs no logits.
+
+Which token states are paired (`alignment`):
+
+- positions: both models read the same token ids (one tokenizer) and token t of the source is
+  paired with token t of the target, skip_first real tokens of each document left out. This is
+  the paper's setting (Csordás et al. map between models of one family, one tokenizer).
+- word_ends: a deviation from the paper, for models with different tokenizers. Each model reads
+  the document with its own tokenizer (and its own special tokens, e.g. a BOS in one stream
+  only), cut to max_length tokens. A word is a maximal run of non-whitespace characters;
+  character index e is a word end. A stream is at e at the last token (in character offsets)
+  ending at e that covers characters and is followed by no token starting before e: there the
+  model has read exactly text[:e] (a multi-byte character split over byte tokens is paired at
+  its last byte; a token that straddles the word end, or ends in whitespace, gives no pair).
+  The pairs (i_source, j_target) are the word ends both streams are at, within both cut streams
+  and with i, j >= skip_first (each stream's first positions, its attention sink, left out).
+  Offsets come from a fast tokenizer; whether a SentencePiece-style piece's offsets include its
+  leading space does not matter, as only token ends are compared.
+
+Size: the closed-form fitter, the two-model streaming that feeds it and the word-end alignment
+that builds its paired batches; the three share the batch and state layout, so they are read
+together.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -39,6 +62,7 @@ import torch
 ACCUMULATE = torch.float64
 SPLITS = ("fit", "val", "test")
 SPLIT_SALT = b"depthlab.linear_maps\0"
+ALIGNMENTS = ("auto", "positions", "word_ends")
 
 
 def _bytes_per_pair(d_a: int, d_b: int) -> int:
@@ -305,17 +329,187 @@ def selected_tokens(attention_mask: torch.Tensor, skip_first: int) -> torch.Tens
     return (mask & (real >= skip_first)).reshape(-1).nonzero().squeeze(1)
 
 
-def stream_states(adapter, batches: Iterable[dict], skip_first: int = 0) -> Iterator[list]:
-    """Per batch, the states h_0..h_L of the selected real tokens, (n, d) each."""
+def states_at(adapter, batch: dict, index: torch.Tensor) -> list:
+    """The states h_0..h_L of one padded batch at flat (row * width + column) indices."""
     from .residual_stream import stream_residuals
 
+    capture = _StateCapture(adapter.num_layers)
+    capture.index = index.to(next(adapter.backbone.parameters()).device)
+    stream_residuals(adapter, [batch], capture)
+    return capture.states
+
+
+def stream_states(adapter, batches: Iterable[dict], skip_first: int = 0) -> Iterator[list]:
+    """Per batch, the states h_0..h_L of the selected real tokens, (n, d) each."""
     for batch in batches:
-        capture = _StateCapture(adapter.num_layers)
-        capture.index = selected_tokens(batch["attention_mask"], skip_first).to(
-            next(adapter.backbone.parameters()).device
+        yield states_at(adapter, batch, selected_tokens(batch["attention_mask"], skip_first))
+
+
+# ---------------------------------------------------------------------------------------------
+# Word-end alignment of two tokenizations of one text (see the module docstring)
+
+
+def word_ends(text: str) -> set[int]:
+    """Character indices that end a word (a maximal run of non-whitespace characters)."""
+    return {match.end() for match in re.finditer(r"\S+", text)}
+
+
+def word_end_positions(offsets, ends: set[int]) -> dict[int, int]:
+    """{e: position} for the ends e in `ends` at which a stream with these (start, end)
+    character offsets has read exactly text[:e] (module docstring)."""
+    positions: dict[int, int] = {}
+    later_start = math.inf  # least start of the character-covering tokens after this one
+    for position in range(len(offsets) - 1, -1, -1):
+        start, end = offsets[position]
+        if end <= start:  # a special token (BOS, EOS, ...): no characters
+            continue
+        if end in ends and end not in positions and end <= later_start:
+            positions[end] = position
+        later_start = min(later_start, start)
+    return positions
+
+
+def word_end_pairs(
+    text: str,
+    source_offsets,
+    target_offsets,
+    skip_first: int = 0,
+    source_length: int | None = None,
+    target_length: int | None = None,
+) -> list[tuple[int, int]]:
+    """(source position, target position) of every word end of `text` both streams are at, in
+    text order. Offsets are those of the whole encodings, so a token cut short by the length
+    limit is never taken; source_length / target_length (None: all) keep only positions inside
+    the cut streams; positions below skip_first in either stream are left out."""
+    ends = word_ends(text)
+    source = word_end_positions(source_offsets, ends)
+    target = word_end_positions(target_offsets, ends)
+    source_length = len(source_offsets) if source_length is None else source_length
+    target_length = len(target_offsets) if target_length is None else target_length
+    return [
+        (source[e], target[e])
+        for e in sorted(source.keys() & target.keys())
+        if skip_first <= source[e] < source_length and skip_first <= target[e] < target_length
+    ]
+
+
+def encode_with_offsets(tokenizer, text: str, add_special_tokens: bool, where: str = "tokenizer"):
+    """(ids, character offsets) of the whole of `text` (no length limit), with or without the
+    tokenizer's template; the ids are those depthlab.residual_stream.document_ids gives. Needs a
+    fast tokenizer (offsets); ValueError naming `where` otherwise."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(
+            f"{where}: word_ends alignment needs character offsets, which only a fast "
+            f"(tokenizers-backed) tokenizer gives; {type(tokenizer).__name__} is not one"
         )
-        stream_residuals(adapter, [batch], capture)
-        yield capture.states
+    encoded = tokenizer(
+        text, add_special_tokens=add_special_tokens, return_offsets_mapping=True, verbose=False
+    )
+    return encoded["input_ids"], [tuple(span) for span in encoded["offset_mapping"]]
+
+
+@dataclass
+class PairedBatch:
+    """One batch of documents read by two tokenizers: each stream padded by its own tokenizer,
+    and the flat (row * width + column) indices of the aligned tokens, pair k of the batch at
+    source_index[k] and target_index[k] (rows in order, each row's pairs in text order)."""
+
+    source: dict
+    target: dict
+    source_index: torch.Tensor
+    target_index: torch.Tensor
+    pairs: list[list[tuple[int, int]]]  # per row: (source position, target position)
+    documents: list[int]  # per row: the index of its document among the texts read
+
+
+def _flat_index(attention_mask: torch.Tensor, positions: list[list[int]]) -> torch.Tensor:
+    """Flat indices of the given real-token positions of each row, whatever the padding side."""
+    width = attention_mask.shape[1]
+    index = []
+    for row, wanted in enumerate(positions):
+        columns = attention_mask[row].nonzero().squeeze(1)
+        index.append(row * width + columns[torch.tensor(wanted, dtype=torch.long)])
+    return torch.cat(index) if index else torch.zeros(0, dtype=torch.long)
+
+
+def paired_batches(
+    texts: Iterable[str],
+    source_tokenizer,
+    target_tokenizer,
+    max_length: int,
+    batch_size: int,
+    add_special_tokens: tuple[bool, bool] = (True, True),
+    skip_first: int = 0,
+    sort_window: int = 64,
+) -> Iterator[PairedBatch]:
+    """Word-end aligned batches of `texts` (module docstring): each document read by both
+    tokenizers (add_special_tokens: each one's template or none), cut to max_length tokens;
+    documents without a pair are left out. Documents are sorted by length within windows of
+    sort_window batches to cut padding."""
+    window: list[tuple[list[int], list[int], list[tuple[int, int]], int]] = []
+
+    def flush(window):
+        window.sort(key=lambda document: (len(document[0]), len(document[1])))
+        for first in range(0, len(window), batch_size):
+            chunk = window[first : first + batch_size]
+            source = source_tokenizer.pad(
+                {"input_ids": [d[0] for d in chunk]}, padding=True, return_tensors="pt"
+            )
+            target = target_tokenizer.pad(
+                {"input_ids": [d[1] for d in chunk]}, padding=True, return_tensors="pt"
+            )
+            pairs = [d[2] for d in chunk]
+            yield PairedBatch(
+                source,
+                target,
+                _flat_index(source["attention_mask"], [[i for i, _ in p] for p in pairs]),
+                _flat_index(target["attention_mask"], [[j for _, j in p] for p in pairs]),
+                pairs,
+                [d[3] for d in chunk],
+            )
+
+    for document, text in enumerate(texts):
+        source_ids, source_offsets = encode_with_offsets(
+            source_tokenizer, text, add_special_tokens[0], "source tokenizer"
+        )
+        target_ids, target_offsets = encode_with_offsets(
+            target_tokenizer, text, add_special_tokens[1], "target tokenizer"
+        )
+        pairs = word_end_pairs(
+            text, source_offsets, target_offsets, skip_first, max_length, max_length
+        )
+        if not pairs:
+            continue
+        window.append((source_ids[:max_length], target_ids[:max_length], pairs, document))
+        if len(window) == sort_window * batch_size:
+            yield from flush(window)
+            window = []
+    if window:
+        yield from flush(window)
+
+
+def aligned_states(source_adapter, target_adapter, batch, skip_first: int = 0):
+    """(source states, target states) of one batch's paired tokens, h_0..h_L each (n, d) with
+    row k of both the same pair: a PairedBatch's word ends, or, for one token batch both models
+    read, its real tokens from skip_first on."""
+    if isinstance(batch, PairedBatch):
+        return (
+            states_at(source_adapter, batch.source, batch.source_index),
+            states_at(target_adapter, batch.target, batch.target_index),
+        )
+    return (
+        next(stream_states(source_adapter, [batch], skip_first)),
+        next(stream_states(target_adapter, [batch], skip_first)),
+    )
+
+
+def _batch_counts(batch) -> tuple[int, int, int]:
+    """(documents, source tokens, target tokens) of one batch, padding excluded."""
+    if isinstance(batch, PairedBatch):
+        source, target = batch.source["attention_mask"], batch.target["attention_mask"]
+    else:
+        source = target = batch["attention_mask"]
+    return int(source.shape[0]), int(source.sum()), int(target.sum())
 
 
 @dataclass
@@ -329,6 +523,8 @@ class LinearMapResult:
     blocks: int
     alphas: list[float]
     val_sse: dict = field(default_factory=dict)
+    # per split: documents read by the models, their source and target tokens, pairs (= tokens)
+    streams: dict = field(default_factory=dict)
 
     def best_target(self, centred: bool = False) -> np.ndarray:
         return np.argmin(self.centred_error if centred else self.relative_error, axis=1)
@@ -408,8 +604,9 @@ def fit_linear_maps(
     progress=None,
 ) -> LinearMapResult:
     """Fit every (source state, target state) map. batches_by_split: a callable split -> fresh
-    iterable of token batches (both models read the same input_ids). Streams the fit + val
-    batches once per target block, then the test batches once per block."""
+    iterable of batches, each either a token batch both models read (positions alignment) or a
+    PairedBatch (word_ends). Streams the fit + val batches once per target block, then the test
+    batches once per block."""
     device = next(source_adapter.backbone.parameters()).device
     num_sources, num_targets = source_adapter.num_layers + 1, target_adapter.num_layers + 1
     d_a = source_adapter.model.config.hidden_size
@@ -419,6 +616,10 @@ def fit_linear_maps(
     centred = np.full((num_sources, num_targets), np.nan)
     chosen = np.full((num_sources, num_targets), np.nan)
     tokens = dict.fromkeys(SPLITS, 0)
+    streams = {
+        split: dict.fromkeys(("documents", "source_tokens", "target_tokens", "pairs"), 0)
+        for split in SPLITS
+    }
     val_sse = {}
     for block_index, block in enumerate(blocks):
         fitter = AffineRidgeMaps(list(range(num_sources)), block, alphas, device=device)
@@ -427,12 +628,17 @@ def fit_linear_maps(
                 fitter.solve()
             batches = batches_by_split(split)
             for batch in batches:
-                xs = next(stream_states(source_adapter, [batch], skip_first))
-                ys_all = next(stream_states(target_adapter, [batch], skip_first))
+                xs, ys_all = aligned_states(source_adapter, target_adapter, batch, skip_first)
                 ys = {j: ys_all[j] for j in block}
                 fitter.add(split, {i: x for i, x in enumerate(xs)}, ys)
                 if block_index == 0:
                     tokens[split] += int(xs[0].shape[0])
+                    counts = streams[split]
+                    for key, value in zip(
+                        ("documents", "source_tokens", "target_tokens"), _batch_counts(batch)
+                    ):
+                        counts[key] += value
+                    counts["pairs"] += int(xs[0].shape[0])
             if progress:
                 progress(f"block {block_index + 1}/{len(blocks)} {split}: done")
         for (i, j), value in fitter.errors().items():
@@ -454,7 +660,19 @@ def fit_linear_maps(
         len(blocks),
         [float(a) for a in alphas],
         val_sse,
+        streams,
     )
+
+
+def tokenizer_difference(a, b) -> str | None:
+    """How two loaded tokenizers differ in the ids they give (vocabulary, bos/eos id), or None
+    when they map every token to the same id."""
+    if a.get_vocab() != b.get_vocab():
+        return f"different tokenizers (vocabularies of {len(a)} and {len(b)} tokens differ)"
+    for attr in ("bos_token_id", "eos_token_id"):
+        if getattr(a, attr) != getattr(b, attr):
+            return f"different {attr}"
+    return None
 
 
 def check_same_tokenizer(path_a: str, path_b: str, where: str = "depth_use.linear_maps") -> None:
@@ -466,15 +684,16 @@ def check_same_tokenizer(path_a: str, path_b: str, where: str = "depth_use.linea
         a, b = load_tokenizer(path_a), load_tokenizer(path_b)
     except (OSError, ValueError) as error:
         raise ValueError(f"{where}: cannot load a tokenizer to compare ({error})") from None
-    if a.get_vocab() != b.get_vocab():
+    difference = tokenizer_difference(a, b)
+    if difference is None:
+        return
+    if difference.startswith("different tokenizers"):
         raise ValueError(
-            f"{where}: models {path_a} and {path_b} have different tokenizers "
-            f"(vocabularies of {len(a)} and {len(b)} tokens differ); a linear map "
-            f"between their states needs the same tokens"
+            f"{where}: models {path_a} and {path_b} have {difference}; a linear map "
+            f"between their states position by position needs the same tokens "
+            f"(alignment: word_ends pairs the ends of words instead)"
         )
-    for attr in ("bos_token_id", "eos_token_id"):
-        if getattr(a, attr) != getattr(b, attr):
-            raise ValueError(f"{where}: models {path_a} and {path_b} have different {attr}")
+    raise ValueError(f"{where}: models {path_a} and {path_b} have {difference}")
 
 
 def validate_linear_map_settings(spec: dict, where: str = "depth_use.linear_maps") -> None:

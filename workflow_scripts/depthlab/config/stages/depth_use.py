@@ -142,8 +142,11 @@ def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
     maps = depth_use["linear_maps"]
     library_check(validate_linear_map_settings, maps, "depth_use.linear_maps")
     map_folders = []
+    # absent: the paper's position-by-position pairing, which needs one tokenizer
+    alignment = maps.get("alignment", "positions")
     for key, pair, ends in seeded_pairs(resolved, maps["pairs"]):
-        check_same_tokens(resolved, ends["source"], ends["target"], key)
+        if alignment == "positions":  # auto / word_ends pair models of any two tokenizers
+            check_same_tokens(resolved, ends["source"], ends["target"], key)
         for end in ("source", "target"):
             check_positions(
                 resolved, ends[end], maps["max_length"], "depth_use.linear_maps.max_length"
@@ -173,6 +176,8 @@ def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
                 "texts": texts,
                 "text_field": (config.get("analysis") or {}).get("text_field", "text"),
                 "add_special_tokens": reads_special_tokens(source),
+                "target_add_special_tokens": reads_special_tokens(target),
+                "alignment": alignment,
                 **{
                     k: maps[k]
                     for k in (
