@@ -25,7 +25,7 @@ LAYERS = {
         "paper_values",
     },
     "models": {"modeling_depthlab", "models", "architectures", "gguf_models"},
-    "data": {"data", "pretrain_runs", "problem_sets", "benchmark_problems"},
+    "data": {"data", "model_tokens", "pretrain_runs", "problem_sets", "benchmark_problems"},
     "engines": {
         "residual_stream",
         "measures",

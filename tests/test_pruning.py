@@ -1,8 +1,9 @@
 """Layer removal: the pruned view and the exported folder equal the full model with the removed
-layers skipped by a hook (an independent reference), on several architectures; the prefix-cached
-loss sweep equals rebuilding every variant; greedy, auto depth and the angular block choice
-against independent computations; bad settings rejected naming the key; the stage script end to
-end on a tiny model."""
+layers skipped by a hook (an independent reference), on several architectures; the exported
+folder's mergekit.yaml rebuilds its kept layers; the prefix-cached, chunked-head loss sweep equals
+rebuilding every variant with full logits; greedy, auto depth, the angular block choice and the
+ShortGPT block-influence choice against independent computations; bad settings rejected naming
+the key; the stage script end to end on a tiny model."""
 
 import json
 import subprocess
@@ -13,12 +14,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
 import transformers as tf
+import yaml
 from depthlab.architectures import adapt
 from depthlab.errors import PruningError
 from depthlab.layer_removal import (
     config_updates,
     export_pruned,
+    kept_ranges,
     model_loss,
     prune_copy,
     pruned_view,
@@ -29,10 +33,13 @@ from depthlab.pruning import (
     angular_removal,
     auto_depth,
     block_choice_table,
+    block_influence_removal,
+    block_influence_table,
     check_prunable,
     deepest_removal,
     greedy_path,
     grid,
+    read_cos_adjacent,
     validation_windows,
 )
 from depthlab.pruning_stage import validate_pruning_settings
@@ -80,6 +87,25 @@ def make(family: str):
         )
         config._attn_implementation = "eager"
         return tf.Qwen2ForCausalLM(config).eval()
+    if family == "gemma3_softcap":
+        # Gemma 3's sandwich norms and local/global layers; a strong final-logit softcap, which
+        # the loss must apply as the model's forward does
+        torch.manual_seed(0)
+        config = tf.Gemma3TextConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            intermediate_size=48,
+            max_position_embeddings=64,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            final_logit_softcapping=2.0,
+        )
+        config._attn_implementation = "eager"
+        return tf.Gemma3ForCausalLM(config).eval()
     return build(family)
 
 
@@ -206,6 +232,64 @@ def test_export_of_reference_deepnorm_keeps_its_constant_alpha(tmp_path):
         )
 
 
+def deep_llama(layers: int = 8, seed: int = 0):
+    torch.manual_seed(seed)
+    config = tf.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=64,
+        initializer_range=0.2,  # updates large enough that adjacent states differ clearly
+    )
+    config._attn_implementation = "eager"
+    return tf.LlamaForCausalLM(config).eval()
+
+
+def test_mergekit_config_rebuilds_the_kept_layers(tmp_path):
+    from safetensors.torch import load_file
+
+    L = 8
+    model = deep_llama(L)
+    original = model.state_dict()
+    influence_set = block_influence_removal(np.random.default_rng(3).uniform(0.5, 1, L), 3)
+    sets = [(3, 4, 5), (0,), (L - 1,), (0, 2, 5, L - 1), (1, 3, 6), influence_set]
+    for index, removed in enumerate(sets):
+        out = tmp_path / f"export{index}"
+        revision = "abc123" if index == 1 else None
+        record = export_pruned(model, removed, out, mergekit_source="org/model", revision=revision)
+        text = (out / "mergekit.yaml").read_text()
+        assert "END-EXCLUSIVE" in text.splitlines()[1]  # the convention, stated at the top
+        config = yaml.safe_load(text)
+        assert config["merge_method"] == "passthrough" and config["dtype"] == "float32"
+        kept, ends = [], []
+        for piece in config["slices"]:
+            (source,) = piece["sources"]
+            assert source["model"] == ("org/model@abc123" if revision else "org/model")
+            start, end = source["layer_range"]
+            assert start < end and (not ends or ends[-1] < start)  # maximal runs, in order
+            kept += range(start, end)
+            ends.append(end)
+        assert kept == [l for l in range(L) if l not in removed]
+        assert [tuple(r) for r in kept_ranges(removed, L)] == [
+            tuple(p["sources"][0]["layer_range"]) for p in config["slices"]
+        ]
+        exported = json.loads((out / "config.json").read_text())
+        assert exported["num_hidden_layers"] == len(kept) == record["num_layers"]
+        # layer k of the export is layer kept[k] of the original, as the slices say
+        weights = load_file(out / "model.safetensors")
+        for k, layer in enumerate(kept):
+            name = "self_attn.q_proj.weight"
+            assert torch.equal(
+                weights[f"model.layers.{k}.{name}"], original[f"model.layers.{layer}.{name}"]
+            )
+    # no source: no mergekit.yaml (speed's temporary exports)
+    export_pruned(model, (1,), tmp_path / "plain")
+    assert not (tmp_path / "plain" / "mergekit.yaml").exists()
+
+
 def test_config_updates_slice_and_recount():
     config = tf.Qwen2Config(
         num_hidden_layers=6,
@@ -226,9 +310,27 @@ def test_config_updates_slice_and_recount():
 # ------------------------------------------------------------------ loss sweep with reuse
 
 
+def full_logits_loss(model, windows) -> float:
+    """The loss as computed before the head was chunked: the model's own [B, T, vocab] logits,
+    one cross-entropy per window."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for window in windows:
+            logits = model(input_ids=window[:, :-1]).logits
+            total += float(
+                F.cross_entropy(
+                    logits.float().reshape(-1, logits.shape[-1]),
+                    window[:, 1:].reshape(-1),
+                    reduction="sum",
+                )
+            )
+            count += window[:, 1:].numel()
+    return total / count
+
+
 def rebuild_loss(model, removed, windows) -> float:
     """The sweep's oracle, without reuse: copy the pruned model and run it on every window."""
-    return model_loss(prune_copy(model, removed), windows)
+    return full_logits_loss(prune_copy(model, removed), windows)
 
 
 def markov_tokens(count: int, vocab: int = VOCAB, seed: int = 0) -> np.ndarray:
@@ -240,7 +342,7 @@ def markov_tokens(count: int, vocab: int = VOCAB, seed: int = 0) -> np.ndarray:
     return np.asarray(tokens, dtype=np.uint16)
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "opt", "depthlab_post_ln"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "opt", "depthlab_post_ln", "gemma3_softcap"])
 def test_sweep_equals_rebuilding_every_variant(family):
     model = make(family)
     windows = validation_windows(markov_tokens(3000), 6, 16, 4)
@@ -250,7 +352,8 @@ def test_sweep_equals_rebuilding_every_variant(family):
     expected = [rebuild_loss(model, s, windows) for s in sets]
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=0)
     assert len(set(np.round(got, 6))) == len(sets)  # every variant differs
-    naive = sum((3 - len(s)) for s in sets) * len(windows)
+    L = adapt(model).num_layers
+    naive = sum((L - len(s)) for s in sets) * len(windows)
     assert sweep.layer_calls < naive
     # states cached across calls (greedy steps) or none at all: the same losses
     uncached = LossSweep(model, windows, cache_mib=0)
@@ -259,6 +362,29 @@ def test_sweep_equals_rebuilding_every_variant(family):
     # memoised: asking again runs nothing
     calls = sweep.layer_calls
     assert sweep.losses([(1,)]) == [got[2]] and sweep.layer_calls == calls
+
+
+@pytest.mark.parametrize("family", ["llama", "opt", "gemma3_softcap"])
+def test_chunked_head_loss_equals_full_logits(family):
+    """Several chunks of positions per batch: the same loss as full logits, and never more than
+    the chunk's logits at once."""
+    model = make(family)
+    windows = validation_windows(markov_tokens(2000, seed=2), 6, 16, 4)
+    chunk = 5 * VOCAB  # 5 positions per chunk, 13 chunks per 4 x 16 batch
+    shapes = []
+    handle = adapt(model).lm_head.register_forward_hook(
+        lambda module, args, output: shapes.append(tuple(output.shape))
+    )
+    try:
+        loss = model_loss(model, windows, chunk_elements=chunk)
+        sweep = LossSweep(model, windows, chunk_elements=chunk).losses([(), (1,)])
+    finally:
+        handle.remove()
+    assert max(int(np.prod(s)) for s in shapes) <= chunk
+    assert len(shapes) >= 2 * 13 * len(windows)
+    reference = full_logits_loss(model, windows)
+    assert loss == pytest.approx(reference, rel=1e-6)
+    np.testing.assert_allclose(sweep, [reference, rebuild_loss(model, (1,), windows)], rtol=1e-6)
 
 
 def test_greedy_first_step_is_the_best_single_layer():
@@ -296,6 +422,69 @@ def test_block_choice_equals_independent_argmin():
     tied = np.ones((5, 5))
     tied[1, 3] = tied[2, 4] = 0.1
     assert angular_block_choice(tied, 2) == (1, 0.1)  # ties: the smallest l
+
+
+def test_block_influence_equals_independent_choice(tmp_path):
+    """ShortGPT's choice from the analysis stage's cos_adjacent (measures.csv) equals lowest-n
+    Block Influence computed here from hooked layer inputs in float64 over the non-pad tokens."""
+    from depthlab.measures import analyse
+
+    L = 8
+    model = deep_llama(L, seed=1)
+    batch = random_batch([16, 11, 7, 16], seed=5)
+    states = [None] * (L + 1)
+    layers = model.model.layers
+    handles = [
+        layer.register_forward_pre_hook(
+            lambda m, args, kwargs, l=l: states.__setitem__(
+                l, args[0] if args else kwargs["hidden_states"]
+            ),
+            with_kwargs=True,
+        )
+        for l, layer in enumerate(layers)
+    ]
+    handles.append(
+        layers[-1].register_forward_hook(
+            lambda m, args, output: states.__setitem__(
+                L, output[0] if isinstance(output, tuple) else output
+            )
+        )
+    )
+    with torch.no_grad():
+        model(**batch)
+    for handle in handles:
+        handle.remove()
+    real = batch["attention_mask"].bool().numpy()
+    cos = []
+    for l in range(L):
+        x, y = states[l].double().numpy()[real], states[l + 1].double().numpy()[real]
+        cos.append(
+            np.mean((x * y).sum(-1) / (np.linalg.norm(x, axis=-1) * np.linalg.norm(y, axis=-1)))
+        )
+    influence = 1 - np.asarray(cos)
+    assert len(set(np.round(influence, 6))) == L  # no near tie: the order is well defined
+
+    result = analyse(adapt(model), [batch], logit_lens=False)
+    result.to_frame(model="m", text_set="val").to_csv(tmp_path / "measures.csv", index=False)
+    read = read_cos_adjacent(tmp_path / "measures.csv", L)
+    np.testing.assert_allclose(read, cos, rtol=0, atol=1e-9)
+    order = np.argsort(influence)
+    for n in range(1, L):
+        assert block_influence_removal(read, n) == tuple(sorted(int(l) for l in order[:n]))
+    table = block_influence_table(read)
+    assert list(table["layer"]) == list(range(L))
+    assert list(table.sort_values("rank")["layer"]) == [int(l) for l in order]
+    np.testing.assert_allclose(table["block_influence"], influence, atol=1e-9)
+    # ties: the lower layer first, so each set extends the previous one
+    tied = np.array([0.9, 0.5, 0.9, 0.9, 0.7])
+    assert [block_influence_removal(tied, n) for n in (1, 2, 3)] == [(0,), (0, 2), (0, 2, 3)]
+    # bad input names the file
+    frame = pd.read_csv(tmp_path / "measures.csv")
+    frame[~((frame["measure"] == "cos_adjacent") & (frame["layer"] == 3))].to_csv(
+        tmp_path / "short.csv", index=False
+    )
+    with pytest.raises(PruningError, match=r"short\.csv: cos_adjacent rows for layers"):
+        read_cos_adjacent(tmp_path / "short.csv", L)
 
 
 def test_deepest_keeps_the_last_layer():
@@ -348,6 +537,35 @@ def test_validation_names_the_key(pruning_spec):
         grid([3], 3)
 
 
+def test_resolver_hands_the_kind_and_the_caps_to_models_not_pretrained_here(test_config):
+    """A declared hub model gets its kind and the re-encoding caps (schema default when the
+    config omits them); a model pretrained here gets no caps, which cannot change its job."""
+    import copy
+
+    from depthlab.config import resolve
+    from depthlab.config.stages.pruning import RETOKENIZE_DEFAULT
+    from depthlab.errors import ConfigError
+
+    config = copy.deepcopy(test_config)
+    config["models"]["hub_lm"] = {"kind": "hf", "path": "org/tiny-lm"}
+    config["analysis"]["models"] = [*config["analysis"]["models"], "hub_lm"]
+    config["pruning"]["models"] = ["lns", "hub_lm"]
+    config["pruning"]["strategies"] = [*config["pruning"]["strategies"], "block_influence"]
+    jobs = resolve(config).jobs("prune_model")
+    assert (jobs["lns"]["model_kind"], jobs["hub_lm"]["model_kind"]) == ("pretrain", "hf")
+    assert "retokenize" not in jobs["lns"]
+    assert jobs["hub_lm"]["retokenize"] == RETOKENIZE_DEFAULT
+    assert jobs["hub_lm"]["strategies"][-1] == "block_influence"
+    config["pruning"]["retokenize"] = {"val_tokens": 5000, "train_tokens": None}
+    jobs = resolve(config).jobs("prune_model")
+    assert jobs["hub_lm"]["retokenize"] == {"val_tokens": 5000, "train_tokens": None}
+    config["pruning"]["retokenize"] = {"val_tokens": 0}
+    with pytest.raises(ConfigError, match=r"^pruning\.retokenize\.val_tokens: 0 is less than"):
+        resolve(config)
+    with pytest.raises(ValueError, match=r"pruning\.retokenize\.val_token: unknown key"):
+        validate_pruning_settings({**jobs["hub_lm"], "retokenize": {"val_token": 5}}, 4)
+
+
 def test_model_without_lm_head_is_rejected():
     bert = build("bert")
     with pytest.raises(ValueError, match=r"pruning\.models: model 'minilm' has no LM head"):
@@ -361,10 +579,18 @@ def test_model_without_lm_head_is_rejected():
 
 
 def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
+    from depthlab.measures import analyse
+    from depthlab.residual_stream import iter_token_batches
     from test_lm_tasks import make_run
 
     run = make_run(tmp_path, train_steps=40)
     L = run["num_layers"]
+    # the analysis stage's per-layer measures, which block_influence reads
+    batches = iter_token_batches(run["val_texts"], run["tokenizer"], max_length=32, batch_size=8)
+    measures = analyse(adapt(run["trained"].eval()), batches, logit_lens=False).to_frame(
+        model="m", text_set="val"
+    )
+    measures.to_csv(run["analysis"] / "measures.csv", index=False)
     out = tmp_path / "pruning" / "m"
     spec = {
         **pruning_spec,
@@ -378,7 +604,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
         "seed": 0,
         "device": "cpu",
         "dtype": "float32",
-        "strategies": ["angular", "deepest", "greedy"],
+        "strategies": ["angular", "deepest", "greedy", "block_influence"],
         "n_grid": None,
         "val": {"windows": 8, "seq_len": 32, "batch_size": 4},
         "lm_eval": {
@@ -392,7 +618,10 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
         },
         "healing": {**pruning_spec["healing"], "enabled": False},
         "auto_depth": {"tolerances": {"val_loss": 0.5, "mean_acc": 0.1}},
-        "export": [{"strategy": "angular", "metric": "val_loss"}],
+        "export": [
+            {"strategy": "angular", "metric": "val_loss"},
+            {"strategy": "block_influence", "metric": "val_loss"},
+        ],
         "speed": {
             "enabled": True,
             "strategy": "deepest",
@@ -421,16 +650,30 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
         row = sweep[(sweep["strategy"] == "angular") & (sweep["n"] == n)].iloc[0]
         assert row["removed"] == "-".join(str(i) for i in range(l_star, l_star + n))
     assert set(sweep["n"]) == set(range(L))
+    # block_influence: the lowest 1 - cos_adjacent, from measures.csv read here
+    cos = measures[measures["measure"] == "cos_adjacent"].sort_values("layer")["value"].to_numpy()
+    order = np.argsort(1 - cos, kind="stable")
+    influence = pd.read_csv(out / "block_influence.csv")
+    assert list(influence.sort_values("rank")["layer"]) == [int(l) for l in order]
+    for n in range(1, L):
+        row = sweep[(sweep["strategy"] == "block_influence") & (sweep["n"] == n)].iloc[0]
+        assert row["removed"] == "-".join(str(l) for l in sorted(order[:n]))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["token_source"]["val"]["tokenizer"] == "run"
     single = pd.read_csv(out / "single_layer.csv")
     assert sorted(single["layer"].unique()) == list(range(L))
     assert set(single["task"]) == {"depthlab_word_order", "depthlab_continuation"}
     speed = pd.read_csv(out / "speed.csv")
     assert sorted(speed["n"]) == [0, 1, 2] and (speed["prefill_tokens_per_s"] > 0).all()
     auto = json.loads((out / "auto_depth.json").read_text())
-    export = auto["exports"][0]
-    if export["folder"]:
-        record = json.loads((out / export["folder"] / "pruning.json").read_text())
-        assert record["num_layers"] == L - export["n"]
+    assert {c["strategy"] for c in auto["choices"]} == set(spec["strategies"])
+    for export in auto["exports"]:
+        if export["folder"]:
+            record = json.loads((out / export["folder"] / "pruning.json").read_text())
+            assert record["num_layers"] == L - export["n"]
+            slices = yaml.safe_load((out / export["folder"] / "mergekit.yaml").read_text())
+            kept = [l for p in slices["slices"] for l in range(*p["sources"][0]["layer_range"])]
+            assert kept == [l for l in range(L) if l not in export["removed"]]
 
     figures = {k: str(tmp_path / f"{k}.png") for k in ("delta_p", "sweep", "speedup")}
     plot = {
@@ -470,3 +713,27 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     assert result.returncode == 2
     assert "depthlab_continuation.jsonl does not exist" in result.stderr
     assert "Traceback" not in result.stderr
+
+    # the same checkpoint declared as kind hf: its tokenizer (the run's BPE, saved beside it,
+    # with no special-token template) re-encodes the documents to exactly the run's ids
+    from depthlab.pruning_stage import PhaseClock, plan
+
+    retokenized = {
+        **spec,
+        "model_kind": "hf",
+        "retokenize": {"val_tokens": None, "train_tokens": None},
+        "lm_eval": {**spec["lm_eval"], "enabled": False},
+        "strategies": ["angular", "deepest"],
+        "export": [],
+    }
+    planned = plan(retokenized, "cpu", lambda message: None, PhaseClock())
+    assert planned.token_source["val"]["source"] == "val.jsonl"
+    assert planned.base_loss == pytest.approx(summary["val_loss"], rel=1e-6)
+    (run["analysis"] / "measures.csv").unlink()
+    with pytest.raises(PruningError, match=r"measures\.csv does not exist"):
+        plan(
+            {**retokenized, "strategies": ["block_influence"]},
+            "cpu",
+            lambda message: None,
+            PhaseClock(),
+        )

@@ -1,24 +1,31 @@
 #!/usr/bin/env python
 """Layer-removal ablations of one model (Gromov et al. 2024; Curse of Depth per-layer ablation):
-strategies angular / deepest / greedy over a grid of block sizes, single-layer removal, lm-eval on
-the run's offline tasks, LoRA/QLoRA healing, auto depth, measured speed, optional exports.
+strategies angular / deepest / greedy / block_influence (ShortGPT) over a grid of block sizes,
+single-layer removal, lm-eval on the run's offline tasks, LoRA/QLoRA healing, auto depth,
+measured speed, optional exports.
 See depthlab/pruning_stage.py (the phases), pruning.py (strategies, loss sweep),
 layer_removal.py (view, copy, export), lm_tasks.py, healing.py and speed.py.
 
 Spec (`prune_model` job, one per model); paths:
   model_name      the model's name in the config (a label in every table)
+  model_kind      pretrain | hf | gguf: a pretrained-here model reads the run's token ids, any
+                  other the run's documents re-encoded by its own tokenizer
   model           the model's HF folder (a causal LM: a bare encoder is rejected)
   revision        hub revision (commit, tag or branch) of a hub model (null)
-  analysis        analysis folder of the model (reads angular_distance_last.csv, (L+1)x(L+1))
-  data            the data stage's folder (val.bin for the loss, train.bin for healing)
+  analysis        analysis folder of the model (reads angular_distance_last.csv, (L+1)x(L+1);
+                  measures.csv's cos_adjacent rows for block_influence)
+  data            the data stage's folder (val.bin for the loss, train.bin for healing; for a
+                  model not pretrained here val.jsonl and train.bin decoded by tokenizer/)
   tasks           build_lm_tasks output folder
   datasets_cache  HF_DATASETS_CACHE for lm-eval's loading of the task files (inside the run)
   out             output folder, written atomically
 settings:
   seed, device (auto|cpu|cuda), dtype (float32|bfloat16|float16)
-  strategies      subset of [angular, deepest, greedy]
+  strategies      subset of [angular, deepest, greedy, block_influence]
   n_grid          block sizes n (null: every n from 1 to L-1)
   val             {windows, seq_len, batch_size}: evenly spaced validation windows of val.bin
+  retokenize      {val_tokens, train_tokens}: ids re-encoded per split (null: all); a model that
+                  is not pretrain only
   lm_eval         {enabled, tasks (null: every task of the folder), n_grid (null: every n; a
                    config's `inherit` arrives here as the top-level n_grid),
                    single_layer (lm-eval on every single-layer removal), batch_size,
@@ -31,14 +38,18 @@ settings:
   speed           {enabled, strategy, n_grid, batch_size, prompt_length, new_tokens, repeats}
   tracking        {tensorboard, progress_every, wandb}: healing's curves (with healing only)
 
-Outputs in `out`: block_choice.csv (n, l_star, distance), single_layer.csv (layer, val_loss,
+Outputs in `out`: block_choice.csv (n, l_star, distance), block_influence.csv (layer,
+cos_adjacent, block_influence, rank; with block_influence), single_layer.csv (layer, val_loss,
 delta_loss, task, acc, acc_stderr, delta_acc, ...), sweep.csv (model, strategy, n, fraction,
 removed, healed, val_loss, val_ppl, delta_loss, task, acc, acc_stderr, acc_norm,
 acc_norm_stderr, samples), greedy_path.csv, healing.csv, speed.csv, auto_depth.json,
-summary.json, export/<strategy>_<metric>_n<k>/ (where configured), tensorboard/<strategy>_n<n>/
+summary.json (token_source: which tokenizer made the validation and healing ids),
+export/<strategy>_<metric>_n<k>/ (where configured; with mergekit.yaml, the passthrough config
+that rebuilds it from the original), tensorboard/<strategy>_n<n>/
 (each healed variant's loss and lr, with tracking.tensorboard), provenance.json.
 
-Example: {"model_name": "pre_ln", "model": "results/default/models/pre_ln",
+Example: {"model_name": "pre_ln", "model_kind": "pretrain",
+"model": "results/default/models/pre_ln",
 "analysis": "results/default/analysis/val/pre_ln", "data": "results/default/data",
 "tasks": "results/default/pruning/tasks",
 "datasets_cache": "results/default/pruning/.datasets_cache/pre_ln",

@@ -21,7 +21,12 @@ folded into its norm gains); post_ln / mix_ln / deepnorm as `depthlab_llama`. De
 factor alpha = (2L)^(1/4) is recomputed from the layer count when a folder is loaded, so the
 export keeps the original alpha by scaling the sublayer outputs (o_proj, down_proj) by
 alpha'/alpha: RMSNorm(alpha' h + (alpha'/alpha) f(h)) = RMSNorm(alpha h + f(h)) up to the norm's
-epsilon (relative 1e-6).
+epsilon (relative 1e-6). Beside the folder, `mergekit.yaml` is the mergekit passthrough config
+that rebuilds the same layer selection from the original model (one slice per run of kept layers,
+`layer_range` 0-based and end-exclusive).
+
+The loss projects the final states onto the vocabulary a few positions at a time
+(`head_loss_sum`), so a 262k-word head never holds [batch, seq, vocab] logits at once.
 
 This module sits below the pruning strategies (depthlab.pruning), healing, the lm-eval tasks and
 the speed measurement, which all use it; it imports none of them.
@@ -37,6 +42,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import yaml
 from torch import nn
 
 from .architectures import ModelAdapter, adapt
@@ -51,6 +57,11 @@ LAYER_INDEX_LISTS = ("mlp_only_layers",)
 
 
 # --------------------------------------------------------------------------- removal sets
+
+
+def layer_output(value):
+    """The hidden state of a decoder layer's output (a tuple's first item for most families)."""
+    return value[0] if isinstance(value, (tuple, list)) else value
 
 
 def normalise_removal(removed: Iterable[int], num_layers: int) -> tuple[int, ...]:
@@ -200,20 +211,83 @@ def _deepnorm_state(model) -> dict:
     return state
 
 
+def kept_ranges(removed: Iterable[int], num_layers: int) -> list[tuple[int, int]]:
+    """The kept layers as maximal runs [start, end): 0-based, end exclusive."""
+    removed = set(normalise_removal(removed, num_layers))
+    ranges: list[tuple[int, int]] = []
+    for layer in range(num_layers):
+        if layer in removed:
+            continue
+        if ranges and ranges[-1][1] == layer:
+            ranges[-1] = (ranges[-1][0], layer + 1)
+        else:
+            ranges.append((layer, layer + 1))
+    return ranges
+
+
+def mergekit_config(
+    source: str,
+    removed: Iterable[int],
+    num_layers: int,
+    dtype: str,
+    revision: str | None = None,
+    note: str | None = None,
+) -> str:
+    """The text of a mergekit passthrough config that builds the model without `removed` from
+    `source` (a local folder or hub id; `revision` as mergekit's `model@revision`): a comment
+    stating the index convention, then the data (yaml.safe_dump)."""
+    removed = normalise_removal(removed, num_layers)
+    ranges = kept_ranges(removed, num_layers)
+    model = f"{source}@{revision}" if revision else source
+    data = {
+        "merge_method": "passthrough",
+        "dtype": dtype,
+        "slices": [
+            {"sources": [{"model": model, "layer_range": [start, end]}]} for start, end in ranges
+        ],
+    }
+    header = [
+        "# mergekit passthrough config: `mergekit-yaml mergekit.yaml OUT` rebuilds this pruned",
+        "# model from the original. layer_range [start, end] is 0-based and END-EXCLUSIVE (like",
+        "# Python's range): [0, 4] takes layers 0, 1, 2, 3.",
+        f"# Original: {num_layers} layers; removed (0-based): "
+        + (", ".join(map(str, removed)) or "none")
+        + f"; kept: {num_layers - len(removed)} layers in {len(ranges)} slice(s).",
+        "# A relative model path is relative to the directory the workflow ran in.",
+    ]
+    if note:
+        header.append(f"# Note: {note}")
+    return "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False)
+
+
+# mergekit copies tensors and knows the standard architectures only: depthlab's own Post-LN /
+# Mix-LN / DeepNorm classes are not among them, and DeepNorm's export rescales weights.
+MERGEKIT_NOTE = (
+    "the original is a depthlab_llama model, which mergekit does not know; and a DeepNorm "
+    "export rescales o_proj/down_proj (alpha), which a passthrough does not. Use the exported "
+    "folder itself."
+)
+
+
 def export_pruned(
     model: nn.Module,
     removed: Iterable[int],
     out_dir: str | Path,
     tokenizer=None,
     metadata: dict | None = None,
+    mergekit_source: str | None = None,
+    revision: str | None = None,
 ) -> dict:
     """Write the model without `removed` as an ordinary HF folder (plus the tokenizer and
-    `pruning.json` naming the removed layers); returns that record."""
+    `pruning.json` naming the removed layers); returns that record. With `mergekit_source`
+    (the original model's folder or hub id, at `revision`), also `mergekit.yaml`, the mergekit
+    passthrough config that rebuilds the same model from the original."""
     from .models import PLAIN_LLAMA_SCHEMES  # export only (see _plain_llama_export)
 
     out_dir = Path(out_dir)
     num_layers = adapt(model).num_layers
     removed = normalise_removal(removed, num_layers)
+    source_type = getattr(model.config, "model_type", None)
     with pruned_view(model, removed) as view:
         scheme = getattr(view.config, "norm_scheme", None)
         model_type = getattr(view.config, "model_type", None)
@@ -235,6 +309,12 @@ def export_pruned(
         "exported_as": exported_as,
         **(metadata or {}),
     }
+    if mergekit_source is not None:
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        note = MERGEKIT_NOTE if source_type == "depthlab_llama" else None
+        text = mergekit_config(mergekit_source, removed, num_layers, dtype, revision, note)
+        (out_dir / "mergekit.yaml").write_text(text)
+        record["mergekit"] = "mergekit.yaml"
     (out_dir / "pruning.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return record
 
@@ -242,22 +322,64 @@ def export_pruned(
 # --------------------------------------------------------------------------- loss
 
 
-def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Summed next-token cross-entropy (float32 logits)."""
-    return F.cross_entropy(
-        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
-    )
+# Logits per chunk of positions: 2^25 float32 logits = 128 MiB (128 positions of a 262,144-word
+# head, 680 of a 49k one); cross_entropy's log-softmax holds about as much again. Smaller chunks
+# re-read the head's weights more often: on CPU 2^24 was ~20% slower than full logits, 2^25 ~5%.
+LOSS_CHUNK_ELEMENTS = 1 << 25
 
 
-def model_loss(model: nn.Module, windows: Sequence[torch.Tensor]) -> float:
+def _vocab_size(adapter: ModelAdapter) -> int:
+    weight = getattr(adapter.lm_head, "weight", None)
+    return int(weight.shape[0]) if weight is not None else int(adapter.model.config.vocab_size)
+
+
+def head_loss_sum(
+    adapter: ModelAdapter,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_elements: int = LOSS_CHUNK_ELEMENTS,
+) -> float:
+    """Summed next-token cross-entropy of the LM head read on `hidden`, the last layer's output
+    before the final norm, [..., d] against `targets` [...]. Positions go through
+    norm -> head -> cross-entropy in chunks of at most `chunk_elements` float32 logits, each
+    chunk's sum added in float64, so peak memory is bounded whatever the vocabulary. A config's
+    `final_logit_softcapping` (Gemma 2/3) is applied as the model's own forward does."""
+    if adapter.lm_head is None:
+        raise UnsupportedModelError(f"{type(adapter.model).__name__} has no LM head: no loss")
+    rows = hidden.reshape(-1, hidden.shape[-1])
+    flat = targets.reshape(-1).to(rows.device)
+    step = max(1, int(chunk_elements) // _vocab_size(adapter))
+    cap = getattr(adapter.model.config, "final_logit_softcapping", None)
+    total = 0.0
+    for start in range(0, rows.shape[0], step):
+        # the final norm acts on each position alone: applying it per chunk changes nothing
+        logits = adapter.logits(rows[start : start + step]).float()
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        total += float(F.cross_entropy(logits, flat[start : start + step], reduction="sum"))
+    return total
+
+
+def model_loss(
+    model: nn.Module, windows: Sequence[torch.Tensor], chunk_elements: int = LOSS_CHUNK_ELEMENTS
+) -> float:
     """Mean next-token cross-entropy of a model over validation windows (no reuse): a healed
-    variant's loss, and (with prune_copy) the reference a prefix-reuse sweep must equal."""
+    variant's loss, and (with prune_copy) the reference a prefix-reuse sweep must equal. The
+    backbone runs once per window; the head is read in chunks (`head_loss_sum`)."""
+    adapter = adapt(model)
     device = next(model.parameters()).device
+    captured = {}
+    handle = adapter.layers[-1].register_forward_hook(
+        lambda module, args, output: captured.__setitem__("h", layer_output(output))
+    )
     total, count = 0.0, 0
-    with torch.inference_mode():
-        for window in windows:
-            window = window.to(device)
-            logits = model(input_ids=window[:, :-1], use_cache=False).logits
-            total += float(token_loss_sum(logits, window[:, 1:]))
-            count += window[:, 1:].numel()
+    try:
+        with torch.inference_mode():
+            for window in windows:
+                window = window.to(device)
+                adapter.backbone(input_ids=window[:, :-1], use_cache=False)
+                total += head_loss_sum(adapter, captured.pop("h"), window[:, 1:], chunk_elements)
+                count += window[:, 1:].numel()
+    finally:
+        handle.remove()
     return total / count

@@ -3,13 +3,19 @@
 Removing a layer set itself (the view, copies, exports, the loss of one model) is
 depthlab.layer_removal; the prune_model stage that runs strategies, lm-eval, healing and speed
 together is depthlab.pruning_stage. Strategies for removing n layers (Gromov et al. 2024, "The
-Unreasonable Ineffectiveness of the Deeper Layers"):
+Unreasonable Ineffectiveness of the Deeper Layers"; block_influence from Men et al. 2024,
+"ShortGPT: Layers in Large Language Models are More Redundant Than You Expect"):
 
-  angular  the block [l*, l*+n) with l* = argmin_l d(x^l, x^{l+n}), d from the analysis stage's
-           (L+1) x (L+1) matrix `angular_distance_last.csv` (ties: the smallest l)
-  deepest  the n deepest layers except the last: [L-1-n, L-1) (the paper's baseline)
-  greedy   non-contiguous: n times, remove the layer whose removal raises the validation loss
-           least (ties: the smallest index)
+  angular          the block [l*, l*+n) with l* = argmin_l d(x^l, x^{l+n}), d from the analysis
+                   stage's (L+1) x (L+1) matrix `angular_distance_last.csv` (ties: the smallest l)
+  deepest          the n deepest layers except the last: [L-1-n, L-1) (the paper's baseline)
+  greedy           non-contiguous: n times, remove the layer whose removal raises the validation
+                   loss least (ties: the smallest index)
+  block_influence  non-contiguous (ShortGPT): the n layers with the lowest Block Influence
+                   BI_l = 1 - E[cos(x_l, x_{l+1})], x_l the input of layer l, the mean over every
+                   non-pad token of the analysis text set (the analysis stage's per-layer measure
+                   `cos_adjacent` in measures.csv); ties: the lower layer first, so the set of n
+                   is the set of n - 1 plus one layer
 
 `LossSweep` evaluates the validation loss of many removal sets with the work shared: one full
 pass per batch stores the full model's states h_0..h_L and the arguments every layer was called
@@ -31,9 +37,9 @@ from torch import nn
 
 from .architectures import ModelAdapter, adapt
 from .errors import PruningError, UnsupportedModelError
-from .layer_removal import normalise_removal, token_loss_sum
+from .layer_removal import LOSS_CHUNK_ELEMENTS, head_loss_sum, layer_output, normalise_removal
 
-STRATEGIES = ("angular", "deepest", "greedy")
+STRATEGIES = ("angular", "deepest", "greedy", "block_influence")
 
 
 # --------------------------------------------------------------------------- block sizes
@@ -109,6 +115,59 @@ def deepest_removal(num_layers: int, n: int) -> tuple[int, ...]:
     if not 1 <= n < num_layers:
         raise PruningError(f"block size {n} is outside 1..{num_layers - 1}")
     return tuple(range(num_layers - 1 - n, num_layers - 1))
+
+
+def read_cos_adjacent(path: str | Path, num_layers: int) -> np.ndarray:
+    """cos(h_{l+1}, h_l) of layers l = 0..L-1 from the analysis stage's measures.csv (tidy rows
+    measure, layer, n, value: the rows with measure == "cos_adjacent")."""
+    import pandas as pd
+
+    frame = pd.read_csv(path)
+    missing = {"measure", "layer", "value"} - set(frame.columns)
+    if missing:
+        raise PruningError(f"{path}: no column(s) {sorted(missing)} (not a measures.csv)")
+    rows = frame[frame["measure"] == "cos_adjacent"].sort_values("layer")
+    layers = [int(l) for l in rows["layer"]]
+    if layers != list(range(num_layers)):
+        raise PruningError(
+            f"{path}: cos_adjacent rows for layers {layers}, expected 0..{num_layers - 1} "
+            f"(a model of {num_layers} layers)"
+        )
+    values = rows["value"].to_numpy(dtype=np.float64)
+    if not np.isfinite(values).all():
+        raise PruningError(f"{path}: cos_adjacent has non-finite values")
+    return values
+
+
+def block_influence_order(cos_adjacent: np.ndarray) -> np.ndarray:
+    """Layers by increasing Block Influence 1 - cos_adjacent (ties: the lower layer first)."""
+    influence = 1.0 - np.asarray(cos_adjacent, dtype=np.float64)
+    return np.argsort(influence, kind="stable")  # stable: equal values keep index order
+
+
+def block_influence_removal(cos_adjacent: np.ndarray, n: int) -> tuple[int, ...]:
+    """The n layers with the lowest Block Influence, sorted."""
+    num_layers = len(cos_adjacent)
+    if not 1 <= n < num_layers:
+        raise PruningError(f"block size {n} is outside 1..{num_layers - 1}")
+    return tuple(sorted(int(l) for l in block_influence_order(cos_adjacent)[:n]))
+
+
+def block_influence_table(cos_adjacent: np.ndarray):
+    """One row per layer: cos_adjacent, block_influence and rank (1 = removed first)."""
+    import pandas as pd
+
+    cos = np.asarray(cos_adjacent, dtype=np.float64)
+    rank = np.empty(len(cos), dtype=np.int64)
+    rank[block_influence_order(cos)] = np.arange(1, len(cos) + 1)
+    return pd.DataFrame(
+        {
+            "layer": np.arange(len(cos)),
+            "cos_adjacent": cos,
+            "block_influence": 1.0 - cos,
+            "rank": rank,
+        }
+    )
 
 
 def greedy_path(loss_of, num_layers: int, n_max: int, log=None) -> list[dict]:
@@ -224,10 +283,6 @@ def validation_windows(
     return list(torch.from_numpy(stacked).split(batch_size))
 
 
-def _first(value):
-    return value[0] if isinstance(value, (tuple, list)) else value
-
-
 @dataclass
 class _BatchCache:
     targets: torch.Tensor
@@ -239,16 +294,24 @@ class LossSweep:
     """Validation loss of many removal sets with shared work (see the module docstring).
 
     `windows`: batches of (B, T+1) token windows (inputs [:, :-1], targets [:, 1:]). Losses are
-    the mean next-token cross-entropy over every target token, identical (same kernels, same
-    order of operations) to running the pruned model itself.
+    the mean next-token cross-entropy over every target token, the head read in chunks of at
+    most `chunk_elements` logits (depthlab.layer_removal.head_loss_sum, as model_loss reads a
+    pruned copy).
 
     States are cached by trie node, i.e. by (batch, layer p, the removed layers below p): the
     full model's states h_0..h_L always, every other computed state while the cache holds at
     most `cache_mib` MiB (least recently used evicted first). A later call (a greedy step)
     starts from the states an earlier call left."""
 
-    def __init__(self, model: nn.Module, windows: Sequence[torch.Tensor], cache_mib: float = 512.0):
+    def __init__(
+        self,
+        model: nn.Module,
+        windows: Sequence[torch.Tensor],
+        cache_mib: float = 512.0,
+        chunk_elements: int = LOSS_CHUNK_ELEMENTS,
+    ):
         self.model = model
+        self.chunk_elements = chunk_elements
         self.adapter = adapt(model)
         if not self.adapter.has_lm_head:
             raise UnsupportedModelError(f"{type(model).__name__} has no LM head: no loss")
@@ -278,7 +341,9 @@ class LossSweep:
             handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(
             self.adapter.layers[-1].register_forward_hook(
-                lambda module, args, output: states.__setitem__(self.num_layers, _first(output))
+                lambda module, args, output: states.__setitem__(
+                    self.num_layers, layer_output(output)
+                )
             )
         )
         try:
@@ -305,7 +370,7 @@ class LossSweep:
             return state
         args, kwargs = self._batches[batch_index].calls[layer - 1]
         self.layer_calls += 1
-        state = _first(self.adapter.layers[layer - 1](previous, *args, **kwargs))
+        state = layer_output(self.adapter.layers[layer - 1](previous, *args, **kwargs))
         size = state.numel() * state.element_size()
         if size <= self.cache_bytes:
             self._states[key] = state
@@ -332,8 +397,9 @@ class LossSweep:
         """Depth-first over the decisions for layers layer..L-1 shared by `keys`; `hidden` is
         the input of `layer` with the layers `below` removed."""
         if layer == self.num_layers:
-            logits = self.adapter.logits(hidden)
-            total = float(token_loss_sum(logits, self._batches[index].targets))
+            total = head_loss_sum(
+                self.adapter, hidden, self._batches[index].targets, self.chunk_elements
+            )
             for key in keys:
                 sums[key] += total
             return

@@ -21,7 +21,12 @@ import pandas as pd
 
 from .paper_values import PAPER_VALUES
 
-STRATEGY_COLORS = {"angular": "tab:blue", "deepest": "tab:orange", "greedy": "tab:green"}
+STRATEGY_COLORS = {
+    "angular": "tab:blue",
+    "deepest": "tab:orange",
+    "greedy": "tab:green",
+    "block_influence": "tab:red",
+}
 
 
 def read_prunings(folders: dict[str, str]) -> dict[str, pd.DataFrame]:

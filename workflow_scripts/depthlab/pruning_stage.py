@@ -2,19 +2,26 @@
 
 `run(spec, device, log)` reads as the stage's phases, one function each:
 
-  plan      load the model, the analysis' angular-distance matrix and the validation windows; the
-            removal set of every (strategy, n) and the validation loss of every set (LossSweep)
+  plan      load the model, the analysis' angular-distance matrix (and per-layer cos_adjacent for
+            block_influence) and the validation windows; the removal set of every (strategy, n)
+            and the validation loss of every set (LossSweep)
   evaluate  lm-eval of the full model, of the sets of lm_eval.n_grid and of single layers
   heal      LoRA / QLoRA on a pruned copy of each set of healing.n_grid, its loss and lm-eval
   speed     measured throughput of the exported sets of speed.n_grid against the full model
-  export    the (unhealed) auto-depth choices as HF folders
+  export    the (unhealed) auto-depth choices as HF folders, each with its mergekit.yaml
   write     the tables, auto_depth.json, summary.json and provenance.json into the output
 
 This is the one module that imports the strategies (depthlab.pruning), healing, the lm-eval tasks
 and the speed measurement together; each of them imports depthlab.layer_removal, none imports
-this module or another of them. The spec keys and output files are listed in
-workflow_scripts/prune_model.py; the spec is the one depthlab.config resolves (every key the
-schema requires is indexed, none given a second default here).
+this module or another of them.
+
+Token ids: a model pretrained here (model_kind pretrain) reads the run's val.bin / train.bin; any
+other model reads the same documents re-encoded by its own tokenizer (depthlab.model_tokens, at
+most retokenize.val_tokens / train_tokens ids), recorded in summary.json's token_source.
+
+The spec keys and output files are listed in workflow_scripts/prune_model.py; the spec is the
+one depthlab.config resolves (every key the schema requires is indexed, none given a second
+default here).
 
 Size: the stage reads plan -> evaluate -> heal -> speed -> export -> write, one function each;
 the engines are in pruning, layer_removal, healing, lm_tasks and speed.
@@ -34,13 +41,13 @@ import numpy as np
 import pandas as pd
 from torch import nn
 
-from . import data as data_lib
-from .architectures import adapt, load_model, load_tokenizer
+from .architectures import adapt, load_model, load_tokenizer, resolve_model_path
 from .atomic_files import atomic_path, write_dataframe, write_json
 from .errors import PruningError
 from .healing import HealSettings, heal, validate_healing_settings
 from .layer_removal import export_pruned, model_loss, prune_copy
 from .lm_tasks import TaskEvaluator, check_task_folder
+from .model_tokens import model_tokens
 from .provenance import Provenance
 from .pruning import (
     STRATEGIES,
@@ -48,10 +55,13 @@ from .pruning import (
     angular_removal,
     auto_depth_choices,
     block_choice_table,
+    block_influence_removal,
+    block_influence_table,
     check_prunable,
     deepest_removal,
     greedy_path,
     grid,
+    read_cos_adjacent,
     read_distance_matrix,
     validation_windows,
 )
@@ -82,6 +92,9 @@ SWEEP_COLUMNS = [
 # --------------------------------------------------------------------------- settings
 
 
+RETOKENIZE_KEYS = ("val_tokens", "train_tokens")
+
+
 def _check_grid(values, num_layers: int, key: str) -> None:
     if values is None:
         return
@@ -107,8 +120,8 @@ def _positive_ints(section: dict, keys: Sequence[str], where: str) -> None:
 def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pruning") -> None:
     """Config-time check of a pruning section (the settings part of a prune_model spec, schema
     defaults applied) against a model of `num_layers` layers; raises ValueError naming the key.
-    Checks the strategies, every block-size grid (1 <= n < L), validation windows, lm-eval,
-    healing, auto-depth, export and speed keys."""
+    Checks the strategies, every block-size grid (1 <= n < L), validation windows, the
+    re-encoding caps, lm-eval, healing, auto-depth, export and speed keys."""
     if num_layers < 2:
         raise PruningError(f"{where}: a model of {num_layers} layer(s) has no layer to remove")
     strategies = settings["strategies"]
@@ -122,6 +135,15 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
             )
     _check_grid(settings["n_grid"], num_layers, f"{where}.n_grid")
     _positive_ints(settings["val"], ("windows", "seq_len", "batch_size"), f"{where}.val")
+    for key, value in (settings.get("retokenize") or {}).items():  # absent: a pretrain model
+        if key not in RETOKENIZE_KEYS:
+            raise PruningError(
+                f"{where}.retokenize.{key}: unknown key (known: {', '.join(RETOKENIZE_KEYS)})"
+            )
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise PruningError(f"{where}.retokenize.{key}: an integer >= 1 or null (got {value!r})")
     lm_eval = settings["lm_eval"]
     if lm_eval["enabled"]:
         _check_grid(lm_eval["n_grid"], num_layers, f"{where}.lm_eval.n_grid")
@@ -237,6 +259,7 @@ class Plan:
     tokenizer: object
     num_layers: int
     distance: np.ndarray
+    cos_adjacent: np.ndarray | None  # per layer, for block_influence (None when not used)
     n_values: list[int]
     windows: list
     sweep: LossSweep
@@ -245,6 +268,7 @@ class Plan:
     singles: list[tuple[int]]
     losses: dict[tuple[int, ...], float]  # removed layers -> validation loss
     provenance: Provenance
+    token_source: dict  # per split: which tokenizer made the ids (depthlab.model_tokens)
 
     @property
     def base_loss(self) -> float:
@@ -281,6 +305,21 @@ class Healing:
     events: tempfile.TemporaryDirectory | None
 
 
+def split_tokens(spec: dict, tokenizer, split: str) -> tuple[np.ndarray, dict]:
+    """A split's token ids for the spec's model: the run's own ids for a model pretrained here,
+    the run's documents re-encoded by the model's tokenizer for any other (kind hf, gguf: the
+    run's ids belong to another vocabulary), capped by retokenize.<split>_tokens."""
+    if spec["model_kind"] == "pretrain":
+        return model_tokens(spec["data"], split)
+    caps = spec.get("retokenize")
+    if not isinstance(caps, dict) or f"{split}_tokens" not in caps:
+        raise PruningError(
+            f"retokenize.{split}_tokens: required for a model of kind '{spec['model_kind']}' "
+            f"(it reads the run's documents re-encoded by its own tokenizer)"
+        )
+    return model_tokens(spec["data"], split, tokenizer, caps[f"{split}_tokens"])
+
+
 def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
     """Load the model and its inputs (phase `load`), then the removal set of every strategy and
     n and the validation loss of each, single layers included (phase `loss_sweep`)."""
@@ -290,6 +329,14 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
         raise PruningError(
             f"analysis: {distance_path} does not exist (run the analysis stage on this model first)"
         )
+    measures_path = None
+    if "block_influence" in spec["strategies"]:
+        measures_path = Path(spec["analysis"]) / "measures.csv"
+        if not measures_path.is_file():
+            raise PruningError(
+                f"analysis: {measures_path} does not exist (block_influence reads its "
+                f"cos_adjacent rows; run the analysis stage on this model first)"
+            )
     lm_settings = spec["lm_eval"]
     if lm_settings["enabled"] and spec["tasks"] is not None:
         check_task_folder(spec["tasks"], lm_settings["tasks"], "pruning.tasks")
@@ -298,7 +345,9 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
         config=spec,
         seed=spec["seed"],
         inputs=[
-            p for p in (spec["model"], distance_path, spec["data"], spec["tasks"]) if p is not None
+            p
+            for p in (spec["model"], distance_path, measures_path, spec["data"], spec["tasks"])
+            if p is not None
         ],
     )
     model = load_model(spec["model"], dtype=spec["dtype"], device=device, revision=spec["revision"])
@@ -313,11 +362,12 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
             f"{distance_path}: a {distance.shape[0]}x{distance.shape[0]} matrix "
             f"for a model of {L} layers (expected {L + 1}x{L + 1})"
         )
+    cos_adjacent = read_cos_adjacent(measures_path, L) if measures_path is not None else None
     n_values = grid(spec["n_grid"], L)
     val = spec["val"]
-    windows = validation_windows(
-        data_lib.load_tokens(spec["data"], "val"), val["windows"], val["seq_len"], val["batch_size"]
-    )
+    val_tokens, val_source = split_tokens(spec, tokenizer, "val")
+    windows = validation_windows(val_tokens, val["windows"], val["seq_len"], val["batch_size"])
+    log(f"[{name}] validation ids: {val_source}")
     sweep = LossSweep(model, windows)
     clock.lap("load")
 
@@ -329,6 +379,8 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
                 removals[("angular", n)] = angular_removal(distance, n)
             elif strategy == "deepest":
                 removals[("deepest", n)] = deepest_removal(L, n)
+            elif strategy == "block_influence":
+                removals[("block_influence", n)] = block_influence_removal(cos_adjacent, n)
     greedy_records = []
     if "greedy" in spec["strategies"]:
         greedy_records = greedy_path(
@@ -351,6 +403,7 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
         tokenizer=tokenizer,
         num_layers=L,
         distance=distance,
+        cos_adjacent=cos_adjacent,
         n_values=n_values,
         windows=windows,
         sweep=sweep,
@@ -359,6 +412,7 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
         singles=singles,
         losses=losses,
         provenance=provenance,
+        token_source={"val": val_source},
     )
 
 
@@ -423,7 +477,7 @@ def heal_variants(planned: Plan, evaluated: Evaluation, spec: dict, device: str,
     tracking = spec["tracking"]
     name = planned.name
     settings = HealSettings.from_dict(healing)
-    train_tokens = data_lib.load_tokens(spec["data"], "train")
+    train_tokens, planned.token_source["train"] = split_tokens(spec, planned.tokenizer, "train")
     heal_n = grid(healing.get("n_grid"), planned.num_layers, "pruning.healing.n_grid")
     if tracking["tensorboard"]:
         events = healing_events_folder(spec["out"])
@@ -553,6 +607,9 @@ def export_choices(planned: Plan, choices: list[dict], spec: dict, out: Path) ->
                 "n": choice["n"],
                 "source_model": spec["model"],
             },
+            # a pkg: path is this workflow's notation: mergekit needs the folder it names
+            mergekit_source=resolve_model_path(spec["model"]),
+            revision=spec["revision"],
         )
         exports.append({**item, "n": choice["n"], "removed": list(removed), "folder": folder})
     return exports
@@ -602,6 +659,8 @@ def write(
     write_dataframe(
         out / "block_choice.csv", block_choice_table(planned.distance, planned.n_values)
     )
+    if planned.cos_adjacent is not None:
+        write_dataframe(out / "block_influence.csv", block_influence_table(planned.cos_adjacent))
     write_dataframe(out / "single_layer.csv", _single_layer_table(planned, evaluated))
     write_dataframe(out / "sweep.csv", table)
     if planned.greedy_records:
@@ -629,6 +688,7 @@ def write(
         "num_layers": L,
         "val_loss": planned.base_loss,
         "val_tokens": sweep.tokens,
+        "token_source": planned.token_source,
         "removal_sets": len(sweep.memo),
         "layer_calls": sweep.layer_calls,
         "layer_calls_without_reuse": sum((L - len(k)) * len(planned.windows) for k in sweep.memo),

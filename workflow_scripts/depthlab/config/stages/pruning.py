@@ -33,6 +33,8 @@ PRUNING_SETTINGS = (
     "device",
     "dtype",
 )
+# pruning.retokenize when the config omits it (config/schema.yaml states the same default)
+RETOKENIZE_DEFAULT = {"val_tokens": 1_000_000, "train_tokens": 1_000_000}
 
 
 def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
@@ -70,6 +72,7 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
         outputs=[paths.lm_tasks],
     )
     shared = {key: pruning[key] for key in PRUNING_SETTINGS}
+    shared["retokenize"] = {**RETOKENIZE_DEFAULT, **(pruning.get("retokenize") or {})}
     if lm_eval["n_grid"] == "inherit":  # the job gets the grid itself (null: every n)
         shared["lm_eval"] = {**lm_eval, "n_grid": pruning["n_grid"]}
     overrides = ModelOverrides(
@@ -127,11 +130,15 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
                 f"analysis.models / analysis.text_sets"
             )
         out = paths.pruning(name)
+        if model["kind"] == "pretrain":
+            # it reads the run's own ids: the re-encoding caps cannot change its job
+            settings = {k: v for k, v in settings.items() if k != "retokenize"}
         resolved.add(
             "prune_model",
             name,
             {
                 "model_name": name,
+                "model_kind": model["kind"],
                 "model": model_location(resolved, name),
                 "analysis": paths.analysis(text_set, name),
                 "data": paths.data,
