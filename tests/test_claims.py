@@ -712,10 +712,18 @@ def test_config_reads_pretrained_models_over_their_shards(tmp_path):
     config = load_config(ROOT / "config" / "default.yaml")
     config["analysis"]["text_sets"] = {
         "val": {"source": "val"},
-        **{f"val_{i}": {"source": "val", "shard": {"index": i, "count": 3}} for i in range(3)},
+        **{
+            f"val_{i}": {"source": "val", "shard": {"index": i, "count": 3}, "logit_lens": False}
+            for i in range(3)
+        },
     }
     config["models"]["llm"] = {"kind": "hf", "path": "some-org/some-llm"}
-    spec = resolve(config).jobs("make_claims")["claims"]
+    resolved = resolve(config)
+    spec = resolved.jobs("make_claims")["claims"]
+    # the shards' passes skip the logit lens (a per-text-set setting); the full set keeps it
+    analyses = resolved.jobs("analyse_model")
+    assert analyses["val_1/llm"]["texts"]["shard"] == [1, 3]
+    assert not analyses["val_1/llm"]["logit_lens"] and analyses["val/llm"]["logit_lens"]
     # the MiniLM encoder has no LM head: not a pretrained LM the papers speak of
     assert set(spec["pretrained"]) == {"llm"}
     assert spec["pretrained"]["llm"]["analysis"] == [

@@ -16,7 +16,14 @@ from ..models import (
 )
 from ..resolved import Resolved
 
-ANALYSIS_TEXT_KEYS = ("text_field", "max_samples", "max_tokens", "max_length", "all_token_distance")
+ANALYSIS_TEXT_KEYS = (
+    "text_field",
+    "max_samples",
+    "max_tokens",
+    "max_length",
+    "all_token_distance",
+    "logit_lens",
+)
 
 
 ANALYSIS_FIGURES = ("angular_distance", "variance_growth", "contributions", "logit_lens", "angles")
@@ -47,7 +54,6 @@ def resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
                     "texts": texts,
                     **settings,
                     "batch_size": analysis["batch_size"],
-                    "logit_lens": analysis["logit_lens"],
                     "logit_lens_stride": analysis["logit_lens_stride"],
                     "add_special_tokens": reads_special_tokens(model),
                     "device": analysis["device"],
