@@ -657,6 +657,7 @@ def _pretrained_data(var_slope: float, deep_contribution: float, shards: int) ->
     replicates = []
     for _ in range(shards):
         contribution = [0.5] * 4 + [deep_contribution] * 4 + rng.normal(0, 0.01, layers)
+        contribution[0] = 20.0  # the embedding's small norm: excluded, it would decide alone
         distance = pd.Series(np.r_[[0.3] * 4, [0.1] * 4] + rng.normal(0, 0.005, layers))
         replicates.append(
             (_measures_frame(layers, var_slope, contribution, rng), distance, "all tokens")
