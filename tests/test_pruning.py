@@ -2,8 +2,9 @@
 layers skipped by a hook (an independent reference), on several architectures; the exported
 folder's mergekit.yaml rebuilds its kept layers; the prefix-cached, chunked-head loss sweep equals
 rebuilding every variant with full logits; greedy, auto depth, the angular block choice and the
-ShortGPT block-influence choice against independent computations; bad settings rejected naming
-the key; the stage script end to end on a tiny model."""
+ShortGPT block-influence choice against independent computations; the greedy cap, the loss on
+the last positions of each window and the per-window losses against independent computations;
+bad settings rejected naming the key; the stage script end to end on a tiny model."""
 
 import json
 import subprocess
@@ -22,6 +23,7 @@ from depthlab.errors import PruningError
 from depthlab.layer_removal import (
     config_updates,
     export_pruned,
+    head_loss_sum,
     kept_ranges,
     model_loss,
     prune_copy,
@@ -38,6 +40,7 @@ from depthlab.pruning import (
     check_prunable,
     deepest_removal,
     greedy_path,
+    greedy_steps,
     grid,
     read_cos_adjacent,
     validation_windows,
@@ -404,6 +407,120 @@ def test_greedy_first_step_is_the_best_single_layer():
     assert path[1]["layer"] == min(pairs, key=pairs.get)
 
 
+def test_greedy_cap_keeps_the_path_and_scores_fewer_sets():
+    """The path capped at n = 3 is the uncapped path's first three steps; a fresh sweep scores
+    exactly the candidates of those steps, L + (L - 1) + (L - 2) sets instead of all L - 1."""
+    L = 8
+    model = deep_llama(L, seed=2)
+    windows = validation_windows(markov_tokens(3000, seed=4), 4, 16, 2)
+    full_sweep, capped_sweep = LossSweep(model, windows), LossSweep(model, windows)
+    full = greedy_path(full_sweep.losses, L, greedy_steps(range(1, L), None))
+    capped = greedy_path(capped_sweep.losses, L, greedy_steps(range(1, L), 3))
+    assert [r["n"] for r in full] == list(range(1, L)) and [r["n"] for r in capped] == [1, 2, 3]
+    assert [r["removed"] for r in capped] == [r["removed"] for r in full[:3]]
+    assert len(capped_sweep.memo) == L + (L - 1) + (L - 2)
+    assert len(full_sweep.memo) == sum(L - k + 1 for k in range(1, L))
+    # the cap never grows the path beyond the grid
+    assert greedy_steps([1, 2, 4], 6) == 4 and greedy_steps([1, 2, 4], 2) == 2
+
+
+def old_head_loss_sum(adapter, hidden, targets, chunk_elements):
+    """head_loss_sum as it was before loss_tokens (a frozen copy): cross_entropy summed per chunk
+    of positions over every position. loss_tokens null must give exactly these numbers."""
+    rows = hidden.reshape(-1, hidden.shape[-1])
+    flat = targets.reshape(-1)
+    step = max(1, int(chunk_elements) // int(adapter.lm_head.weight.shape[0]))
+    cap = getattr(adapter.model.config, "final_logit_softcapping", None)
+    total = 0.0
+    for start in range(0, rows.shape[0], step):
+        logits = adapter.logits(rows[start : start + step]).float()
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        total += float(F.cross_entropy(logits, flat[start : start + step], reduction="sum"))
+    return total
+
+
+def last_positions_losses(model, windows, k):
+    """Per window, the mean cross-entropy of the model's own full [B, T, vocab] logits over the
+    last k target positions (k None: all), computed by hand."""
+    per_window = []
+    with torch.no_grad():
+        for window in windows:
+            logits = model(input_ids=window[:, :-1]).logits.double()
+            targets = window[:, 1:]
+            k_ = targets.shape[1] if k is None else k
+            log_probs = logits[:, -k_:].log_softmax(-1)
+            picked = log_probs.gather(-1, targets[:, -k_:, None])[..., 0]
+            per_window += list((-picked).mean(1).numpy())
+    return np.asarray(per_window)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_softcap"])
+def test_loss_tokens_scores_the_last_positions(family):
+    model = make(family)
+    adapter = adapt(model)
+    windows = validation_windows(markov_tokens(2500, seed=5), 6, 16, 4)
+    chunk = 3 * VOCAB  # chunks of 3 positions: they straddle the scored slice's ends
+    sets = [(), (1,), (0, 2)]
+    # null is today's loss, bit for bit: the frozen pre-change head on the same states (the
+    # full model's last-layer outputs, which the sweep caches from one full pass)
+    captured = {}
+    handle = adapter.layers[-1].register_forward_hook(
+        lambda m, a, out: captured.__setitem__("h", out[0] if isinstance(out, tuple) else out)
+    )
+    total = 0.0
+    with torch.no_grad():
+        for window in windows:
+            adapter.backbone(input_ids=window[:, :-1], use_cache=False)
+            total += old_head_loss_sum(adapter, captured["h"], window[:, 1:], chunk)
+            assert head_loss_sum(adapter, captured["h"], window[:, 1:], chunk) == (
+                old_head_loss_sum(adapter, captured["h"], window[:, 1:], chunk)
+            )
+    handle.remove()
+    old = total / sum(w[:, 1:].numel() for w in windows)
+    assert LossSweep(model, windows, chunk_elements=chunk).losses([()]) == [old]
+    assert model_loss(model, windows, chunk_elements=chunk) == old
+    assert model_loss(model, windows, chunk_elements=chunk, loss_tokens=16) == old
+    unscored = LossSweep(model, windows, chunk_elements=chunk).losses(sets)
+    for k in (1, 5):
+        sweep = LossSweep(model, windows, chunk_elements=chunk, loss_tokens=k)
+        for removed, loss, per_window in zip(sets, sweep.losses(sets), sweep.window_losses(sets)):
+            expected = last_positions_losses(prune_copy(model, removed), windows, k)
+            np.testing.assert_allclose(per_window, expected, rtol=1e-5)
+            assert loss == pytest.approx(expected.mean(), rel=1e-5)
+            assert loss != pytest.approx(unscored[sets.index(removed)], rel=1e-4)  # k matters
+        assert sweep.scored_tokens == k * 6 and sweep.tokens == 16 * 6
+        assert model_loss(model, windows, chunk_elements=chunk, loss_tokens=k) == pytest.approx(
+            last_positions_losses(model, windows, k).mean(), rel=1e-5
+        )
+    # the head reads only the scored positions: k per window, in chunks
+    read = []
+    handle = adapter.lm_head.register_forward_hook(lambda m, a, out: read.append(out.shape[0]))
+    LossSweep(model, windows, chunk_elements=chunk, loss_tokens=5).losses([()])
+    handle.remove()
+    assert sum(read) == 5 * 6
+    with pytest.raises(PruningError, match=r"val\.loss_tokens: 17 scored positions"):
+        LossSweep(model, windows, loss_tokens=17)
+
+
+def test_window_losses_average_to_the_sweep_loss():
+    """Each set's per-window losses (every window scores as many positions) average to its
+    val loss, and equal the per-window mean computed from full logits."""
+    model = make("opt")
+    windows = validation_windows(markov_tokens(3000, seed=6), 7, 12, 3)  # a short last batch
+    sweep = LossSweep(model, windows)
+    sets = [(), (0,), (2,), (1, 2)]
+    losses = sweep.losses(sets)
+    for removed, loss, per_window in zip(sets, losses, sweep.window_losses(sets)):
+        assert per_window.shape == (7,)
+        # float32 chunk sums vs float64 sums of float32 positions: equal to float32 rounding
+        assert per_window.mean() == pytest.approx(loss, rel=1e-6)
+        np.testing.assert_allclose(
+            per_window, last_positions_losses(prune_copy(model, removed), windows, None), rtol=1e-5
+        )
+    assert len({tuple(np.round(w, 6)) for w in sweep.window_losses(sets)}) == len(sets)
+
+
 # ------------------------------------------------------------------ strategies
 
 
@@ -566,6 +683,91 @@ def test_resolver_hands_the_kind_and_the_caps_to_models_not_pretrained_here(test
         validate_pruning_settings({**jobs["hub_lm"], "retokenize": {"val_token": 5}}, 4)
 
 
+def test_per_model_overrides_and_the_new_keys_reach_their_jobs_only(test_config):
+    """pruning.per_model.<name>.lm_eval.batch_size (and val.loss_tokens) reach that model's job
+    only; greedy_max_n and val.loss_tokens default to null; loss_tokens is checked against the
+    seq_len that applies to the model, naming the keys that set both; healing / speed naming
+    greedy beyond its cap are rejected."""
+    import copy
+
+    from depthlab.config import resolve
+    from depthlab.errors import ConfigError
+
+    config = copy.deepcopy(test_config)
+    config["models"]["hub_lm"] = {"kind": "hf", "path": "org/tiny-lm"}
+    config["analysis"]["models"] = [*config["analysis"]["models"], "hub_lm"]
+    config["pruning"]["models"] = ["lns", "hub_lm"]
+    jobs = resolve(config).jobs("prune_model")
+    for job in jobs.values():  # omitted: today's behaviour, and today's specs
+        assert "greedy_max_n" not in job and "loss_tokens" not in job["val"]
+    batch = config["pruning"]["lm_eval"]["batch_size"]
+    config["pruning"]["per_model"] = {
+        "hub_lm": {"lm_eval": {"batch_size": 3}, "val": {"seq_len": 16, "loss_tokens": 8}}
+    }
+    jobs = resolve(config).jobs("prune_model")
+    assert jobs["hub_lm"]["lm_eval"]["batch_size"] == 3 != batch
+    assert jobs["lns"]["lm_eval"]["batch_size"] == batch
+    # the rest of lm_eval is the shared section's
+    assert {k: v for k, v in jobs["hub_lm"]["lm_eval"].items() if k != "batch_size"} == {
+        k: v for k, v in jobs["lns"]["lm_eval"].items() if k != "batch_size"
+    }
+    assert jobs["hub_lm"]["val"]["loss_tokens"] == 8 and "loss_tokens" not in jobs["lns"]["val"]
+    config["pruning"]["per_model"]["hub_lm"]["lm_eval"]["batch_size"] = 0
+    with pytest.raises(ConfigError, match=r"^pruning\.per_model\.hub_lm\.lm_eval\.batch_size"):
+        resolve(config)
+    config["pruning"]["per_model"]["hub_lm"] = {"val": {"seq_len": 16, "loss_tokens": 17}}
+    with pytest.raises(
+        ConfigError,
+        match=r"^pruning\.per_model\.hub_lm\.val\.loss_tokens: 17 scored positions per window "
+        r"exceed the window's 16 target positions \(pruning\.per_model\.hub_lm\.val\.seq_len\)",
+    ):
+        resolve(config)
+    # the shared loss_tokens against a per-model seq_len: each key named where it is set
+    config["pruning"]["per_model"]["hub_lm"] = {"val": {"seq_len": 16}}
+    config["pruning"]["val"]["loss_tokens"] = 20
+    with pytest.raises(
+        ConfigError,
+        match=r"^pruning\.val\.loss_tokens: 20 .* \(pruning\.per_model\.hub_lm\.val\.seq_len\)",
+    ):
+        resolve(config)
+    config["pruning"]["val"]["loss_tokens"] = 40  # the shared seq_len is 32
+    with pytest.raises(
+        ConfigError, match=r"^pruning\.val\.loss_tokens: 40 .*\(pruning\.val\.seq_len\)"
+    ):
+        resolve(config)
+
+    # the greedy cap (lns: 4 layers, grid 1..3)
+    config = copy.deepcopy(test_config)
+    config["pruning"]["greedy_max_n"] = 2
+    config["pruning"]["val"]["loss_tokens"] = 8
+    (job,) = resolve(config).jobs("prune_model").values()
+    assert job["greedy_max_n"] == 2 and job["val"]["loss_tokens"] == 8
+    config["pruning"]["healing"]["strategies"] = ["greedy"]  # healing.n_grid [2]: within
+    resolve(config)
+    config["pruning"]["healing"]["n_grid"] = [2, 3]
+    with pytest.raises(
+        ConfigError,
+        match=r"^pruning\.healing\.n_grid: greedy has no removal set for n = 3 \(the greedy "
+        r"path stops at pruning\.greedy_max_n = 2\)",
+    ):
+        resolve(config)
+    config["pruning"]["healing"]["n_grid"] = [2]
+    config["pruning"]["speed"]["strategy"] = "greedy"
+    config["pruning"]["speed"]["n_grid"] = None  # every n: 3 is beyond the cap
+    with pytest.raises(ConfigError, match=r"^pruning\.speed\.n_grid: greedy has no removal set"):
+        resolve(config)
+    config["pruning"]["speed"]["n_grid"] = [1, 2]
+    resolve(config)
+    config["pruning"]["strategies"] = ["angular", "deepest"]
+    config["pruning"]["healing"]["strategies"] = ["angular"]
+    config["pruning"]["speed"]["strategy"] = "angular"
+    with pytest.raises(ConfigError, match=r"^pruning\.greedy_max_n: has no effect without greedy"):
+        resolve(config)
+    config["pruning"]["greedy_max_n"] = 0
+    with pytest.raises(ConfigError, match=r"^pruning\.greedy_max_n: 0 is less than"):
+        resolve(config)
+
+
 def test_model_without_lm_head_is_rejected():
     bert = build("bert")
     with pytest.raises(ValueError, match=r"pruning\.models: model 'minilm' has no LM head"):
@@ -662,6 +864,25 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     assert summary["token_source"]["val"]["tokenizer"] == "run"
     single = pd.read_csv(out / "single_layer.csv")
     assert sorted(single["layer"].unique()) == list(range(L))
+    # window_losses.csv: every set's per-window losses average to its loss in the tables
+    windows = pd.read_csv(out / "window_losses.csv", keep_default_na=False)
+    assert list(windows.columns) == ["removed", "strategy", "n", "window", "loss"]
+    per_set = windows.groupby(["strategy", "n", "removed"])
+    assert all(sorted(group["window"]) == list(range(8)) for _, group in per_set)
+    means = per_set["loss"].mean()
+    assert means[("full", 0, "")] == pytest.approx(summary["val_loss"], rel=1e-6)
+    for row in single.drop_duplicates("layer").itertuples():
+        assert means[("single", 1, str(row.layer))] == pytest.approx(row.val_loss, rel=1e-6)
+    unhealed = sweep[(sweep["n"] > 0) & (~sweep["healed"])].drop_duplicates(["strategy", "n"])
+    assert len(means) == 1 + L + len(unhealed)
+    for row in unhealed.itertuples():
+        label = str(row.removed) if isinstance(row.removed, str) else str(int(row.removed))
+        assert means[(row.strategy, row.n, label)] == pytest.approx(row.val_loss, rel=1e-6)
+    record = summary["window_losses"]
+    assert record["file"] == "window_losses.csv" and record["windows"] == 8
+    assert record["scored_positions_per_window"] == 32 and summary["val_loss_tokens"] is None
+    assert len(record["window_starts"]) == 8 and record["window_starts"][0] == 0
+    assert summary["greedy_max_n"] is None and summary["greedy_steps"] == L - 1
     assert set(single["task"]) == {"depthlab_word_order", "depthlab_continuation"}
     speed = pd.read_csv(out / "speed.csv")
     assert sorted(speed["n"]) == [0, 1, 2] and (speed["prefill_tokens_per_s"] > 0).all()
@@ -729,6 +950,81 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     planned = plan(retokenized, "cpu", lambda message: None, PhaseClock())
     assert planned.token_source["val"]["source"] == "val.jsonl"
     assert planned.base_loss == pytest.approx(summary["val_loss"], rel=1e-6)
+
+    # greedy capped at 2: the same first two greedy sets as the full path, and exactly the
+    # removal sets the capped path needs scored (counted here from the tables of the full run)
+    from depthlab.pruning_stage import Evaluation, heal_variants, split_tokens
+
+    capped = plan(
+        {**spec, "greedy_max_n": 2, "lm_eval": {**spec["lm_eval"], "enabled": False}},
+        "cpu",
+        lambda message: None,
+        PhaseClock(),
+    )
+    path = pd.read_csv(out / "greedy_path.csv", keep_default_na=False)
+    path_sets = [tuple(int(l) for l in str(r).split("-")) for r in path["removed"]]
+    assert {n for (s, n) in capped.removals if s == "greedy"} == {1, 2}
+    assert [capped.removals[("greedy", n)] for n in (1, 2)] == path_sets[:2]
+
+    def expected_sets(steps):
+        labelled = sweep[(sweep["strategy"] != "greedy") & (sweep["n"] > 0)]["removed"]
+        sets = {()} | {(l,) for l in range(L)}
+        sets |= {tuple(int(l) for l in str(r).split("-")) for r in labelled}
+        previous = ()
+        for step in range(steps):
+            sets |= {tuple(sorted(previous + (l,))) for l in range(L) if l not in previous}
+            previous = path_sets[step]
+        return len(sets)
+
+    assert len(capped.sweep.memo) == expected_sets(2) < summary["removal_sets"]
+    assert summary["removal_sets"] == expected_sets(L - 1)
+    # auto depth on the shorter greedy curve says where it ends
+    from depthlab.pruning import auto_depth_choices
+    from depthlab.pruning_stage import mark_greedy_cap
+
+    table = sweep[(sweep["strategy"] != "greedy") | (sweep["n"] <= 2)]
+    choices = mark_greedy_cap(
+        auto_depth_choices(table, {"val_loss": 100.0}, "acc"), capped, {"greedy_max_n": 2}
+    )
+    greedy = [c for c in choices if c["strategy"] == "greedy"]
+    assert greedy and all(c["curve_end_n"] == 2 and c["at_curve_end"] for c in greedy)
+    assert all("curve_end_n" not in c for c in choices if c["strategy"] != "greedy")
+    assert mark_greedy_cap(choices[:1], capped, {}) == choices[:1]
+
+    # val.loss_tokens reaches every val loss of the stage: the sweep and a healed variant's
+    from depthlab.healing import HealSettings, heal
+
+    k = 5
+    healing = {**pruning_spec["healing"], "enabled": True, "strategies": ["deepest"], "n_grid": [1]}
+    scored = {
+        **spec,
+        "val": {**spec["val"], "loss_tokens": k},
+        "lm_eval": {**spec["lm_eval"], "enabled": False},
+        "healing": healing,
+        "tracking": {**pruning_spec["tracking"], "tensorboard": False},
+    }
+    planned = plan(scored, "cpu", lambda message: None, PhaseClock())
+    by_hand = last_positions_losses(planned.model, planned.windows, k)
+    assert planned.base_loss == pytest.approx(by_hand.mean(), rel=1e-5)
+    assert planned.base_loss != pytest.approx(summary["val_loss"], rel=1e-3)
+    (record,) = heal_variants(
+        planned, Evaluation(None, {}, []), scored, "cpu", lambda message: None
+    ).records
+    removed = planned.removals[("deepest", 1)]
+    merged, _ = heal(
+        prune_copy(planned.model, removed),
+        split_tokens(scored, planned.tokenizer, "train")[0],
+        HealSettings.from_dict(healing),
+        seed=0,
+        device="cpu",
+    )
+    assert record["val_loss_healed"] == pytest.approx(
+        last_positions_losses(merged, planned.windows, k).mean(), rel=1e-5
+    )
+    assert record["val_loss_unhealed"] == pytest.approx(
+        last_positions_losses(prune_copy(planned.model, removed), planned.windows, k).mean(),
+        rel=1e-5,
+    )
     (run["analysis"] / "measures.csv").unlink()
     with pytest.raises(PruningError, match=r"measures\.csv does not exist"):
         plan(

@@ -23,7 +23,12 @@ settings:
   seed, device (auto|cpu|cuda), dtype (float32|bfloat16|float16)
   strategies      subset of [angular, deepest, greedy, block_influence]
   n_grid          block sizes n (null: every n from 1 to L-1)
-  val             {windows, seq_len, batch_size}: evenly spaced validation windows of val.bin
+  greedy_max_n    optional: the greedy path stops at this n (absent or null: at the largest n
+                  of n_grid); greedy rows exist for n <= greedy_max_n only
+  val             {windows, seq_len, batch_size, loss_tokens}: evenly spaced validation windows
+                  of val.bin; loss_tokens (optional): every val loss averages the last
+                  loss_tokens target positions of each window (absent or null: all seq_len),
+                  the earlier positions are context
   retokenize      {val_tokens, train_tokens}: ids re-encoded per split (null: all); a model that
                   is not pretrain only
   lm_eval         {enabled, tasks (null: every task of the folder), n_grid (null: every n; a
@@ -38,12 +43,15 @@ settings:
   speed           {enabled, strategy, n_grid, batch_size, prompt_length, new_tokens, repeats}
   tracking        {tensorboard, progress_every, wandb}: healing's curves (with healing only)
 
-Outputs in `out`: block_choice.csv (n, l_star, distance), block_influence.csv (layer,
+Outputs in `out`: window_losses.csv (removed, strategy, n, window, loss: the loss per
+validation window of the full model, single layers and every strategy set; see
+depthlab/pruning_stage.py), block_choice.csv (n, l_star, distance), block_influence.csv (layer,
 cos_adjacent, block_influence, rank; with block_influence), single_layer.csv (layer, val_loss,
 delta_loss, task, acc, acc_stderr, delta_acc, ...), sweep.csv (model, strategy, n, fraction,
 removed, healed, val_loss, val_ppl, delta_loss, task, acc, acc_stderr, acc_norm,
 acc_norm_stderr, samples), greedy_path.csv, healing.csv, speed.csv, auto_depth.json,
-summary.json (token_source: which tokenizer made the validation and healing ids),
+summary.json (token_source: which tokenizer made the validation and healing ids;
+window_losses: windows, scored positions per window, window starts, overlap),
 export/<strategy>_<metric>_n<k>/ (where configured; with mergekit.yaml, the passthrough config
 that rebuilds it from the original), tensorboard/<strategy>_n<n>/
 (each healed variant's loss and lr, with tracking.tensorboard), provenance.json.
@@ -56,7 +64,8 @@ Example: {"model_name": "pre_ln", "model_kind": "pretrain",
 "out": "results/default/pruning/pre_ln", "seed": 0, "revision": null, "device": "auto",
 "dtype": "float32",
 "strategies": ["angular", "deepest", "greedy"], "n_grid": null,
-"val": {"windows": 32, "seq_len": 64, "batch_size": 16},
+"greedy_max_n": null,
+"val": {"windows": 32, "seq_len": 64, "batch_size": 16, "loss_tokens": null},
 "lm_eval": {"enabled": true, "tasks": null, "n_grid": [3, 6, 9], "single_layer": true,
  "batch_size": 64, "bootstrap_iters": 1000, "metric": "acc"},
 "healing": {"enabled": true, "strategies": ["angular"], "n_grid": [3, 6, 9], "method": "lora",

@@ -26,7 +26,9 @@ that rebuilds the same layer selection from the original model (one slice per ru
 `layer_range` 0-based and end-exclusive).
 
 The loss projects the final states onto the vocabulary a few positions at a time
-(`head_loss_sum`), so a 262k-word head never holds [batch, seq, vocab] logits at once.
+(`head_losses`), so a 262k-word head never holds [batch, seq, vocab] logits at once; with
+`loss_tokens` only the last that many target positions of each window are scored (the earlier
+ones are context), which is where the head's cost goes down.
 
 This module sits below the pruning strategies (depthlab.pruning), healing, the lm-eval tasks and
 the speed measurement, which all use it; it imports none of them.
@@ -40,6 +42,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 import yaml
@@ -333,39 +336,82 @@ def _vocab_size(adapter: ModelAdapter) -> int:
     return int(weight.shape[0]) if weight is not None else int(adapter.model.config.vocab_size)
 
 
-def head_loss_sum(
+def scored_positions(seq_len: int, loss_tokens: int | None) -> int:
+    """Target positions scored per window of `seq_len` targets: the last `loss_tokens` (null:
+    all of them)."""
+    if loss_tokens is None:
+        return seq_len
+    if not 1 <= loss_tokens <= seq_len:
+        raise PruningError(
+            f"val.loss_tokens: {loss_tokens} scored positions per window, outside 1..{seq_len} "
+            f"(val.seq_len)"
+        )
+    return loss_tokens
+
+
+def head_losses(
     adapter: ModelAdapter,
     hidden: torch.Tensor,
     targets: torch.Tensor,
     chunk_elements: int = LOSS_CHUNK_ELEMENTS,
-) -> float:
-    """Summed next-token cross-entropy of the LM head read on `hidden`, the last layer's output
-    before the final norm, [..., d] against `targets` [...]. Positions go through
-    norm -> head -> cross-entropy in chunks of at most `chunk_elements` float32 logits, each
-    chunk's sum added in float64, so peak memory is bounded whatever the vocabulary. A config's
-    `final_logit_softcapping` (Gemma 2/3) is applied as the model's own forward does."""
+    loss_tokens: int | None = None,
+) -> tuple[float, np.ndarray]:
+    """(summed loss, per-window summed loss) of the LM head read on `hidden`, the last layer's
+    output before the final norm, [..., T, d] against `targets` [..., T] (one window per leading
+    index). The one place every validation loss is scored: only the last `loss_tokens` target
+    positions of each window are scored (null: all T); the earlier ones served as context in
+    the layers and never reach the head. Positions go through norm -> head -> cross-entropy in
+    chunks of at most `chunk_elements` float32 logits, each chunk's sum added in float64, so
+    peak memory is bounded whatever the vocabulary. A config's `final_logit_softcapping`
+    (Gemma 2/3) is applied as the model's own forward does."""
     if adapter.lm_head is None:
         raise UnsupportedModelError(f"{type(adapter.model).__name__} has no LM head: no loss")
+    scored = scored_positions(targets.shape[-1], loss_tokens)
+    if scored < targets.shape[-1]:
+        hidden, targets = hidden[..., -scored:, :], targets[..., -scored:]
     rows = hidden.reshape(-1, hidden.shape[-1])
     flat = targets.reshape(-1).to(rows.device)
     step = max(1, int(chunk_elements) // _vocab_size(adapter))
     cap = getattr(adapter.model.config, "final_logit_softcapping", None)
     total = 0.0
+    per_position = np.empty(rows.shape[0], dtype=np.float64)
     for start in range(0, rows.shape[0], step):
         # the final norm acts on each position alone: applying it per chunk changes nothing
         logits = adapter.logits(rows[start : start + step]).float()
         if cap:
             logits = torch.tanh(logits / cap) * cap
-        total += float(F.cross_entropy(logits, flat[start : start + step], reduction="sum"))
-    return total
+        # cross_entropy is nll_loss of log_softmax: one log-softmax gives the chunk's sum
+        # (bit for bit what cross_entropy(reduction="sum") returns) and each position's loss
+        log_probs = F.log_softmax(logits, dim=-1)
+        target = flat[start : start + step]
+        total += float(F.nll_loss(log_probs, target, reduction="sum"))
+        per_position[start : start + step] = (
+            F.nll_loss(log_probs, target, reduction="none").double().cpu().numpy()
+        )
+    return total, per_position.reshape(-1, scored).sum(axis=1)
+
+
+def head_loss_sum(
+    adapter: ModelAdapter,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_elements: int = LOSS_CHUNK_ELEMENTS,
+    loss_tokens: int | None = None,
+) -> float:
+    """Summed next-token cross-entropy of the scored positions (`head_losses`' first value)."""
+    return head_losses(adapter, hidden, targets, chunk_elements, loss_tokens)[0]
 
 
 def model_loss(
-    model: nn.Module, windows: Sequence[torch.Tensor], chunk_elements: int = LOSS_CHUNK_ELEMENTS
+    model: nn.Module,
+    windows: Sequence[torch.Tensor],
+    chunk_elements: int = LOSS_CHUNK_ELEMENTS,
+    loss_tokens: int | None = None,
 ) -> float:
     """Mean next-token cross-entropy of a model over validation windows (no reuse): a healed
     variant's loss, and (with prune_copy) the reference a prefix-reuse sweep must equal. The
-    backbone runs once per window; the head is read in chunks (`head_loss_sum`)."""
+    backbone runs once per window; the head is read in chunks on the last `loss_tokens` target
+    positions of each window (null: all; `head_losses`)."""
     adapter = adapt(model)
     device = next(model.parameters()).device
     captured = {}
@@ -377,9 +423,12 @@ def model_loss(
         with torch.inference_mode():
             for window in windows:
                 window = window.to(device)
+                targets = window[:, 1:]
                 adapter.backbone(input_ids=window[:, :-1], use_cache=False)
-                total += head_loss_sum(adapter, captured.pop("h"), window[:, 1:], chunk_elements)
-                count += window[:, 1:].numel()
+                total += head_loss_sum(
+                    adapter, captured.pop("h"), targets, chunk_elements, loss_tokens
+                )
+                count += targets.shape[0] * scored_positions(targets.shape[-1], loss_tokens)
     finally:
         handle.remove()
     return total / count

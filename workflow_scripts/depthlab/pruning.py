@@ -10,7 +10,8 @@ Unreasonable Ineffectiveness of the Deeper Layers"; block_influence from Men et 
                    stage's (L+1) x (L+1) matrix `angular_distance_last.csv` (ties: the smallest l)
   deepest          the n deepest layers except the last: [L-1-n, L-1) (the paper's baseline)
   greedy           non-contiguous: n times, remove the layer whose removal raises the validation
-                   loss least (ties: the smallest index)
+                   loss least (ties: the smallest index); the path grows to the grid's largest
+                   n, or stops at pruning.greedy_max_n (no greedy set beyond it)
   block_influence  non-contiguous (ShortGPT): the n layers with the lowest Block Influence
                    BI_l = 1 - E[cos(x_l, x_{l+1})], x_l the input of layer l, the mean over every
                    non-pad token of the analysis text set (the analysis stage's per-layer measure
@@ -37,7 +38,13 @@ from torch import nn
 
 from .architectures import ModelAdapter, adapt
 from .errors import PruningError, UnsupportedModelError
-from .layer_removal import LOSS_CHUNK_ELEMENTS, head_loss_sum, layer_output, normalise_removal
+from .layer_removal import (
+    LOSS_CHUNK_ELEMENTS,
+    head_losses,
+    layer_output,
+    normalise_removal,
+    scored_positions,
+)
 
 STRATEGIES = ("angular", "deepest", "greedy", "block_influence")
 
@@ -173,7 +180,10 @@ def block_influence_table(cos_adjacent: np.ndarray):
 def greedy_path(loss_of, num_layers: int, n_max: int, log=None) -> list[dict]:
     """Greedy non-contiguous removal: step k removes, from the set of step k-1, the layer whose
     removal gives the lowest loss (`loss_of(list of sets) -> list of losses`; ties: the smallest
-    layer). Returns one record per step: n, removed set, loss, the candidates' losses."""
+    layer). Returns one record per step n = 1..n_max: n, removed set, loss, the candidates'
+    losses. Step k scores L - k + 1 candidate sets, so the path to n_max scores
+    sum_{k=1..n_max} (L - k + 1) sets (memoised ones included): stopping early
+    (pruning.greedy_max_n, `greedy_steps`) is where the greedy strategy's cost goes down."""
     removed: tuple[int, ...] = ()
     path = []
     for n in range(1, n_max + 1):
@@ -196,6 +206,13 @@ def greedy_path(loss_of, num_layers: int, n_max: int, log=None) -> list[dict]:
                 f"greedy n={n}: drop layer {candidates[best]} -> {removed}, loss {losses[best]:.4f}"
             )
     return path
+
+
+def greedy_steps(n_values: Sequence[int], greedy_max_n: int | None) -> int:
+    """How far the greedy path grows: the largest block size of the grid, capped at
+    pruning.greedy_max_n (null: no cap). Greedy sets exist for the grid's n up to this."""
+    largest = max(n_values)
+    return largest if greedy_max_n is None else min(largest, int(greedy_max_n))
 
 
 def auto_depth(
@@ -270,15 +287,22 @@ def auto_depth_choices(sweep, tolerances: dict, metric_name: str) -> list[dict]:
 # --------------------------------------------------------------------------- losses
 
 
+def window_starts(num_tokens: int, windows: int, seq_len: int) -> np.ndarray:
+    """The first token of each of `windows` evenly spaced (seq_len + 1)-token windows of a flat
+    array of `num_tokens` ids (neighbours overlap when the windows outnumber the room)."""
+    width = seq_len + 1
+    if num_tokens < width:
+        raise PruningError(f"val split has {num_tokens} tokens, fewer than seq_len + 1 = {width}")
+    return np.linspace(0, num_tokens - width, windows).astype(np.int64)
+
+
 def validation_windows(
     tokens: np.ndarray, windows: int, seq_len: int, batch_size: int
 ) -> list[torch.Tensor]:
     """`windows` evenly spaced (seq_len + 1)-token windows of a flat token array, in batches
     (the pretraining stage's validation windows, depthlab.training.validation_batches)."""
     width = seq_len + 1
-    if len(tokens) < width:
-        raise PruningError(f"val split has {len(tokens)} tokens, fewer than seq_len + 1 = {width}")
-    starts = np.linspace(0, len(tokens) - width, windows).astype(np.int64)
+    starts = window_starts(len(tokens), windows, seq_len)
     stacked = np.stack([np.asarray(tokens[s : s + width]) for s in starts]).astype(np.int64)
     return list(torch.from_numpy(stacked).split(batch_size))
 
@@ -294,9 +318,11 @@ class LossSweep:
     """Validation loss of many removal sets with shared work (see the module docstring).
 
     `windows`: batches of (B, T+1) token windows (inputs [:, :-1], targets [:, 1:]). Losses are
-    the mean next-token cross-entropy over every target token, the head read in chunks of at
-    most `chunk_elements` logits (depthlab.layer_removal.head_loss_sum, as model_loss reads a
-    pruned copy).
+    the mean next-token cross-entropy over the scored target positions, the last `loss_tokens`
+    of each window (null: all T), the head read in chunks of at most `chunk_elements` logits
+    (depthlab.layer_removal.head_losses, as model_loss reads a pruned copy). Beside each set's
+    mean, `window_losses` gives its loss per window (the mean over that window's scored
+    positions; windows numbered in batch order), for intervals over the sampled windows.
 
     States are cached by trie node, i.e. by (batch, layer p, the removed layers below p): the
     full model's states h_0..h_L always, every other computed state while the cache holds at
@@ -309,17 +335,22 @@ class LossSweep:
         windows: Sequence[torch.Tensor],
         cache_mib: float = 512.0,
         chunk_elements: int = LOSS_CHUNK_ELEMENTS,
+        loss_tokens: int | None = None,
     ):
         self.model = model
         self.chunk_elements = chunk_elements
+        self.loss_tokens = loss_tokens
         self.adapter = adapt(model)
         if not self.adapter.has_lm_head:
             raise UnsupportedModelError(f"{type(model).__name__} has no LM head: no loss")
         self.num_layers = self.adapter.num_layers
         self.device = next(model.parameters()).device
         self.memo: dict[tuple, float] = {}
+        self.window_memo: dict[tuple, np.ndarray] = {}  # set -> loss per window
         self.layer_calls = 0
-        self.tokens = 0
+        self.tokens = 0  # target positions run through the model
+        self.scored_tokens = 0  # of which scored by the loss (the last loss_tokens per window)
+        self.windows = 0
         self.cache_bytes = int(cache_mib * 2**20)
         self._states: OrderedDict = OrderedDict()  # (batch, layer, removed below) -> state
         self._pinned: dict = {}  # the full model's states
@@ -352,6 +383,10 @@ class LossSweep:
             for handle in handles:
                 handle.remove()
         self.tokens += targets.numel()
+        self.scored_tokens += targets.shape[0] * scored_positions(
+            targets.shape[-1], self.loss_tokens
+        )
+        self.windows += targets.shape[0]
         self.layer_calls += self.num_layers  # the full pass
         for layer, state in enumerate(states):
             self._pinned[(index, layer, ())] = state
@@ -387,21 +422,38 @@ class LossSweep:
         todo = sorted({k for k in keys if k not in self.memo})
         if todo:
             sums = dict.fromkeys(todo, 0.0)
+            per_window = {key: [] for key in todo}
             for index, batch in enumerate(self._batches):
-                self._walk(index, 0, batch.start, (), [set(k) for k in todo], todo, sums)
+                self._walk(
+                    index, 0, batch.start, (), [set(k) for k in todo], todo, sums, per_window
+                )
+            per_window_scored = self.scored_tokens // self.windows
             for key in todo:
-                self.memo[key] = sums[key] / self.tokens
+                self.memo[key] = sums[key] / self.scored_tokens
+                self.window_memo[key] = np.concatenate(per_window[key]) / per_window_scored
         return [self.memo[k] for k in keys]
 
-    def _walk(self, index, layer, hidden, below, removed_sets, keys, sums):
+    def window_losses(self, removal_sets: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Each set's loss per validation window: the mean over the window's scored positions
+        (all windows score as many, so their mean is the set's `losses` value)."""
+        keys = [normalise_removal(s, self.num_layers) for s in removal_sets]
+        self.losses(keys)
+        return [self.window_memo[k] for k in keys]
+
+    def _walk(self, index, layer, hidden, below, removed_sets, keys, sums, per_window):
         """Depth-first over the decisions for layers layer..L-1 shared by `keys`; `hidden` is
         the input of `layer` with the layers `below` removed."""
         if layer == self.num_layers:
-            total = head_loss_sum(
-                self.adapter, hidden, self._batches[index].targets, self.chunk_elements
+            total, windows = head_losses(
+                self.adapter,
+                hidden,
+                self._batches[index].targets,
+                self.chunk_elements,
+                self.loss_tokens,
             )
             for key in keys:
                 sums[key] += total
+                per_window[key].append(windows)
             return
         keep = [i for i, s in enumerate(removed_sets) if layer not in s]
         drop = [i for i, s in enumerate(removed_sets) if layer in s]
@@ -415,6 +467,7 @@ class LossSweep:
                 [removed_sets[i] for i in keep],
                 [keys[i] for i in keep],
                 sums,
+                per_window,
             )
         if drop:
             self._walk(
@@ -425,4 +478,5 @@ class LossSweep:
                 [removed_sets[i] for i in drop],
                 [keys[i] for i in drop],
                 sums,
+                per_window,
             )

@@ -4,7 +4,10 @@
 
   plan      load the model, the analysis' angular-distance matrix (and per-layer cos_adjacent for
             block_influence) and the validation windows; the removal set of every (strategy, n)
-            and the validation loss of every set (LossSweep)
+            and the validation loss of every set (LossSweep); the greedy path stops at
+            greedy_max_n when set (no greedy set beyond: lm-eval scores greedy where it has a
+            set, auto depth and export read the shorter curve, healing and speed may not name
+            greedy beyond the cap: rejected at config time)
   evaluate  lm-eval of the full model, of the sets of lm_eval.n_grid and of single layers
   heal      LoRA / QLoRA on a pruned copy of each set of healing.n_grid, its loss and lm-eval
   speed     measured throughput of the exported sets of speed.n_grid against the full model
@@ -15,13 +18,33 @@ This is the one module that imports the strategies (depthlab.pruning), healing, 
 and the speed measurement together; each of them imports depthlab.layer_removal, none imports
 this module or another of them.
 
+Validation loss: every val loss of the stage (the sweep, single layers, healed variants) is
+the mean next-token cross-entropy over the scored positions of the validation windows: the last
+val.loss_tokens target positions of each window (null: all seq_len), the earlier ones run
+through the model as context only (depthlab.layer_removal.head_losses, the one place).
+
+window_losses.csv (long format; columns removed, strategy, n, window, loss): the loss per
+validation window of the full model (strategy `full`, n 0, removed ""), of every single-layer
+removal (strategy `single`, n 1) and of every (strategy, n) set of sweep.csv (its `removed`
+label; a set two strategies share is listed under each, with equal losses). `window` numbers the
+val.windows windows 0..W-1 in the order of their start in the val ids (summary.json's
+window_losses.window_starts); `loss` is the mean over the window's scored positions, and every
+window scores as many, so the plain mean over windows is the set's val_loss in sweep.csv. The
+windows are evenly spaced stretches of the held-out documents' text: resampling windows with
+replacement (the same resample for every set, pairing each set with the full model window by
+window for delta_loss) gives a bootstrap interval for the documents' sampling variance. Windows
+are independent samples only as far as they do not overlap (window_losses.windows_overlap) and
+a document spanning two windows couples them. Read `removed` with keep_default_na=False (the
+full model's label is empty). Healed variants have no per-window rows.
+
 Token ids: a model pretrained here (model_kind pretrain) reads the run's val.bin / train.bin; any
 other model reads the same documents re-encoded by its own tokenizer (depthlab.model_tokens, at
 most retokenize.val_tokens / train_tokens ids), recorded in summary.json's token_source.
 
 The spec keys and output files are listed in workflow_scripts/prune_model.py; the spec is the
 one depthlab.config resolves (every key the schema requires is indexed, none given a second
-default here).
+default here; the optional greedy_max_n and val.loss_tokens reach the spec only when the config
+sets them, absent meaning null as in the schema).
 
 Size: the stage reads plan -> evaluate -> heal -> speed -> export -> write, one function each;
 the engines are in pruning, layer_removal, healing, lm_tasks and speed.
@@ -60,10 +83,12 @@ from .pruning import (
     check_prunable,
     deepest_removal,
     greedy_path,
+    greedy_steps,
     grid,
     read_cos_adjacent,
     read_distance_matrix,
     validation_windows,
+    window_starts,
 )
 from .speed import measure_exports
 
@@ -117,11 +142,65 @@ def _positive_ints(section: dict, keys: Sequence[str], where: str) -> None:
             raise PruningError(f"{where}.{key}: must be an integer >= 1 (got {value!r})")
 
 
+def check_loss_tokens(
+    val: dict, key: str = "pruning.val.loss_tokens", seq_len_key: str = "pruning.val.seq_len"
+) -> None:
+    """val.loss_tokens (absent or null: every position scored) is an integer in 1..val.seq_len;
+    `key` and `seq_len_key` name the keys that set them (a per_model override's where one
+    applies)."""
+    loss_tokens = val.get("loss_tokens")
+    if loss_tokens is None:
+        return
+    if not isinstance(loss_tokens, int) or isinstance(loss_tokens, bool) or loss_tokens < 1:
+        raise PruningError(f"{key}: an integer >= 1 or null (got {loss_tokens!r})")
+    if loss_tokens > val["seq_len"]:
+        raise PruningError(
+            f"{key}: {loss_tokens} scored positions per window exceed the window's "
+            f"{val['seq_len']} target positions ({seq_len_key})"
+        )
+
+
+def _check_greedy_cap(settings: dict, num_layers: int, where: str) -> None:
+    """pruning.greedy_max_n: an integer >= 1 (a cap above the grid's largest n changes
+    nothing), only with the greedy strategy; healing and speed must not name a greedy set
+    beyond it (lm-eval's grid applies to every strategy: greedy is scored where it has a set)."""
+    cap = settings.get("greedy_max_n")
+    if cap is None:
+        return
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+        raise PruningError(f"{where}.greedy_max_n: an integer >= 1 or null (got {cap!r})")
+    if "greedy" not in settings["strategies"]:
+        raise PruningError(
+            f"{where}.greedy_max_n: has no effect without greedy in {where}.strategies"
+        )
+    pruned = set(grid(settings["n_grid"], num_layers, f"{where}.n_grid"))
+    healing, speed = settings["healing"], settings["speed"]
+    uses = []
+    if healing["enabled"] and "greedy" in (healing.get("strategies") or settings["strategies"]):
+        uses.append(("healing", healing.get("n_grid")))
+    if speed["enabled"] and speed.get("strategy") == "greedy":
+        uses.append(("speed", speed.get("n_grid")))
+    for section, values in uses:
+        beyond = sorted(
+            n
+            for n in grid(values, num_layers, f"{where}.{section}.n_grid")
+            if n in pruned and n > cap
+        )
+        if beyond:
+            raise PruningError(
+                f"{where}.{section}.n_grid: greedy has no removal set for n = "
+                f"{', '.join(map(str, beyond))} (the greedy path stops at {where}.greedy_max_n = "
+                f"{cap}); list block sizes <= {cap}, raise the cap, or leave greedy out of "
+                f"{where}.{section}" + ("" if section == "speed" else ".strategies")
+            )
+
+
 def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pruning") -> None:
     """Config-time check of a pruning section (the settings part of a prune_model spec, schema
     defaults applied) against a model of `num_layers` layers; raises ValueError naming the key.
-    Checks the strategies, every block-size grid (1 <= n < L), validation windows, the
-    re-encoding caps, lm-eval, healing, auto-depth, export and speed keys."""
+    Checks the strategies, every block-size grid (1 <= n < L), the greedy cap, validation
+    windows and their scored positions, the re-encoding caps, lm-eval, healing, auto-depth,
+    export and speed keys."""
     if num_layers < 2:
         raise PruningError(f"{where}: a model of {num_layers} layer(s) has no layer to remove")
     strategies = settings["strategies"]
@@ -135,6 +214,7 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
             )
     _check_grid(settings["n_grid"], num_layers, f"{where}.n_grid")
     _positive_ints(settings["val"], ("windows", "seq_len", "batch_size"), f"{where}.val")
+    check_loss_tokens(settings["val"], f"{where}.val.loss_tokens", f"{where}.val.seq_len")
     for key, value in (settings.get("retokenize") or {}).items():  # absent: a pretrain model
         if key not in RETOKENIZE_KEYS:
             raise PruningError(
@@ -188,6 +268,7 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
         _positive_ints(
             speed, ("batch_size", "prompt_length", "new_tokens", "repeats"), f"{where}.speed"
         )
+    _check_greedy_cap(settings, num_layers, where)
 
 
 # --------------------------------------------------------------------------- table rows
@@ -269,6 +350,7 @@ class Plan:
     losses: dict[tuple[int, ...], float]  # removed layers -> validation loss
     provenance: Provenance
     token_source: dict  # per split: which tokenizer made the ids (depthlab.model_tokens)
+    window_starts: list[int]  # first token of each validation window in the val ids
 
     @property
     def base_loss(self) -> float:
@@ -367,11 +449,13 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
     val = spec["val"]
     val_tokens, val_source = split_tokens(spec, tokenizer, "val")
     windows = validation_windows(val_tokens, val["windows"], val["seq_len"], val["batch_size"])
+    starts = window_starts(len(val_tokens), val["windows"], val["seq_len"])
     log(f"[{name}] validation ids: {val_source}")
-    sweep = LossSweep(model, windows)
+    sweep = LossSweep(model, windows, loss_tokens=val.get("loss_tokens"))
     clock.lap("load")
 
     # removal sets per strategy and n; greedy grows one layer at a time up to the largest n
+    # (or pruning.greedy_max_n): no greedy set beyond
     removals: dict[tuple[str, int], tuple[int, ...]] = {}
     for strategy in spec["strategies"]:
         for n in n_values:
@@ -384,7 +468,10 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
     greedy_records = []
     if "greedy" in spec["strategies"]:
         greedy_records = greedy_path(
-            sweep.losses, L, max(n_values), log=lambda m: log(f"[{name}] {m}")
+            sweep.losses,
+            L,
+            greedy_steps(n_values, spec.get("greedy_max_n")),
+            log=lambda m: log(f"[{name}] {m}"),
         )
         for record in greedy_records:
             if record["n"] in n_values:
@@ -413,6 +500,7 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
         losses=losses,
         provenance=provenance,
         token_source={"val": val_source},
+        window_starts=[int(start) for start in starts],
     )
 
 
@@ -503,7 +591,7 @@ def heal_variants(planned: Plan, evaluated: Evaluation, spec: dict, device: str,
                     "variant": {"strategy": strategy, "n": n, "removed": list(removed)},
                 },
             )
-            loss = model_loss(merged, planned.windows)
+            loss = model_loss(merged, planned.windows, loss_tokens=spec["val"].get("loss_tokens"))
             tasks = (
                 evaluated.evaluator.evaluate(model=merged)
                 if evaluated.evaluator is not None
@@ -639,6 +727,49 @@ def _single_layer_table(planned: Plan, evaluated: Evaluation) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+WINDOW_LOSS_COLUMNS = ["removed", "strategy", "n", "window", "loss"]
+
+
+def window_loss_table(planned: Plan, strategies: Sequence[str]) -> pd.DataFrame:
+    """window_losses.csv, long format: one row per (removal set, window) for the full model
+    (strategy `full`, n 0), every single-layer removal (strategy `single`, n 1) and every
+    (strategy, n) set of the sweep (a set two strategies share appears under each)."""
+    named = [("full", 0, ())] + [("single", 1, removed) for removed in planned.singles]
+    named += [
+        (strategy, n, planned.removals[(strategy, n)])
+        for strategy in strategies
+        for n in planned.n_values
+        if (strategy, n) in planned.removals
+    ]
+    per_window = planned.sweep.window_losses([removed for _, _, removed in named])
+    count = len(per_window[0])
+    return pd.DataFrame(
+        {
+            "removed": np.repeat([removed_label(r) for _, _, r in named], count),
+            "strategy": np.repeat([s for s, _, _ in named], count),
+            "n": np.repeat([n for _, n, _ in named], count),
+            "window": np.tile(np.arange(count), len(named)),
+            "loss": np.concatenate(per_window),
+        }
+    )[WINDOW_LOSS_COLUMNS]
+
+
+def mark_greedy_cap(choices: list[dict], planned: Plan, spec: dict) -> list[dict]:
+    """With pruning.greedy_max_n, each greedy auto-depth choice records where the greedy curve
+    ends (`curve_end_n`, its largest n) and whether the choice is that end (`at_curve_end`: the
+    loss was still within the tolerance there, so a longer path might allow more)."""
+    cap = spec.get("greedy_max_n")
+    ends = [n for (strategy, n) in planned.removals if strategy == "greedy"]
+    if cap is None or not ends:
+        return choices
+    return [
+        {**c, "curve_end_n": max(ends), "at_curve_end": c["n"] == max(ends)}
+        if c["strategy"] == "greedy"
+        else c
+        for c in choices
+    ]
+
+
 def write(
     out: Path,
     planned: Plan,
@@ -663,6 +794,8 @@ def write(
         write_dataframe(out / "block_influence.csv", block_influence_table(planned.cos_adjacent))
     write_dataframe(out / "single_layer.csv", _single_layer_table(planned, evaluated))
     write_dataframe(out / "sweep.csv", table)
+    windows = window_loss_table(planned, spec["strategies"])
+    write_dataframe(out / "window_losses.csv", windows)
     if planned.greedy_records:
         write_dataframe(
             out / "greedy_path.csv",
@@ -688,6 +821,20 @@ def write(
         "num_layers": L,
         "val_loss": planned.base_loss,
         "val_tokens": sweep.tokens,
+        "val_loss_tokens": spec["val"].get("loss_tokens"),
+        "val_scored_tokens": sweep.scored_tokens,
+        "window_losses": {
+            "file": "window_losses.csv",
+            "windows": sweep.windows,
+            "scored_positions_per_window": sweep.scored_tokens // sweep.windows,
+            "removal_sets": int(windows["removed"].nunique()),
+            "window_starts": planned.window_starts,
+            "windows_overlap": bool(
+                np.any(np.diff(planned.window_starts) < spec["val"]["seq_len"] + 1)
+            ),
+        },
+        "greedy_max_n": spec.get("greedy_max_n"),
+        "greedy_steps": len(planned.greedy_records),
         "token_source": planned.token_source,
         "removal_sets": len(sweep.memo),
         "layer_calls": sweep.layer_calls,
@@ -725,8 +872,12 @@ def run(spec: dict, device: str = "cpu", log=print) -> dict:
     healed = heal_variants(planned, evaluated, spec, device, log)
     clock.lap("healing")
     table = pd.DataFrame(evaluated.rows + healed.rows)[SWEEP_COLUMNS]
-    choices = auto_depth_choices(
-        table, spec["auto_depth"].get("tolerances", {}), spec["lm_eval"]["metric"]
+    choices = mark_greedy_cap(
+        auto_depth_choices(
+            table, spec["auto_depth"].get("tolerances", {}), spec["lm_eval"]["metric"]
+        ),
+        planned,
+        spec,
     )
     with atomic_path(Path(spec["out"]), is_dir=True) as tmp:
         speed_table = measure_speed(planned, spec, device, tmp)

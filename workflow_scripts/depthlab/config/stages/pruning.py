@@ -42,7 +42,7 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
     if not pruning:
         return
     from ...lm_tasks import MAX_TOKENS_PER_WORD, validate_task_names, validate_task_settings
-    from ...pruning_stage import validate_pruning_settings
+    from ...pruning_stage import check_loss_tokens, validate_pruning_settings
 
     paths, config = resolved.paths, resolved.config
     require_resources(config, "pruning")
@@ -72,6 +72,10 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
         outputs=[paths.lm_tasks],
     )
     shared = {key: pruning[key] for key in PRUNING_SETTINGS}
+    # optional: omitted means null (config/schema.yaml), no greedy cap; val.loss_tokens likewise
+    # (every position scored). Passed only when given, so a config without them keeps its specs.
+    if "greedy_max_n" in pruning:
+        shared["greedy_max_n"] = pruning["greedy_max_n"]
     shared["retokenize"] = {**RETOKENIZE_DEFAULT, **(pruning.get("retokenize") or {})}
     if lm_eval["n_grid"] == "inherit":  # the job gets the grid itself (null: every n)
         shared["lm_eval"] = {**lm_eval, "n_grid": pruning["n_grid"]}
@@ -104,6 +108,12 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
                 )
         check_positions(
             resolved, name, settings["val"]["seq_len"], overrides.key(name, "val", "seq_len")
+        )
+        library_check(
+            check_loss_tokens,
+            settings["val"],
+            overrides.key(name, "val", "loss_tokens"),
+            overrides.key(name, "val", "seq_len"),
         )
         if settings["healing"]["enabled"]:
             check_positions(
