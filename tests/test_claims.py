@@ -734,3 +734,55 @@ def test_config_reads_pretrained_models_over_their_shards(tmp_path):
     bad["analysis"]["text_sets"]["val_9"] = {"source": "val", "shard": {"index": 3, "count": 3}}
     with pytest.raises(Exception, match=r"analysis\.text_sets\.val_9\.shard\.index: 3"):
         resolve(bad)
+
+
+def _window_losses(windows: int, deltas: dict, noise: float, seed: int = 0) -> pd.DataFrame:
+    """window_losses.csv rows: the full model's loss varies a lot between windows (documents
+    differ); each set adds its own delta plus a little noise, window by window."""
+    rng = np.random.default_rng(seed)
+    base = rng.normal(3.0, 1.0, windows)
+    rows = [("", "full", 0, w, base[w]) for w in range(windows)]
+    for (strategy, n, removed), delta in deltas.items():
+        loss = base + delta + rng.normal(0, noise, windows)
+        rows += [(removed, strategy, n, w, loss[w]) for w in range(windows)]
+    return pd.DataFrame(rows, columns=["removed", "strategy", "n", "window", "loss"])
+
+
+def test_window_bootstrap_pairs_sets_window_by_window():
+    deltas = {("single", 1, str(l)): d for l, d in enumerate([1.0, 0.6, 0.1, 0.05])}
+    windows = _window_losses(200, deltas, noise=0.01)
+    e = claims.window_bootstrap(windows, claims.delta_p_half_gap, 500, 0)
+    # independent: per layer, mean over windows of (single - full), then shallow - deep half
+    pivot = windows.pivot_table(index="window", columns=["strategy", "removed"], values="loss")
+    increase = [(pivot[("single", str(l))] - pivot[("full", "")]).mean() for l in range(4)]
+    assert e.value == pytest.approx(np.mean(increase[:2]) - np.mean(increase[2:]))
+    # paired: the windows' large common spread (sd 1) cancels; only the 0.01 noise remains
+    assert e.low < e.value < e.high and e.high - e.low < 0.01
+    assert "200 validation windows" in e.method
+
+
+def test_pretrained_block_choice_and_delta_p_read_the_window_losses():
+    deltas = {("single", 1, str(l)): d for l, d in enumerate([1.0, 0.6, 0.1, 0.05])}
+    deltas.update({("angular", 2, "2-3"): 0.2, ("deepest", 2, "1-2"): 0.5})
+    windows = _window_losses(100, deltas, noise=0.05)
+    data = _pretrained_data(0.3, 0.1, shards=4)
+    data.window_losses["real"] = windows
+    data.single_layer["real"] = (
+        windows[windows["strategy"] == "single"]
+        .groupby("removed")["loss"]
+        .mean()
+        .sub(windows[windows["strategy"] == "full"]["loss"].mean())
+        .rename("delta_loss")
+        .rename_axis("layer")
+        .reset_index()
+        .astype({"layer": int})
+    )
+    data.pruning_groups = {"real": ["real"]}
+    data.sweeps["real"] = _sweep(0.3, None)
+    table = build_claims(data).set_index("claim_id")
+    assert "validation windows" in table.loc["cod_delta_p_depth:real", "interval"]
+    assert table.loc["cod_delta_p_depth:real", "verdict"] == REPRODUCED
+    block = table.loc["gromov_block_choice:real"]
+    assert "validation windows" in block["interval"]
+    assert block["measured"] == pytest.approx(0.3, abs=0.03)
+    assert block["verdict"] == REPRODUCED

@@ -196,6 +196,66 @@ def half_gap_over_layers(values: pd.Series) -> Estimate:
     return replace(e, method=f"{e.method} over the layers of each half")
 
 
+def window_bootstrap(
+    windows: pd.DataFrame, statistic, resamples: int, seed: int, confidence: float = CONFIDENCE
+) -> Estimate:
+    """statistic(mean loss per removal set) with a percentile bootstrap over the validation
+    windows (window_losses.csv of the pruning stage): each resample draws windows with
+    replacement and every set's mean is taken over the same draw, so the sets stay paired window
+    by window. Sets are keyed "full", "single:<layer>" and "<strategy>:<n>"."""
+    keys = np.where(
+        windows["strategy"] == "full",
+        "full",
+        np.where(
+            windows["strategy"] == "single",
+            "single:" + windows["removed"].astype(str),
+            windows["strategy"] + ":" + windows["n"].astype(str),
+        ),
+    )
+    table = windows.assign(key=keys).pivot_table(index="window", columns="key", values="loss")
+    losses, columns = table.to_numpy(dtype=np.float64), list(table.columns)
+
+    def value(rows) -> float:
+        return float(statistic(dict(zip(columns, losses[rows].mean(0)))))
+
+    count = losses.shape[0]
+    point = value(np.arange(count))
+    rng = np.random.default_rng(seed)
+    draws = np.array([value(rng.integers(0, count, count)) for _ in range(resamples)])
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(draws, [alpha, 1 - alpha])
+    return Estimate(
+        point,
+        float(low),
+        float(high),
+        f"{confidence:.0%} percentile bootstrap over {count} validation windows "
+        f"({resamples} resamples)",
+        1,
+        float(draws.std(ddof=1)),
+    )
+
+
+def delta_p_half_gap(means: dict) -> float:
+    """half_gap of the single-layer loss increase (per layer: loss without it - full loss)."""
+    singles = {
+        int(key.split(":", 1)[1]): loss - means["full"]
+        for key, loss in means.items()
+        if key.startswith("single:")
+    }
+    return half_gap(pd.Series(singles))
+
+
+def block_gap_of_means(means: dict) -> float:
+    """Mean over n of loss(deepest:n) - loss(angular:n): block_choice_gap on set means."""
+    ns = [
+        key.split(":", 1)[1]
+        for key in means
+        if key.startswith("angular:") and f"deepest:{key.split(':', 1)[1]}" in means
+    ]
+    ns = [n for n in ns if int(n) >= 1]
+    return float(np.mean([means[f"deepest:{n}"] - means[f"angular:{n}"] for n in ns]))
+
+
 def over_shards(values: list[float], what: str) -> Estimate:
     """A pretrained model's measure over its document shards: mean with a t-interval over the
     shards (the sampling variance of the documents); one shard: no interval."""
@@ -423,6 +483,7 @@ class RunData:
     # shard) as (measures.csv frame, d(l, l+1) Series, "all tokens" | "last token")
     pretrained: dict = field(default_factory=dict)
     pretrained_scale: dict = field(default_factory=dict)
+    window_losses: dict = field(default_factory=dict)  # pruning window_losses.csv frames
 
 
 def _not_learned(data: RunData, members) -> list[str]:
@@ -601,7 +662,21 @@ def _gromov_claims(data: RunData) -> list[dict]:
         blockers = _not_learned(data, members)
         trained = any(m in data.trained for m in members)
         scale = _scale(data, members)
-        before = over_seeds([block_choice_gap(data.sweeps[m]) for m in members])
+        if not trained and all(m in data.window_losses for m in members):
+            # published checkpoints: the documents' sampling variance, over validation windows
+            before = over_seeds(
+                [
+                    window_bootstrap(
+                        data.window_losses[m],
+                        block_gap_of_means,
+                        data.bootstrap["resamples"],
+                        data.bootstrap["seed"],
+                    )
+                    for m in members
+                ]
+            )
+        else:
+            before = over_seeds([block_choice_gap(data.sweeps[m]) for m in members])
         rows.append(
             _row(
                 f"gromov_block_choice:{group}",
@@ -815,7 +890,15 @@ def _pretrained_claims(data: RunData) -> list[dict]:
         )
         if name in data.single_layer:
             drop, what = single_layer_drop(data.single_layer[name])
-            gap = half_gap_over_layers(drop)
+            if name in data.window_losses and what == "val loss increase":
+                gap = window_bootstrap(
+                    data.window_losses[name],
+                    delta_p_half_gap,
+                    data.bootstrap["resamples"],
+                    data.bootstrap["seed"],
+                )
+            else:
+                gap = half_gap_over_layers(drop)
             rows.append(
                 _row(
                     f"cod_delta_p_depth:{name}",
@@ -1042,6 +1125,8 @@ def input_files(spec: dict) -> list[str]:
             files.append(f"{d}/angular_distance_all.csv")
     for folder in spec["pruning"].values():
         files += [f"{folder}/sweep.csv", f"{folder}/single_layer.csv"]
+        if Path(f"{folder}/window_losses.csv").exists():
+            files.append(f"{folder}/window_losses.csv")
     for folder in spec["depth_score"].values():
         files += [f"{folder}/problem_effects.csv", f"{folder}/accuracy.csv"]
     for folder in spec["linear_maps"].values():
@@ -1102,6 +1187,9 @@ def read_run_data(spec: dict) -> RunData:
     for name, folder in spec["pruning"].items():
         data.sweeps[name] = pd.read_csv(f"{folder}/sweep.csv")
         data.single_layer[name] = pd.read_csv(f"{folder}/single_layer.csv")
+        windows = Path(folder, "window_losses.csv")
+        if windows.exists():
+            data.window_losses[name] = pd.read_csv(windows, keep_default_na=False)
     for name, folder in spec["depth_score"].items():
         data.problem_effects[name] = pd.read_csv(f"{folder}/problem_effects.csv")
         data.accuracy[name] = pd.read_csv(f"{folder}/accuracy.csv")
