@@ -181,7 +181,8 @@ def evaluate_problems(
 
 
 def accuracy_table(problems: list[dict], correct: np.ndarray):
-    """Accuracy per (family, level) with its count and chance level."""
+    """Accuracy per (family, level) with its count and chance level: the problems' own `chance`
+    where they carry one (natural-text families: it depends on the level), else the family's."""
     import pandas as pd
 
     frame = pd.DataFrame(
@@ -189,11 +190,20 @@ def accuracy_table(problems: list[dict], correct: np.ndarray):
             "family": [p["family"] for p in problems],
             "level": [p["level"] for p in problems],
             "correct": correct,
+            "chance": [
+                float(p["chance"])
+                if "chance" in p
+                else chance_accuracy(p["family"])
+                if p["family"] in ALL_FAMILIES
+                else np.nan
+                for p in problems
+            ],
         }
     )
-    table = frame.groupby(["family", "level"], sort=True)["correct"].agg(["mean", "size"])
+    grouped = frame.groupby(["family", "level"], sort=True)
+    table = grouped["correct"].agg(["mean", "size"])
     table = table.rename(columns={"mean": "accuracy", "size": "problems"}).reset_index()
-    table["chance"] = [chance_accuracy(f) if f in ALL_FAMILIES else np.nan for f in table["family"]]
+    table["chance"] = grouped["chance"].first().to_numpy()
     return table
 
 

@@ -1,9 +1,11 @@
 """Problems of graded difficulty for the depth score: synthetic families generated offline (the
-laptop stand-in) and the datasets Csordás et al. 2025 measure it on, MATH levels 1-5 and MQuAKE
-2/3/4-hop questions (families math and mquake: depthlab.benchmark_problems, read from the hub or a
-local file; evaluation problems only, for hub models).
+laptop stand-in), natural-text families generated offline for pretrained LMs, and the datasets
+Csordás et al. 2025 measure it on, MATH levels 1-5 and MQuAKE 2/3/4-hop questions (families math
+and mquake: depthlab.benchmark_problems, read from the hub or a local file; evaluation problems
+only, for hub models).
 
-Families (every token is one whitespace-separated word of a fixed vocabulary):
+Synthetic families (every token is one whitespace-separated word of a fixed vocabulary; a model
+trained here learns them from the set's training data):
 
   arithmetic  level k = k chained operations mod 10, evaluated left to right:
               "7 + 5 - 3 =" -> "9" (level 2). Chance: 1/10.
@@ -16,6 +18,17 @@ Families (every token is one whitespace-separated word of a fixed vocabulary):
               distinct letters; the other pairs are distractors; pair order is shuffled.
               Chance: 1 / len(LETTERS).
 
+Natural-text families (evaluation problems only, no training data: plain text that a pretrained
+LM reads with its own tokenizer, generated from the set's seed):
+
+  addition    level k = integer addition of `terms` k-digit numbers (no modulus, no leading
+              zero), `shots` solved examples of the same level first, one per line:
+              "47 + 38 = 85\n12 + 90 = 102\n56 + 71 =" -> "127" (level 2, terms 2, shots 2).
+              The examples are distinct from each other and from the question. The answer is
+              graded exactly (every digit). Chance, per level: the accuracy of always giving the
+              most likely sum, max_s P(sum = s) for uniform operands (1 / (9 * 10^(k-1)) for
+              two terms); each problem carries it as `chance`.
+
 With at least one synthetic family, `write_problem_set` writes a folder in exactly the data
 stage's format (depthlab.data: tokenizer/,
 train.bin, val.bin, val.jsonl, meta.json, provenance.json) so `depthlab.training.pretrain` trains
@@ -23,8 +36,9 @@ on it unchanged: the documents are whole problems with their answer ("7 + 5 - 3 
 followed by eos, levels mixed. It adds problems.jsonl, the evaluation problems (family, level,
 prompt, answer; drawn independently of the training problems with their own seed; a level whose
 problem space is small, like arithmetic level 1, necessarily overlaps the training set; dataset
-families add their problems to problems.jsonl and nothing to the training data). A set of dataset
-families only trains nothing: the folder holds problems.jsonl, meta.json and provenance.json.
+and natural-text families add their problems to problems.jsonl and nothing to the training data).
+A set without a synthetic family trains nothing: the folder holds problems.jsonl, meta.json and
+provenance.json.
 `read_problems` reads problems.jsonl back; scoring a model on them is depthlab.problem_scoring.
 
 Torch-free (numpy; the tokenizer from `tokenizers` / `transformers`): the make_problems job
@@ -46,8 +60,13 @@ from .data import EOS_TOKEN, PAD_TOKEN, token_dtype
 from .errors import DatasetProblemError, ProblemError
 from .provenance import Provenance
 
-FAMILIES = ("arithmetic", "hops", "lookup")  # synthetic, generated here
-ALL_FAMILIES = FAMILIES + tuple(DATASET_FAMILIES)
+FAMILIES = ("arithmetic", "hops", "lookup")  # synthetic, generated here, with training data
+TEXT_FAMILIES = ("addition",)  # natural text, generated here, evaluation only
+ALL_FAMILIES = FAMILIES + TEXT_FAMILIES + tuple(DATASET_FAMILIES)
+TEXT_KEYS = {"addition": ("levels", "terms", "shots")}
+MAX_ADDITION_DIGITS = 9  # far past what ~100M-parameter LMs add; operands stay in int64
+MAX_ADDITION_TERMS = 10
+MAX_SHOTS = 32  # < 9 ** 2, the fewest distinct questions of a level: examples can be distinct
 DIGITS = tuple(string.digits)
 LETTERS = tuple(string.ascii_lowercase[:16])
 RELATIONS = tuple(string.ascii_uppercase[:8])
@@ -79,6 +98,9 @@ def validate_problem_settings(spec: dict, where: str = "depth_use.problems") -> 
                 validate_dataset_family(name, family, key)
             except DatasetProblemError as error:
                 raise ProblemError(str(error)) from None
+            continue
+        if name in TEXT_FAMILIES:
+            validate_text_family(name, family, key)
             continue
         levels = family.get("levels") if isinstance(family, dict) else None
         if (
@@ -119,6 +141,42 @@ def validate_problem_settings(spec: dict, where: str = "depth_use.problems") -> 
     weights = spec.get("level_weights", "uniform")
     if weights not in ("uniform", "level"):
         raise ProblemError(f"{where}.level_weights: 'uniform' or 'level' (got {weights!r})")
+
+
+def _int_in(value, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def validate_text_family(name: str, family, key: str) -> None:
+    """Config-time check of one natural-text family's settings."""
+    if not isinstance(family, dict):
+        raise ProblemError(f"{key}: a mapping with {', '.join(TEXT_KEYS[name])}")
+    for field in family:
+        if field not in TEXT_KEYS[name]:
+            raise ProblemError(
+                f"{key}.{field}: unknown field (known: {', '.join(TEXT_KEYS[name])})"
+            )
+    levels = family.get("levels")
+    if (
+        not isinstance(levels, list)
+        or not levels
+        or not all(_int_in(k, 1, MAX_ADDITION_DIGITS) for k in levels)
+        or len(set(levels)) != len(levels)
+    ):
+        raise ProblemError(
+            f"{key}.levels: a non-empty list of distinct digit counts in "
+            f"1..{MAX_ADDITION_DIGITS} (got {levels!r})"
+        )
+    if not _int_in(family.get("terms"), 2, MAX_ADDITION_TERMS):
+        raise ProblemError(
+            f"{key}.terms: an integer in 2..{MAX_ADDITION_TERMS}, the numbers added "
+            f"(got {family.get('terms')!r})"
+        )
+    if not _int_in(family.get("shots"), 0, MAX_SHOTS):
+        raise ProblemError(
+            f"{key}.shots: an integer in 0..{MAX_SHOTS}, the solved examples before the "
+            f"question (got {family.get('shots')!r})"
+        )
 
 
 def has_synthetic_family(spec: dict) -> bool:
@@ -198,10 +256,73 @@ def generate_problem(family: str, level: int, rng: np.random.Generator, settings
 
 
 def chance_accuracy(family: str) -> float:
-    """Accuracy of guessing; 0 for the dataset families (open-ended answers)."""
+    """Accuracy of guessing; 0 for the dataset families (open-ended answers). A natural-text
+    family's chance depends on the level: each of its problems carries it (`chance`)."""
+    if family in TEXT_FAMILIES:
+        raise ProblemError(f"families.{family}: chance is per level (the problems' 'chance')")
     if family in DATASET_FAMILIES:
         return 0.0
     return 1.0 / (len(DIGITS) if family == "arithmetic" else len(LETTERS))
+
+
+# ---------------------------------------------------------------------------------------------
+# Natural-text families: prompt and answer strings
+
+
+def addition_chance(level: int, terms: int) -> float:
+    """max_s P(sum = s) for `terms` independent uniform `level`-digit operands: the accuracy of
+    always answering the most likely sum. The sum of uniforms is symmetric and unimodal, so its
+    middle value is a mode; its count of operand tuples is the coefficient of x^m in
+    ((1 - x^n) / (1 - x))^terms (inclusion-exclusion), exact in Python integers for any n."""
+    from math import comb
+
+    n = 9 * 10 ** (level - 1)  # operands 10^(k-1) .. 10^k - 1, shifted to 0 .. n - 1
+    middle = terms * (n - 1) // 2
+    count = sum(
+        (-1) ** j * comb(terms, j) * comb(middle - j * n + terms - 1, terms - 1)
+        for j in range(terms + 1)
+        if middle - j * n >= 0
+    )
+    return count / n**terms
+
+
+def addition_problem(level: int, rng: np.random.Generator, terms: int, shots: int) -> tuple:
+    """(prompt, answer): `shots` solved sums of `terms` level-digit numbers, one per line, then
+    the question "a + b =" whose answer is the sum. Examples and question are distinct draws,
+    so no example gives the answer away."""
+    low, high = 10 ** (level - 1), 10**level
+    draws, seen = [], set()
+    while len(draws) < shots + 1:  # MAX_SHOTS < the fewest distinct questions: terminates
+        operands = tuple(int(x) for x in rng.integers(low, high, size=terms))
+        if operands not in seen:
+            seen.add(operands)
+            draws.append(operands)
+    lines = [f"{' + '.join(map(str, ops))} = {sum(ops)}" for ops in draws[:-1]]
+    question = draws[-1]
+    lines.append(f"{' + '.join(map(str, question))} =")
+    return "\n".join(lines), str(sum(question))
+
+
+def text_problems(name: str, settings: dict, per_level: int, seed: int, first_index: int):
+    """`per_level` problems per level of one natural-text family, level by level (generator
+    [seed, 7919, index], index = the (family, level) position among the set's levels, from
+    `first_index`, as the other families)."""
+    problems = []
+    for offset, level in enumerate(int(k) for k in settings["levels"]):
+        rng = np.random.default_rng([seed, 7919, first_index + offset])
+        chance = addition_chance(level, settings["terms"])
+        for _ in range(per_level):
+            prompt, answer = addition_problem(level, rng, settings["terms"], settings["shots"])
+            problems.append(
+                {
+                    "family": name,
+                    "level": level,
+                    "prompt": prompt,
+                    "answer": answer,
+                    "chance": chance,
+                }
+            )
+    return problems
 
 
 def _with_tables(spec: dict, seed: int) -> dict:
@@ -308,6 +429,10 @@ def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict
         evaluation = evaluation_problems(synthetic, seed)
     offset = len(_levels(synthetic))
     for name, cfg in spec["families"].items():
+        if name in TEXT_FAMILIES:
+            evaluation += text_problems(name, cfg, spec["eval_per_level"], seed, offset)
+            offset += len(cfg["levels"])
+            continue
         if name not in DATASET_FAMILIES:
             continue
         try:
@@ -318,7 +443,14 @@ def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict
             raise ProblemError(str(error)) from None
         evaluation += problems
         offset += len(cfg["levels"])
-    chance = {f: chance_accuracy(f) for f in spec["families"]}
+    chance = {
+        f: (
+            {int(k): addition_chance(int(k), cfg["terms"]) for k in cfg["levels"]}
+            if f in TEXT_FAMILIES
+            else chance_accuracy(f)
+        )
+        for f, cfg in spec["families"].items()
+    }
     problems_meta = {
         "file": PROBLEMS_FILE,
         "count": len(evaluation),
@@ -331,9 +463,13 @@ def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict
             with open(tmp / PROBLEMS_FILE, "w", encoding="utf-8") as handle:
                 handle.writelines(json.dumps(p) + "\n" for p in evaluation)
             meta = {
-                "format": "evaluation problems only (problems.jsonl): dataset families "
-                "have no training data",
-                "source": {"kind": "dataset_problems", "families": spec["families"], "seed": seed},
+                "format": "evaluation problems only (problems.jsonl): dataset and "
+                "natural-text families have no training data",
+                "source": {
+                    "kind": "evaluation_problems",
+                    "families": spec["families"],
+                    "seed": seed,
+                },
                 "problems": problems_meta,
             }
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
