@@ -866,7 +866,8 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     assert sorted(single["layer"].unique()) == list(range(L))
     # window_losses.csv: every set's per-window losses average to its loss in the tables
     windows = pd.read_csv(out / "window_losses.csv", keep_default_na=False)
-    assert list(windows.columns) == ["removed", "strategy", "n", "window", "loss"]
+    assert list(windows.columns) == ["removed", "strategy", "n", "healed", "window", "loss"]
+    assert not windows["healed"].any()  # healing is off here (see the loss_tokens part below)
     per_set = windows.groupby(["strategy", "n", "removed"])
     assert all(sorted(group["window"]) == list(range(8)) for _, group in per_set)
     means = per_set["loss"].mean()
@@ -953,7 +954,12 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
 
     # greedy capped at 2: the same first two greedy sets as the full path, and exactly the
     # removal sets the capped path needs scored (counted here from the tables of the full run)
-    from depthlab.pruning_stage import Evaluation, heal_variants, split_tokens
+    from depthlab.pruning_stage import (
+        Evaluation,
+        heal_variants,
+        split_tokens,
+        window_loss_table,
+    )
 
     capped = plan(
         {**spec, "greedy_max_n": 2, "lm_eval": {**spec["lm_eval"], "enabled": False}},
@@ -1007,9 +1013,8 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     by_hand = last_positions_losses(planned.model, planned.windows, k)
     assert planned.base_loss == pytest.approx(by_hand.mean(), rel=1e-5)
     assert planned.base_loss != pytest.approx(summary["val_loss"], rel=1e-3)
-    (record,) = heal_variants(
-        planned, Evaluation(None, {}, []), scored, "cpu", lambda message: None
-    ).records
+    healed = heal_variants(planned, Evaluation(None, {}, []), scored, "cpu", lambda message: None)
+    (record,) = healed.records
     removed = planned.removals[("deepest", 1)]
     merged, _ = heal(
         prune_copy(planned.model, removed),
@@ -1018,9 +1023,16 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
         seed=0,
         device="cpu",
     )
-    assert record["val_loss_healed"] == pytest.approx(
-        last_positions_losses(merged, planned.windows, k).mean(), rel=1e-5
-    )
+    healed_by_hand = last_positions_losses(merged, planned.windows, k)
+    assert record["val_loss_healed"] == pytest.approx(healed_by_hand.mean(), rel=1e-5)
+    # the healed variant's per-window losses, and its rows in window_losses.csv
+    per_window = healed.window_losses[("deepest", 1, removed)]
+    np.testing.assert_allclose(per_window, healed_by_hand, rtol=1e-5)
+    table = window_loss_table(planned, scored["strategies"], healed.window_losses)
+    rows = table[table["healed"]]
+    assert set(rows["strategy"]) == {"deepest"} and set(rows["n"]) == {1}
+    np.testing.assert_allclose(rows.sort_values("window")["loss"], healed_by_hand, rtol=1e-5)
+    assert not table[~table["healed"]].empty
     assert record["val_loss_unhealed"] == pytest.approx(
         last_positions_losses(prune_copy(planned.model, removed), planned.windows, k).mean(),
         rel=1e-5,

@@ -412,23 +412,37 @@ def model_loss(
     variant's loss, and (with prune_copy) the reference a prefix-reuse sweep must equal. The
     backbone runs once per window; the head is read in chunks on the last `loss_tokens` target
     positions of each window (null: all; `head_losses`)."""
+    return model_losses(model, windows, chunk_elements, loss_tokens)[0]
+
+
+def model_losses(
+    model: nn.Module,
+    windows: Sequence[torch.Tensor],
+    chunk_elements: int = LOSS_CHUNK_ELEMENTS,
+    loss_tokens: int | None = None,
+) -> tuple[float, np.ndarray]:
+    """(model_loss, the loss per validation window: the mean over each window's scored
+    positions, as LossSweep.window_losses gives for a removal set)."""
     adapter = adapt(model)
     device = next(model.parameters()).device
     captured = {}
     handle = adapter.layers[-1].register_forward_hook(
         lambda module, args, output: captured.__setitem__("h", layer_output(output))
     )
-    total, count = 0.0, 0
+    total, count, per_window = 0.0, 0, []
     try:
         with torch.inference_mode():
             for window in windows:
                 window = window.to(device)
                 targets = window[:, 1:]
                 adapter.backbone(input_ids=window[:, :-1], use_cache=False)
-                total += head_loss_sum(
+                scored = scored_positions(targets.shape[-1], loss_tokens)
+                summed, rows = head_losses(
                     adapter, captured.pop("h"), targets, chunk_elements, loss_tokens
                 )
-                count += targets.shape[0] * scored_positions(targets.shape[-1], loss_tokens)
+                total += summed
+                count += targets.shape[0] * scored
+                per_window.append(np.asarray(rows, dtype=np.float64) / scored)
     finally:
         handle.remove()
-    return total / count
+    return total / count, np.concatenate(per_window)

@@ -23,10 +23,11 @@ the mean next-token cross-entropy over the scored positions of the validation wi
 val.loss_tokens target positions of each window (null: all seq_len), the earlier ones run
 through the model as context only (depthlab.layer_removal.head_losses, the one place).
 
-window_losses.csv (long format; columns removed, strategy, n, window, loss): the loss per
-validation window of the full model (strategy `full`, n 0, removed ""), of every single-layer
-removal (strategy `single`, n 1) and of every (strategy, n) set of sweep.csv (its `removed`
-label; a set two strategies share is listed under each, with equal losses). `window` numbers the
+window_losses.csv (long format; columns removed, strategy, n, healed, window, loss): the loss
+per validation window of the full model (strategy `full`, n 0, removed ""), of every
+single-layer removal (strategy `single`, n 1) and of every (strategy, n) set of sweep.csv (its
+`removed` label; a set two strategies share is listed under each, with equal losses), healed
+False; then every healed variant (healed True). `window` numbers the
 val.windows windows 0..W-1 in the order of their start in the val ids (summary.json's
 window_losses.window_starts); `loss` is the mean over the window's scored positions, and every
 window scores as many, so the plain mean over windows is the set's val_loss in sweep.csv. The
@@ -35,7 +36,7 @@ replacement (the same resample for every set, pairing each set with the full mod
 window for delta_loss) gives a bootstrap interval for the documents' sampling variance. Windows
 are independent samples only as far as they do not overlap (window_losses.windows_overlap) and
 a document spanning two windows couples them. Read `removed` with keep_default_na=False (the
-full model's label is empty). Healed variants have no per-window rows.
+full model's label is empty).
 
 Token ids: a model pretrained here (model_kind pretrain) reads the run's val.bin / train.bin; any
 other model reads the same documents re-encoded by its own tokenizer (depthlab.model_tokens, at
@@ -57,7 +58,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,7 @@ from .architectures import adapt, load_model, load_tokenizer, resolve_model_path
 from .atomic_files import atomic_path, write_dataframe, write_json
 from .errors import PruningError
 from .healing import HealSettings, heal, validate_healing_settings
-from .layer_removal import export_pruned, model_loss, prune_copy
+from .layer_removal import export_pruned, model_losses, prune_copy
 from .lm_tasks import TaskEvaluator, check_task_folder
 from .model_tokens import model_tokens
 from .provenance import Provenance
@@ -385,6 +386,8 @@ class Healing:
     rows: list[dict]  # the healed variants' sweep rows
     records: list[dict]  # healing.csv
     events: tempfile.TemporaryDirectory | None
+    # (strategy, n, removed) -> the healed variant's loss per validation window
+    window_losses: dict = field(default_factory=dict)
 
 
 def split_tokens(spec: dict, tokenizer, split: str) -> tuple[np.ndarray, dict]:
@@ -559,7 +562,7 @@ def heal_variants(planned: Plan, evaluated: Evaluation, spec: dict, device: str,
     """Heal a pruned copy of each planned set of healing.strategies x healing.n_grid; the healed
     model's validation loss and lm-eval rows."""
     healing = spec["healing"]
-    rows, records, events = [], [], None
+    rows, records, events, per_window = [], [], None, {}
     if not healing["enabled"]:
         return Healing(rows=rows, records=records, events=events)
     tracking = spec["tracking"]
@@ -591,7 +594,9 @@ def heal_variants(planned: Plan, evaluated: Evaluation, spec: dict, device: str,
                     "variant": {"strategy": strategy, "n": n, "removed": list(removed)},
                 },
             )
-            loss = model_loss(merged, planned.windows, loss_tokens=spec["val"].get("loss_tokens"))
+            loss, per_window[(strategy, n, removed)] = model_losses(
+                merged, planned.windows, loss_tokens=spec["val"].get("loss_tokens")
+            )
             tasks = (
                 evaluated.evaluator.evaluate(model=merged)
                 if evaluated.evaluator is not None
@@ -609,7 +614,7 @@ def heal_variants(planned: Plan, evaluated: Evaluation, spec: dict, device: str,
                 }
             )
             del merged
-    return Healing(rows=rows, records=records, events=events)
+    return Healing(rows=rows, records=records, events=events, window_losses=per_window)
 
 
 def measure_speed(planned: Plan, spec: dict, device: str, work_dir: Path) -> pd.DataFrame | None:
@@ -727,13 +732,16 @@ def _single_layer_table(planned: Plan, evaluated: Evaluation) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-WINDOW_LOSS_COLUMNS = ["removed", "strategy", "n", "window", "loss"]
+WINDOW_LOSS_COLUMNS = ["removed", "strategy", "n", "healed", "window", "loss"]
 
 
-def window_loss_table(planned: Plan, strategies: Sequence[str]) -> pd.DataFrame:
+def window_loss_table(
+    planned: Plan, strategies: Sequence[str], healed: dict | None = None
+) -> pd.DataFrame:
     """window_losses.csv, long format: one row per (removal set, window) for the full model
     (strategy `full`, n 0), every single-layer removal (strategy `single`, n 1) and every
-    (strategy, n) set of the sweep (a set two strategies share appears under each)."""
+    (strategy, n) set of the sweep (a set two strategies share appears under each), healed
+    False; then each healed variant's (healed True; `healed`: Healing.window_losses)."""
     named = [("full", 0, ())] + [("single", 1, removed) for removed in planned.singles]
     named += [
         (strategy, n, planned.removals[(strategy, n)])
@@ -742,12 +750,18 @@ def window_loss_table(planned: Plan, strategies: Sequence[str]) -> pd.DataFrame:
         if (strategy, n) in planned.removals
     ]
     per_window = planned.sweep.window_losses([removed for _, _, removed in named])
+    flags = [False] * len(named)
+    for key, losses in (healed or {}).items():
+        named.append(key)
+        per_window.append(losses)
+        flags.append(True)
     count = len(per_window[0])
     return pd.DataFrame(
         {
             "removed": np.repeat([removed_label(r) for _, _, r in named], count),
             "strategy": np.repeat([s for s, _, _ in named], count),
             "n": np.repeat([n for _, n, _ in named], count),
+            "healed": np.repeat(flags, count),
             "window": np.tile(np.arange(count), len(named)),
             "loss": np.concatenate(per_window),
         }
@@ -794,7 +808,7 @@ def write(
         write_dataframe(out / "block_influence.csv", block_influence_table(planned.cos_adjacent))
     write_dataframe(out / "single_layer.csv", _single_layer_table(planned, evaluated))
     write_dataframe(out / "sweep.csv", table)
-    windows = window_loss_table(planned, spec["strategies"])
+    windows = window_loss_table(planned, spec["strategies"], healed.window_losses)
     write_dataframe(out / "window_losses.csv", windows)
     if planned.greedy_records:
         write_dataframe(
