@@ -741,11 +741,11 @@ def _window_losses(windows: int, deltas: dict, noise: float, seed: int = 0) -> p
     differ); each set adds its own delta plus a little noise, window by window."""
     rng = np.random.default_rng(seed)
     base = rng.normal(3.0, 1.0, windows)
-    rows = [("", "full", 0, w, base[w]) for w in range(windows)]
-    for (strategy, n, removed), delta in deltas.items():
+    rows = [("", "full", 0, False, w, base[w]) for w in range(windows)]
+    for (strategy, n, removed, *healed), delta in deltas.items():
         loss = base + delta + rng.normal(0, noise, windows)
-        rows += [(removed, strategy, n, w, loss[w]) for w in range(windows)]
-    return pd.DataFrame(rows, columns=["removed", "strategy", "n", "window", "loss"])
+        rows += [(removed, strategy, n, bool(healed), w, loss[w]) for w in range(windows)]
+    return pd.DataFrame(rows, columns=["removed", "strategy", "n", "healed", "window", "loss"])
 
 
 def test_window_bootstrap_pairs_sets_window_by_window():
@@ -764,6 +764,7 @@ def test_window_bootstrap_pairs_sets_window_by_window():
 def test_pretrained_block_choice_and_delta_p_read_the_window_losses():
     deltas = {("single", 1, str(l)): d for l, d in enumerate([1.0, 0.6, 0.1, 0.05])}
     deltas.update({("angular", 2, "2-3"): 0.2, ("deepest", 2, "1-2"): 0.5})
+    deltas.update({("angular", 2, "2-3", True): 0.1, ("deepest", 2, "1-2", True): 0.15})
     windows = _window_losses(100, deltas, noise=0.05)
     data = _pretrained_data(0.3, 0.1, shards=4)
     data.window_losses["real"] = windows
@@ -786,3 +787,11 @@ def test_pretrained_block_choice_and_delta_p_read_the_window_losses():
     assert "validation windows" in block["interval"]
     assert block["measured"] == pytest.approx(0.3, abs=0.03)
     assert block["verdict"] == REPRODUCED
+    # healing: |gap before| - |gap after| from the same windows, by hand
+    gap = table.loc["gromov_healing_gap:real"]
+    means = windows.groupby(["strategy", "n", "healed"])["loss"].mean()
+    by_hand = abs(means[("deepest", 2, False)] - means[("angular", 2, False)]) - abs(
+        means[("deepest", 2, True)] - means[("angular", 2, True)]
+    )
+    assert gap["measured"] == pytest.approx(by_hand)
+    assert "validation windows" in gap["interval"] and gap["verdict"] == REPRODUCED

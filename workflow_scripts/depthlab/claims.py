@@ -196,24 +196,41 @@ def half_gap_over_layers(values: pd.Series) -> Estimate:
     return replace(e, method=f"{e.method} over the layers of each half")
 
 
+def _window_table(windows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """window_losses.csv as a (windows x removal sets) loss matrix and the sets' keys: "full",
+    "single:<layer>", "<strategy>:<n>" and, for healed variants, "healed:<strategy>:<n>"."""
+    keys = pd.Series(
+        np.where(
+            windows["strategy"] == "full",
+            "full",
+            np.where(
+                windows["strategy"] == "single",
+                "single:" + windows["removed"].astype(str),
+                windows["strategy"] + ":" + windows["n"].astype(str),
+            ),
+        ),
+        index=windows.index,
+    )
+    if "healed" in windows:
+        healed = windows["healed"].astype(str).str.lower() == "true"
+        keys = keys.where(~healed, "healed:" + keys)
+    table = windows.assign(key=keys).pivot_table(index="window", columns="key", values="loss")
+    return table.to_numpy(dtype=np.float64), list(table.columns)
+
+
+def _window_means(windows: pd.DataFrame) -> dict:
+    losses, columns = _window_table(windows)
+    return dict(zip(columns, losses.mean(0)))
+
+
 def window_bootstrap(
     windows: pd.DataFrame, statistic, resamples: int, seed: int, confidence: float = CONFIDENCE
 ) -> Estimate:
-    """statistic(mean loss per removal set) with a percentile bootstrap over the validation
-    windows (window_losses.csv of the pruning stage): each resample draws windows with
-    replacement and every set's mean is taken over the same draw, so the sets stay paired window
-    by window. Sets are keyed "full", "single:<layer>" and "<strategy>:<n>"."""
-    keys = np.where(
-        windows["strategy"] == "full",
-        "full",
-        np.where(
-            windows["strategy"] == "single",
-            "single:" + windows["removed"].astype(str),
-            windows["strategy"] + ":" + windows["n"].astype(str),
-        ),
-    )
-    table = windows.assign(key=keys).pivot_table(index="window", columns="key", values="loss")
-    losses, columns = table.to_numpy(dtype=np.float64), list(table.columns)
+    """statistic(mean loss per removal set, keyed as _window_table says) with a percentile
+    bootstrap over the validation windows (window_losses.csv of the pruning stage): each
+    resample draws windows with replacement and every set's mean is taken over the same draw,
+    so the sets stay paired window by window."""
+    losses, columns = _window_table(windows)
 
     def value(rows) -> float:
         return float(statistic(dict(zip(columns, losses[rows].mean(0)))))
@@ -254,6 +271,27 @@ def block_gap_of_means(means: dict) -> float:
     ]
     ns = [n for n in ns if int(n) >= 1]
     return float(np.mean([means[f"deepest:{n}"] - means[f"angular:{n}"] for n in ns]))
+
+
+def healing_gap_of_means(means: dict) -> float:
+    """healing_gap_change on set means: mean over the n healed for both angular and deepest of
+    |gap before| - |gap after| (NaN when no n was healed for both)."""
+    ns = [
+        key.rsplit(":", 1)[1]
+        for key in means
+        if key.startswith("healed:angular:") and f"healed:deepest:{key.rsplit(':', 1)[1]}" in means
+    ]
+    if not ns:
+        return math.nan
+    return float(
+        np.mean(
+            [
+                abs(means[f"deepest:{n}"] - means[f"angular:{n}"])
+                - abs(means[f"healed:deepest:{n}"] - means[f"healed:angular:{n}"])
+                for n in ns
+            ]
+        )
+    )
 
 
 def over_shards(values: list[float], what: str) -> Estimate:
@@ -500,7 +538,7 @@ def _not_learned(data: RunData, members) -> list[str]:
 
 
 def _scale(data: RunData, members) -> str:
-    return data.scale.get(members[0], members[0])
+    return data.scale.get(members[0]) or data.pretrained_scale.get(members[0], members[0])
 
 
 def _seed_pairs(base: list, treat: list) -> list[tuple[str, str]]:
@@ -690,7 +728,22 @@ def _gromov_claims(data: RunData) -> list[dict]:
                 _decide(before, verdict_positive(before, blockers, negligible), trained, blockers),
             )
         )
-        changes = [healing_gap_change(data.sweeps[m]) for m in members]
+        if not trained and all(
+            m in data.window_losses
+            and math.isfinite(healing_gap_of_means(_window_means(data.window_losses[m])))
+            for m in members
+        ):
+            changes = [
+                window_bootstrap(
+                    data.window_losses[m],
+                    healing_gap_of_means,
+                    data.bootstrap["resamples"],
+                    data.bootstrap["seed"],
+                )
+                for m in members
+            ]
+        else:
+            changes = [healing_gap_change(data.sweeps[m]) for m in members]
         claim = (
             f"{group}: healing shrinks the gap: mean over healed n of |gap before| - "
             f"|gap after| > {negligible:g}"

@@ -139,10 +139,9 @@ def _pretrained_models(resolved: Resolved, text_set: str | None) -> dict:
         if not sets:
             continue
         layers = model_layers(resolved, name, "claims")
-        shards = f"{len(sets)} document shards" if len(sets) > 1 else f"text set {sets[0]}"
         pretrained[name] = {
             "analysis": [resolved.paths.analysis(t, name) for t in sets],
-            "scale": f"{name} (pretrained, {layers or '?'} layers); {shards}",
+            "scale": f"{name} (pretrained, {layers or '?'} layers)",
         }
     return pretrained
 
