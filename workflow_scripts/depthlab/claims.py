@@ -524,6 +524,17 @@ class RunData:
     window_losses: dict = field(default_factory=dict)  # pruning window_losses.csv frames
 
 
+def _over_windows(data: RunData, name: str, statistic) -> Estimate:
+    """statistic on a pruned model's window losses, bootstrapped over its validation windows
+    (the run's bootstrap resamples and seed)."""
+    return window_bootstrap(
+        data.window_losses[name],
+        statistic,
+        data.bootstrap["resamples"],
+        data.bootstrap["seed"],
+    )
+
+
 def _not_learned(data: RunData, members) -> list[str]:
     """Reasons a model's measurements say nothing about the paper: no better than unigram."""
     reasons = []
@@ -702,17 +713,7 @@ def _gromov_claims(data: RunData) -> list[dict]:
         scale = _scale(data, members)
         if not trained and all(m in data.window_losses for m in members):
             # published checkpoints: the documents' sampling variance, over validation windows
-            before = over_seeds(
-                [
-                    window_bootstrap(
-                        data.window_losses[m],
-                        block_gap_of_means,
-                        data.bootstrap["resamples"],
-                        data.bootstrap["seed"],
-                    )
-                    for m in members
-                ]
-            )
+            before = over_seeds([_over_windows(data, m, block_gap_of_means) for m in members])
         else:
             before = over_seeds([block_choice_gap(data.sweeps[m]) for m in members])
         rows.append(
@@ -733,15 +734,7 @@ def _gromov_claims(data: RunData) -> list[dict]:
             and math.isfinite(healing_gap_of_means(_window_means(data.window_losses[m])))
             for m in members
         ):
-            changes = [
-                window_bootstrap(
-                    data.window_losses[m],
-                    healing_gap_of_means,
-                    data.bootstrap["resamples"],
-                    data.bootstrap["seed"],
-                )
-                for m in members
-            ]
+            changes = [_over_windows(data, m, healing_gap_of_means) for m in members]
         else:
             changes = [healing_gap_change(data.sweeps[m]) for m in members]
         claim = (
@@ -944,12 +937,7 @@ def _pretrained_claims(data: RunData) -> list[dict]:
         if name in data.single_layer:
             drop, what = single_layer_drop(data.single_layer[name])
             if name in data.window_losses and what == "val loss increase":
-                gap = window_bootstrap(
-                    data.window_losses[name],
-                    delta_p_half_gap,
-                    data.bootstrap["resamples"],
-                    data.bootstrap["seed"],
-                )
+                gap = _over_windows(data, name, delta_p_half_gap)
             else:
                 gap = half_gap_over_layers(drop)
             rows.append(
