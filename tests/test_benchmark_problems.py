@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tiny_models
 import torch
 from depthlab.benchmark_problems import boxed_answer, math_level, normalise_answer
 from depthlab.config import ConfigError, load_config, resolve
@@ -497,27 +498,7 @@ def test_answer_positions_and_depth_score_with_a_hub_tokenizer(tmp_path, hub_tok
 
 def byte_level_tokenizer(texts: list[str]):
     """A lossless byte-level BPE tokenizer (as Llama 3 / Qwen / GPT-2 use), trained on `texts`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(
-        texts,
-        trainers.BpeTrainer(
-            vocab_size=400,
-            special_tokens=["<pad>", "<s>", "</s>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        clean_up_tokenization_spaces=False,
-    )
+    return tiny_models.byte_level_tokenizer(texts, vocab_size=400)
 
 
 def solution_writer(tokenizer, prompts, continuations) -> Oracle:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tiny_models
 import torch
 from depthlab import data as data_lib
 from depthlab.problem_scoring import accuracy_table, evaluate_problems, problem_batches
@@ -298,32 +299,7 @@ def test_addition_chance_is_the_most_likely_sum():
 def byte_level_tokenizer(texts: list[str]):
     """A byte-level BPE tokenizer with digits split one by one, as SmolLM2's and Gemma 3's
     (" 127" -> " ", "1", "2", "7"), trained on `texts`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False),
-        ]
-    )
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(
-        texts,
-        trainers.BpeTrainer(
-            vocab_size=600,
-            special_tokens=["<pad>", "<s>", "</s>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        clean_up_tokenization_spaces=False,
-    )
+    return tiny_models.byte_level_tokenizer(texts, vocab_size=600, split_digits=True)
 
 
 def test_addition_is_graded_on_every_answer_token(tmp_path):

@@ -198,3 +198,35 @@ class Oracle(torch.nn.Module):
                     token = sequence[length] if self.constant is None else self.constant
                     logits[row, length - 1, token] = 1.0
         return type("Out", (), {"logits": logits})()
+
+
+def byte_level_tokenizer(texts: list[str], vocab_size: int = 400, split_digits: bool = False):
+    """A lossless byte-level BPE tokenizer (as Llama 3 / Qwen / GPT-2 use) trained on `texts`;
+    split_digits: every digit its own piece, as SmolLM2's and Gemma 3's (" 127" -> " ", "1",
+    "2", "7")."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if split_digits
+        else byte_level
+    )
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=["<pad>", "<s>", "</s>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        clean_up_tokenization_spaces=False,
+    )
