@@ -23,7 +23,7 @@ from depthlab.errors import PruningError
 from depthlab.layer_removal import (
     config_updates,
     export_pruned,
-    head_loss_sum,
+    head_losses,
     kept_ranges,
     model_loss,
     prune_copy,
@@ -473,7 +473,7 @@ def test_loss_tokens_scores_the_last_positions(family):
         for window in windows:
             adapter.backbone(input_ids=window[:, :-1], use_cache=False)
             total += old_head_loss_sum(adapter, captured["h"], window[:, 1:], chunk)
-            assert head_loss_sum(adapter, captured["h"], window[:, 1:], chunk) == (
+            assert head_losses(adapter, captured["h"], window[:, 1:], chunk)[0] == (
                 old_head_loss_sum(adapter, captured["h"], window[:, 1:], chunk)
             )
     handle.remove()

@@ -391,17 +391,6 @@ def head_losses(
     return total, per_position.reshape(-1, scored).sum(axis=1)
 
 
-def head_loss_sum(
-    adapter: ModelAdapter,
-    hidden: torch.Tensor,
-    targets: torch.Tensor,
-    chunk_elements: int = LOSS_CHUNK_ELEMENTS,
-    loss_tokens: int | None = None,
-) -> float:
-    """Summed next-token cross-entropy of the scored positions (`head_losses`' first value)."""
-    return head_losses(adapter, hidden, targets, chunk_elements, loss_tokens)[0]
-
-
 def model_loss(
     model: nn.Module,
     windows: Sequence[torch.Tensor],
