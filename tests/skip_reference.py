@@ -15,8 +15,8 @@ from depthlab.interventions import (
     _relative_change,
     _replace_first,
     _softmax,
-    parse_variant,
 )
+from depthlab.stage_settings import parse_variant
 
 
 def _reference_forward(adapter: ModelAdapter, ids: torch.Tensor, hooks=()):

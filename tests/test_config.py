@@ -62,6 +62,33 @@ def test_shipped_configs_build_the_dag(name, tmp_path):
     assert "prepare_data" in result.stdout
 
 
+def test_resolving_the_shipped_configs_imports_no_model_code():
+    """The Snakefile resolves every job's spec on each invocation (`-n` too): that must not
+    import torch or transformers (seconds each), only the config checks (depthlab.stage_settings)."""
+    from test_readme import real_lms_installed
+
+    # real_lms.yaml reads its GGUF headers: resolved where requirements-real-lms.txt is installed
+    skipped = {"schema.yaml"} | (set() if real_lms_installed() else {"real_lms.yaml"})
+    configs = sorted(p.name for p in (ROOT / "config").glob("*.yaml") if p.name not in skipped)
+    code = (
+        "import sys\n"
+        "from depthlab.config import load_config, resolve\n"
+        f"for name in {configs!r}:\n"
+        f"    resolve(load_config({str(ROOT / 'config')!r} + '/' + name))\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'lm_eval', 'peft') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**local_env(), "PYTHONPATH": str(ROOT / "workflow_scripts")},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(configs) >= 4 and result.stdout.strip() == "[]", (configs, result.stdout)
+
+
 def rejects(config: dict, pattern: str) -> None:
     with pytest.raises(ConfigError, match=pattern):
         resolve(config)

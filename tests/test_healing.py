@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 from depthlab.errors import PruningError
-from depthlab.healing import HealSettings, _schedule, heal, validate_healing_settings
+from depthlab.healing import _schedule, heal
 from depthlab.layer_removal import model_loss, prune_copy
 from depthlab.lm_tasks import TaskEvaluator
 from depthlab.pruning import validation_windows
+from depthlab.stage_settings import HealSettings, validate_healing_settings
 from test_lm_tasks import make_run
 
 torch.set_num_threads(1)

@@ -10,13 +10,8 @@ import pytest
 import torch
 from depthlab.architectures import adapt
 from depthlab.depth_score import depth_score, depth_scores_by_group
-from depthlab.interventions import (
-    VARIANTS,
-    SkipSettings,
-    future_positions,
-    skip_effects,
-    validate_intervention_settings,
-)
+from depthlab.interventions import SkipSettings, future_positions, skip_effects
+from depthlab.stage_settings import VARIANTS, validate_intervention_settings
 from skip_reference import reference_skip_effects
 from tiny_models import build, random_batch
 

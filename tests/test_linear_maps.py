@@ -16,17 +16,16 @@ from depthlab.architectures import adapt
 from depthlab.linear_maps import (
     AffineRidgeMaps,
     aligned_states,
-    check_same_tokenizer,
     encode_with_offsets,
     fit_linear_maps,
     paired_batches,
     plan_target_blocks,
     split_of,
-    validate_linear_map_settings,
     word_end_pairs,
     word_ends,
 )
 from depthlab.models import build_model, make_config
+from depthlab.stage_settings import check_same_tokenizer, validate_linear_map_settings
 from tiny_models import VOCAB, random_batch
 
 torch.set_num_threads(1)

@@ -41,11 +41,10 @@ from depthlab.pruning import (
     deepest_removal,
     greedy_path,
     greedy_steps,
-    grid,
     read_cos_adjacent,
     validation_windows,
 )
-from depthlab.pruning_stage import validate_pruning_settings
+from depthlab.stage_settings import grid, validate_pruning_settings
 from tiny_models import VOCAB, build, random_batch
 
 torch.set_num_threads(1)

@@ -40,6 +40,15 @@ def imported_modules(path: Path, package_dir: Path) -> set[str]:
     anywhere in it (scripts import inside main()); `from x import name` counts `x.name` when
     that is a module (a subpackage's module), else `x`."""
     package_dir, path = Path(package_dir).resolve(), Path(path).resolve()
+    stat = path.stat()
+    return set(_imported_modules(path, package_dir, stat.st_mtime_ns, stat.st_size))
+
+
+@cache
+def _imported_modules(path: Path, package_dir: Path, mtime_ns: int, size: int) -> frozenset:
+    """imported_modules, parsed once per file version: the Snakefile asks for every rule's
+    closure, and the rules' closures share most files (file time and size are in the key, so an
+    edited file is parsed again)."""
     inside = path.is_relative_to(package_dir)
     here = _dotted_name(package_dir, path) if inside else ""
     if inside and Path(path).name != "__init__.py":
@@ -65,7 +74,7 @@ def imported_modules(path: Path, package_dir: Path) -> set[str]:
                 child = f"{base}.{alias.name}" if base else alias.name
                 found.add(child if _module_file(package_dir, child) else base)
     found.discard("")
-    return {name for name in found if _module_file(package_dir, name)}
+    return frozenset(name for name in found if _module_file(package_dir, name))
 
 
 def _with_parents(name: str) -> list[str]:

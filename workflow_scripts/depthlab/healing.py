@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass, fields
 from types import SimpleNamespace
 
 import numpy as np
@@ -28,74 +27,9 @@ import torch
 from .architectures import _register_depthlab_models
 from .errors import PruningError
 from .layer_removal import export_pruned
+from .stage_settings import HealSettings
 from .tracking import Progress, Tracker
 from .training import language_model_loss, lr_multiplier, train_batch
-
-METHODS = ("lora", "qlora")
-SCHEDULES = ("cosine", "constant")
-
-
-@dataclass(frozen=True)
-class HealSettings:
-    method: str
-    rank: int
-    alpha: float
-    dropout: float
-    target_modules: tuple
-    steps: int
-    batch_size: int
-    seq_len: int
-    lr: float
-    warmup_steps: int
-    min_lr_ratio: float
-    schedule: str
-    weight_decay: float
-
-    @classmethod
-    def from_dict(cls, values: dict, where: str = "pruning.healing") -> HealSettings:
-        names = [f.name for f in fields(cls)]
-        missing = [n for n in names if n not in values]
-        if missing:
-            raise PruningError(f"{where}.{missing[0]}: missing healing setting")
-        settings = cls(
-            **{n: values[n] for n in names if n != "target_modules"},
-            target_modules=tuple(values["target_modules"]),
-        )
-        if settings.method not in METHODS:
-            raise PruningError(
-                f"{where}.method: unknown method '{settings.method}' (known: {', '.join(METHODS)})"
-            )
-        if settings.schedule not in SCHEDULES:
-            raise PruningError(
-                f"{where}.schedule: unknown schedule '{settings.schedule}' "
-                f"(known: {', '.join(SCHEDULES)})"
-            )
-        return settings
-
-
-def validate_healing_settings(values: dict, where: str = "pruning.healing") -> None:
-    """Config-time check (ValueError naming the key); QLoRA needs bitsandbytes installed."""
-    settings = HealSettings.from_dict(values, where)
-    for key in ("rank", "steps", "batch_size", "seq_len"):
-        value = getattr(settings, key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PruningError(f"{where}.{key}: must be an integer >= 1 (got {value!r})")
-    for key in ("alpha", "lr"):
-        if not getattr(settings, key) > 0:
-            raise PruningError(f"{where}.{key}: must be > 0 (got {getattr(settings, key)!r})")
-    if not 0 <= settings.dropout < 1:
-        raise PruningError(f"{where}.dropout: must be in [0, 1) (got {settings.dropout!r})")
-    if not 0 <= settings.min_lr_ratio <= 1:
-        raise PruningError(f"{where}.min_lr_ratio: must be in [0, 1]")
-    if not isinstance(settings.warmup_steps, int) or settings.warmup_steps < 0:
-        raise PruningError(f"{where}.warmup_steps: must be an integer >= 0")
-    if settings.method == "qlora":
-        import importlib.util
-
-        if importlib.util.find_spec("bitsandbytes") is None:
-            raise PruningError(f"{where}.method: qlora needs the bitsandbytes package")
-    if not settings.target_modules:
-        raise PruningError(f"{where}.target_modules: name at least one module")
 
 
 def _schedule(settings: HealSettings):

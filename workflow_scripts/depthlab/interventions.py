@@ -49,10 +49,14 @@ import torch
 
 from .architectures import ModelAdapter
 from .residual_stream import position_ids_from_mask
+from .stage_settings import (
+    KINDS,
+    SCOPES,
+    check_layer_indices,
+    parse_variant,
+    validate_intervention_settings,
+)
 
-KINDS = ("layer", "attention", "mlp")
-SCOPES = ("all", "future")
-VARIANTS = tuple(f"{kind}_{scope}" for kind in KINDS for scope in SCOPES)
 DENOMINATOR_EPS = 1e-6  # as the reference code: ||Delta_l|| clamped at 1e-6
 LOGIT_CHUNK_ELEMENTS = 1 << 22  # tokens x vocab per output-effect chunk
 
@@ -92,73 +96,6 @@ class SkipSettings:
             return list(range(num_layers))
         check_layer_indices(self.layers, num_layers, "layers")
         return sorted(set(self.layers))
-
-
-def parse_variant(name: str, where: str = "variants") -> tuple[str, str]:
-    """`<kind>_<scope>` -> (kind, scope); ValueError naming `where` for an unknown one."""
-    if not isinstance(name, str) or name not in VARIANTS:
-        raise ValueError(
-            f"{where}: unknown intervention kind {name!r} (known: {', '.join(VARIANTS)})"
-        )
-    kind, scope = name.rsplit("_", 1)
-    return kind, scope
-
-
-def check_layer_indices(layers, num_layers: int, where: str = "layers") -> None:
-    """Every index an int in [0, num_layers); ValueError naming `where` otherwise."""
-    for index in layers:
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
-            raise ValueError(f"{where}: layer index {index!r} is not an integer")
-        if not 0 <= int(index) < num_layers:
-            raise ValueError(
-                f"{where}: layer index {index} is out of range for a model with "
-                f"{num_layers} layers (0..{num_layers - 1})"
-            )
-
-
-def validate_intervention_settings(
-    spec: dict, num_layers: int | None = None, where: str = "depth_use.skip"
-) -> None:
-    """Config-time check of a skip-intervention settings dict (keys as SkipSettings, plus an
-    optional `depth_score_variant`); raises ValueError whose message starts with the key."""
-    variants = spec.get("variants")
-    if not isinstance(variants, (list, tuple)) or not variants:
-        raise ValueError(f"{where}.variants: a non-empty list of {', '.join(VARIANTS)}")
-    for name in variants:
-        parse_variant(name, f"{where}.variants")
-    if len(set(variants)) != len(variants):
-        twice = sorted({v for v in variants if list(variants).count(v) > 1})
-        raise ValueError(f"{where}.variants: listed more than once: {', '.join(twice)}")
-    for key, low in (
-        ("no_skip_front", 0),
-        ("future_positions", 1),
-        ("future_min_position", 1),
-        ("max_rows", 1),
-    ):
-        value = spec.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ValueError(f"{where}.{key}: an integer >= {low} (got {value!r})")
-    layers = spec.get("layers")
-    if layers is not None:
-        if not isinstance(layers, (list, tuple)) or not layers:
-            raise ValueError(f"{where}.layers: null (every layer) or a non-empty list of indices")
-        if num_layers is not None:
-            check_layer_indices(layers, num_layers, f"{where}.layers")
-        else:
-            for index in layers:
-                if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
-                    raise ValueError(
-                        f"{where}.layers: layer index {index!r} is not an integer >= 0"
-                    )
-    score_variant = spec.get("depth_score_variant")
-    if score_variant is not None:
-        kind, scope = parse_variant(score_variant, f"{where}.depth_score_variant")
-        if scope != "all":
-            raise ValueError(
-                f"{where}.depth_score_variant: {score_variant!r} intervenes only "
-                f"before a sampled position; the depth score needs an '_all' "
-                f"variant (the effect at the answer positions)"
-            )
 
 
 def future_positions(num_real: int, prompt_id: int, settings: SkipSettings) -> list[int]:

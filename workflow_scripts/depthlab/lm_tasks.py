@@ -36,7 +36,6 @@ from pathlib import Path
 import numpy as np
 
 from .errors import TaskFileError
-from .layer_removal import pruned_view
 
 TASK_KINDS = ("word_order", "continuation")
 TASK_PREFIX = "depthlab_"
@@ -484,7 +483,10 @@ class TaskEvaluator:
     def evaluate(self, removed: Sequence[int] = (), model=None) -> list[dict]:
         """Rows (task, samples, acc, acc_stderr, acc_norm, acc_norm_stderr) for the base model
         without `removed`, or for another `model` (e.g. a healed copy) when given."""
-        import lm_eval  # heavy: imported when tasks are scored, not by task building
+        # heavy: imported when tasks are scored, not by task building or the config checks
+        import lm_eval
+
+        from .layer_removal import pruned_view
 
         if model is not None:
             lm, target = self._wrap(model), model

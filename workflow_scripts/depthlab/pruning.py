@@ -46,9 +46,6 @@ from .layer_removal import (
     scored_positions,
 )
 
-STRATEGIES = ("angular", "deepest", "greedy", "block_influence")
-
-
 # --------------------------------------------------------------------------- block sizes
 
 
@@ -62,20 +59,6 @@ def check_prunable(
             f"{where}: model '{name}' has no LM head (a bare encoder); layer "
             f"removal is scored by validation loss and lm-eval, which need one"
         )
-
-
-def grid(n_grid: Sequence[int] | None, num_layers: int, key: str = "pruning.n_grid") -> list[int]:
-    """The configured block sizes (null: every n from 1 to L-1), checked against L."""
-    if n_grid is None:
-        return list(range(1, num_layers))
-    values = sorted({int(n) for n in n_grid})
-    for n in values:
-        if not 1 <= n < num_layers:
-            raise PruningError(
-                f"{key}: block size {n} is outside 1..{num_layers - 1} for a "
-                f"model of {num_layers} layers"
-            )
-    return values
 
 
 # --------------------------------------------------------------------------- strategies

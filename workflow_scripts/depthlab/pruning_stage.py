@@ -68,13 +68,12 @@ from torch import nn
 from .architectures import adapt, load_model, load_tokenizer, resolve_model_path
 from .atomic_files import atomic_path, write_dataframe, write_json
 from .errors import PruningError
-from .healing import HealSettings, heal, validate_healing_settings
+from .healing import heal
 from .layer_removal import export_pruned, model_losses, prune_copy
 from .lm_tasks import TaskEvaluator, check_task_folder
 from .model_tokens import model_tokens
 from .provenance import Provenance
 from .pruning import (
-    STRATEGIES,
     LossSweep,
     angular_removal,
     auto_depth_choices,
@@ -85,13 +84,13 @@ from .pruning import (
     deepest_removal,
     greedy_path,
     greedy_steps,
-    grid,
     read_cos_adjacent,
     read_distance_matrix,
     validation_windows,
     window_starts,
 )
 from .speed import measure_exports
+from .stage_settings import HealSettings, grid, validate_pruning_settings
 
 SWEEP_COLUMNS = [
     "model",
@@ -116,160 +115,6 @@ SWEEP_COLUMNS = [
 
 
 # --------------------------------------------------------------------------- settings
-
-
-RETOKENIZE_KEYS = ("val_tokens", "train_tokens")
-
-
-def _check_grid(values, num_layers: int, key: str) -> None:
-    if values is None:
-        return
-    if not isinstance(values, (list, tuple)) or not values:
-        raise PruningError(f"{key}: a non-empty list of block sizes, or null for 1..L-1")
-    for n in values:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise PruningError(f"{key}: block size {n!r} must be an integer >= 1")
-        if n >= num_layers:
-            raise PruningError(
-                f"{key}: block size {n} >= the model's {num_layers} layers "
-                f"(at most {num_layers - 1} can be removed)"
-            )
-
-
-def _positive_ints(section: dict, keys: Sequence[str], where: str) -> None:
-    for key in keys:
-        value = section.get(key)  # a missing optional key is reported like a bad value
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PruningError(f"{where}.{key}: must be an integer >= 1 (got {value!r})")
-
-
-def check_loss_tokens(
-    val: dict, key: str = "pruning.val.loss_tokens", seq_len_key: str = "pruning.val.seq_len"
-) -> None:
-    """val.loss_tokens (absent or null: every position scored) is an integer in 1..val.seq_len;
-    `key` and `seq_len_key` name the keys that set them (a per_model override's where one
-    applies)."""
-    loss_tokens = val.get("loss_tokens")
-    if loss_tokens is None:
-        return
-    if not isinstance(loss_tokens, int) or isinstance(loss_tokens, bool) or loss_tokens < 1:
-        raise PruningError(f"{key}: an integer >= 1 or null (got {loss_tokens!r})")
-    if loss_tokens > val["seq_len"]:
-        raise PruningError(
-            f"{key}: {loss_tokens} scored positions per window exceed the window's "
-            f"{val['seq_len']} target positions ({seq_len_key})"
-        )
-
-
-def _check_greedy_cap(settings: dict, num_layers: int, where: str) -> None:
-    """pruning.greedy_max_n: an integer >= 1 (a cap above the grid's largest n changes
-    nothing), only with the greedy strategy; healing and speed must not name a greedy set
-    beyond it (lm-eval's grid applies to every strategy: greedy is scored where it has a set)."""
-    cap = settings.get("greedy_max_n")
-    if cap is None:
-        return
-    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
-        raise PruningError(f"{where}.greedy_max_n: an integer >= 1 or null (got {cap!r})")
-    if "greedy" not in settings["strategies"]:
-        raise PruningError(
-            f"{where}.greedy_max_n: has no effect without greedy in {where}.strategies"
-        )
-    pruned = set(grid(settings["n_grid"], num_layers, f"{where}.n_grid"))
-    healing, speed = settings["healing"], settings["speed"]
-    uses = []
-    if healing["enabled"] and "greedy" in (healing.get("strategies") or settings["strategies"]):
-        uses.append(("healing", healing.get("n_grid")))
-    if speed["enabled"] and speed.get("strategy") == "greedy":
-        uses.append(("speed", speed.get("n_grid")))
-    for section, values in uses:
-        beyond = sorted(
-            n
-            for n in grid(values, num_layers, f"{where}.{section}.n_grid")
-            if n in pruned and n > cap
-        )
-        if beyond:
-            raise PruningError(
-                f"{where}.{section}.n_grid: greedy has no removal set for n = "
-                f"{', '.join(map(str, beyond))} (the greedy path stops at {where}.greedy_max_n = "
-                f"{cap}); list block sizes <= {cap}, raise the cap, or leave greedy out of "
-                f"{where}.{section}" + ("" if section == "speed" else ".strategies")
-            )
-
-
-def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pruning") -> None:
-    """Config-time check of a pruning section (the settings part of a prune_model spec, schema
-    defaults applied) against a model of `num_layers` layers; raises ValueError naming the key.
-    Checks the strategies, every block-size grid (1 <= n < L), the greedy cap, validation
-    windows and their scored positions, the re-encoding caps, lm-eval, healing, auto-depth,
-    export and speed keys."""
-    if num_layers < 2:
-        raise PruningError(f"{where}: a model of {num_layers} layer(s) has no layer to remove")
-    strategies = settings["strategies"]
-    if not strategies:
-        raise PruningError(f"{where}.strategies: name at least one ({', '.join(STRATEGIES)})")
-    for strategy in strategies:
-        if strategy not in STRATEGIES:
-            raise PruningError(
-                f"{where}.strategies: unknown strategy '{strategy}' "
-                f"(known: {', '.join(STRATEGIES)})"
-            )
-    _check_grid(settings["n_grid"], num_layers, f"{where}.n_grid")
-    _positive_ints(settings["val"], ("windows", "seq_len", "batch_size"), f"{where}.val")
-    check_loss_tokens(settings["val"], f"{where}.val.loss_tokens", f"{where}.val.seq_len")
-    for key, value in (settings.get("retokenize") or {}).items():  # absent: a pretrain model
-        if key not in RETOKENIZE_KEYS:
-            raise PruningError(
-                f"{where}.retokenize.{key}: unknown key (known: {', '.join(RETOKENIZE_KEYS)})"
-            )
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 1
-        ):
-            raise PruningError(f"{where}.retokenize.{key}: an integer >= 1 or null (got {value!r})")
-    lm_eval = settings["lm_eval"]
-    if lm_eval["enabled"]:
-        _check_grid(lm_eval["n_grid"], num_layers, f"{where}.lm_eval.n_grid")
-        _positive_ints(lm_eval, ("batch_size",), f"{where}.lm_eval")
-        if lm_eval["metric"] not in ("acc", "acc_norm", "score"):
-            raise PruningError(
-                f"{where}.lm_eval.metric: acc, acc_norm or score (got {lm_eval['metric']!r})"
-            )
-    healing = settings["healing"]
-    if healing["enabled"]:
-        for strategy in healing.get("strategies") or []:
-            if strategy not in strategies:
-                raise PruningError(
-                    f"{where}.healing.strategies: '{strategy}' is not one of "
-                    f"{where}.strategies ({', '.join(strategies)})"
-                )
-        _check_grid(healing.get("n_grid"), num_layers, f"{where}.healing.n_grid")
-        validate_healing_settings(healing, f"{where}.healing")
-    tolerances = settings["auto_depth"].get("tolerances", {})
-    for metric, tolerance in tolerances.items():
-        if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or tolerance < 0:
-            raise PruningError(f"{where}.auto_depth.tolerances.{metric}: must be a number >= 0")
-    for index, item in enumerate(settings["export"]):
-        if item["strategy"] not in strategies:
-            raise PruningError(
-                f"{where}.export[{index}].strategy: '{item['strategy']}' is "
-                f"not one of {where}.strategies"
-            )
-        if item["metric"] not in tolerances:
-            raise PruningError(
-                f"{where}.export[{index}].metric: '{item['metric']}' has no "
-                f"tolerance in {where}.auto_depth.tolerances"
-            )
-    speed = settings["speed"]
-    if speed["enabled"]:
-        if speed.get("strategy") not in strategies:
-            raise PruningError(
-                f"{where}.speed.strategy: '{speed.get('strategy')}' is not one of "
-                f"{where}.strategies"
-            )
-        _check_grid(speed.get("n_grid"), num_layers, f"{where}.speed.n_grid")
-        _positive_ints(
-            speed, ("batch_size", "prompt_length", "new_tokens", "repeats"), f"{where}.speed"
-        )
-    _check_greedy_cap(settings, num_layers, where)
 
 
 # --------------------------------------------------------------------------- table rows

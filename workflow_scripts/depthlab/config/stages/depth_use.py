@@ -29,9 +29,8 @@ def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
     depth_use = resolved.config.get("depth_use")
     if not depth_use:
         return
-    from ...interventions import validate_intervention_settings
-    from ...linear_maps import validate_linear_map_settings
     from ...problem_sets import validate_problem_settings
+    from ...stage_settings import validate_intervention_settings, validate_linear_map_settings
 
     paths, config = resolved.paths, resolved.config
     require_resources(config, "depth_use")
@@ -277,7 +276,7 @@ def check_same_tokens(resolved: Resolved, source: str, target: str, key: str) ->
             f"{key}: '{source}' and '{target}' do not share a tokenizer (one is "
             f"trained here on the run's BPE, the other is a declared checkpoint)"
         )
-    from ...linear_maps import check_same_tokenizer
+    from ...stage_settings import check_same_tokenizer
 
     locations = [declared_checkpoint_folder(resolved, n) for n in (source, target)]
     if all(locations):

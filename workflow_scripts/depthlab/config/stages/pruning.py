@@ -42,7 +42,7 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
     if not pruning:
         return
     from ...lm_tasks import MAX_TOKENS_PER_WORD, validate_task_names, validate_task_settings
-    from ...pruning_stage import check_loss_tokens, validate_pruning_settings
+    from ...stage_settings import check_loss_tokens, validate_pruning_settings
 
     paths, config = resolved.paths, resolved.config
     require_resources(config, "pruning")
