@@ -47,6 +47,7 @@ LAYERS = {
         "claims",
         "verdicts",
         "audit",
+        "stage_settings",
     },
     "stages": {
         "analysis_stage",
