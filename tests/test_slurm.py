@@ -291,15 +291,12 @@ def start_in_background(workdir: Path) -> None:
 
 
 def stop_background() -> None:
-    """Session end: a run nobody collected (e.g. an interrupted session) is killed; a cluster
-    this session started is stopped."""
+    """Session end: a run nobody collected (e.g. an interrupted session) is killed."""
     process = BACKGROUND.get("process")
     if process is not None and process.poll() is None:
         process.kill()
         process.wait()
         cancel_leftovers(BACKGROUND["workdir"])
-    if BACKGROUND.get("started_here"):
-        subprocess.run(["bash", str(SETUP_SCRIPT), "stop"], capture_output=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -315,11 +312,9 @@ def local_cluster():
     if state["unavailable"]:
         cluster_unavailable(state["unavailable"])
     require_cluster()
-    # A cluster started here is stopped when the session ends (stop_background), not after this
-    # module: with Slurm's client installed and no controller, every later Snakemake start waits
-    # ~9 s on the Slurm executor plugin's `scontrol show config` probe (run at its import).
-    BACKGROUND["started_here"] = BACKGROUND.get("started_here") or state["started_here"]
     yield
+    if state["started_here"]:
+        subprocess.run(["bash", str(SETUP_SCRIPT), "stop"], capture_output=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
