@@ -305,6 +305,53 @@ def test_pure_bf16_trains_bf16_weights_with_a_finite_loss(tmp_path, test_config,
     np.testing.assert_allclose(log.loss, fp32_log.loss, rtol=0.02)
 
 
+def test_bf16_on_a_cpu_trains_with_eager_attention_and_saves_the_default(
+    tmp_path, test_config, data_dir, monkeypatch
+):
+    """bf16 autocast on a CPU runs transformers' eager attention (SDPA's bf16 backward is the slow
+    kernel there); the loss stays within bf16 rounding of the fp32 run from the same start, and
+    the checkpoint is an ordinary one (fp32 weights, SDPA when loaded)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.integrations import sdpa_attention
+    from transformers.models.llama import modeling_llama
+
+    calls = {"eager": 0, "sdpa": 0}
+
+    def counting(name, function):
+        def wrapped(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(
+        modeling_llama,
+        "eager_attention_forward",
+        counting("eager", modeling_llama.eager_attention_forward),
+    )
+    monkeypatch.setitem(
+        modeling_llama.ALL_ATTENTION_FUNCTIONS._global_mapping,
+        "sdpa",
+        counting("sdpa", sdpa_attention.sdpa_attention_forward),
+    )
+    runs = {}
+    for precision in ("bf16", "fp32"):
+        calls.update(eager=0, sdpa=0)
+        model = tiny_model(test_config, steps=4, eval_every=2, precision=precision)
+        out = tmp_path / precision
+        pretrain("tiny", model, data_dir, out, tmp_path / f"s_{precision}", 0, 1, progress=False)
+        runs[precision] = (dict(calls), pd.read_csv(out / "train_log.csv"))
+    (bf16_calls, bf16_log), (fp32_calls, fp32_log) = runs["bf16"], runs["fp32"]
+    assert bf16_calls["eager"] > 0 and bf16_calls["sdpa"] == 0, bf16_calls
+    assert fp32_calls["sdpa"] > 0 and fp32_calls["eager"] == 0, fp32_calls
+    assert not np.array_equal(bf16_log.loss, fp32_log.loss)
+    np.testing.assert_allclose(bf16_log.loss, fp32_log.loss, rtol=0.02)
+    weights = load_file(tmp_path / "bf16" / "model.safetensors")
+    assert {tensor.dtype for tensor in weights.values()} == {torch.float32}
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "bf16")
+    assert loaded.config._attn_implementation == "sdpa"
+
+
 def test_truncate_pad_rows_are_one_document_each_cut_and_padded():
     eos, bos = 1, 2
     tokens = np.array([5, 6, eos, 7, eos, 8, 9, 10, 11, eos], dtype=np.uint16)

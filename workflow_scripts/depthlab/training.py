@@ -9,7 +9,12 @@ seq_len + 1 tokens and padded with IGNORE, which the loss skips (each micro-batc
 averages over its own real tokens; the logs' `tokens` count positions, padding included).
 
 Precision: fp32; bf16 = autocast over fp32 weights; pure_bf16 = weights, gradients and AdamW
-state in bf16 (no fp32 master copy), as the LNS reference code trains.
+state in bf16 (no fp32 master copy), as the LNS reference code trains. With bf16 or pure_bf16 on
+a CPU, attention runs as transformers' eager attention (bf16 matmuls, softmax in fp32) instead of
+SDPA: the CPU's bf16 flash-attention backward is several times slower than its fp32 one at small
+widths and ate the whole bf16 matmul gain (bench/bench_pretrain_throughput.py measures both). On
+a GPU, SDPA stays (its bf16 kernels are the fast ones). The checkpoint is saved with the model's
+default attention, so nothing downstream sees the choice.
 
 At each evaluation the main rank also records, per decoder layer, the variance of the layer's
 output over the validation tokens (the Curse-of-Depth quantity, pre-final-norm, like h_l in
@@ -186,6 +191,14 @@ def validation_batches(
     starts = np.linspace(0, len(tokens) - width, count).astype(np.int64)
     windows = np.stack([tokens[s : s + width] for s in starts]).astype(np.int64)
     return list(torch.from_numpy(windows).split(settings.batch_size))
+
+
+def training_attention(precision: str, device: torch.device) -> str | None:
+    """The attention implementation to train with (None: the model's default, SDPA): eager for
+    bf16 precisions on a CPU (see the module docstring), else None."""
+    if precision in ("bf16", "pure_bf16") and device.type == "cpu":
+        return "eager"
+    return None
 
 
 def language_model_loss(model, window: torch.Tensor, autocast_dtype) -> torch.Tensor:
@@ -457,6 +470,15 @@ def pretrain(
         pad_token_id=meta.get("pad_id"),
     )
     model = build_model(config, seed).to(ddp.device, dtype=weight_dtype)
+    default_attention = model.config._attn_implementation
+    if training_attention(settings.precision, ddp.device):
+        model.set_attn_implementation(training_attention(settings.precision, ddp.device))
+        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            print(
+                f"[{model_name}] warning: this CPU has no native bf16 matmul (oneDNN); "
+                f"train.precision {settings.precision} will be slower than fp32 here",
+                file=sys.stderr,
+            )
     optimizer = make_optimizer(model, settings)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_multiplier(step, settings)
@@ -652,6 +674,7 @@ def pretrain(
         "world_size": ddp.world_size,
     }
     if ddp.is_main:
+        model.set_attn_implementation(default_attention)  # the checkpoint loads as it always did
         with atomic_path(out_dir, is_dir=True) as tmp:
             save_checkpoint(model, tokenizer, tmp)
             write_dataframe(tmp / "train_log.csv", pd.DataFrame(log_rows, columns=LOG_COLUMNS))
