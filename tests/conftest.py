@@ -1,5 +1,7 @@
-"""Fixtures shared by test files, and the background start of the Slurm run (test_slurm.py)."""
+"""Fixtures shared by test files, the background start of the Slurm run (test_slurm.py), and how
+pytest-xdist (the README's `-n auto`) shares the tests out among its workers."""
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -41,8 +43,10 @@ def finished_test_checkout(tmp_path_factory):
 
 def pytest_collection_finish(session):
     """Start the Slurm workflow run now when its tests are selected: it mostly waits on the
-    executor's polling, so it overlaps with the other tests instead of adding a minute."""
-    if session.config.option.collectonly:
+    executor's polling, so it overlaps with the other tests instead of adding a minute. Under
+    pytest-xdist every worker collects every test and only one runs test_slurm.py, so there its
+    fixture starts the run (the other worker goes on meanwhile)."""
+    if session.config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     if any(
         item.path.name == "test_slurm.py" and "slurm_run" in getattr(item, "fixturenames", ())
@@ -56,3 +60,44 @@ def pytest_collection_finish(session):
 def pytest_sessionfinish(session, exitstatus):
     if "test_slurm" in sys.modules:
         sys.modules["test_slurm"].stop_background()
+
+
+# Under pytest-xdist a test file is one unit of work (its module fixtures, e.g. a prepared corpus
+# or the Slurm run, are built once), and these files share their unit: they plan against the
+# session's finished run of config/test.yaml (finished_test_checkout), built once per worker.
+SAME_WORKER = {"tests/test_rerun.py": "tests/test_workflow.py"}
+# The longest units start first (longest-processing-time-first), so no long file starts last and
+# leaves the other worker idle at the end; seconds measured on the 2-core machine, 2026-12-02.
+SLOW_FIRST = (
+    "tests/test_workflow.py",  # + test_rerun.py: the finished run (~2 min) and ~25 planning runs
+    "tests/test_slurm.py",  # a one-node cluster started and a run through it (mostly waiting)
+    "tests/test_bench.py",
+    "tests/test_pretrain.py",
+    "tests/test_readme.py",
+    "tests/test_gguf_models.py",
+    "tests/test_config.py",
+)
+
+
+def unit_of(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return SAME_WORKER.get(path, path)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow units first (see SLOW_FIRST); the order within a unit is kept."""
+    rank = {path: index for index, path in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(unit_of(item.nodeid), len(rank)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Units as above (xdist's own --dist loadgroup needs a node id that pytest 9 no longer lets
+    it rewrite), handed out in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    config.option.loadscopereorder = False  # keep SLOW_FIRST's order, not "most tests first"
+    return FileUnits(config, log)
