@@ -23,6 +23,7 @@ rule analyse_model:
         benchmark_file("analyse_model", "{text_set}/{model}")
     conda:
         ENVIRONMENT
+    priority: pruning_path_priority(20, "model")
     threads: stage_threads("analysis")
     resources:
         **stage_resources("analysis"),

@@ -15,6 +15,7 @@ rule prepare_data:
         benchmark_file("prepare_data", "data")
     conda:
         ENVIRONMENT
+    priority: 40  # every stage reads it (see PRUNED_MODELS in rules/common.smk)
     threads: stage_threads("data")
     resources:
         **stage_resources("data"),

@@ -24,6 +24,7 @@ rule pretrain_model:
         benchmark_file("pretrain_model")
     conda:
         ENVIRONMENT
+    priority: pruning_path_priority(30, "job")
     threads: stage_threads("pretrain")
     resources:
         **stage_resources("pretrain"),

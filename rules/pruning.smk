@@ -19,6 +19,7 @@ rule build_lm_tasks:
         benchmark_file("build_lm_tasks", "tasks")
     conda:
         ENVIRONMENT
+    priority: 20  # prune_model reads the tasks
     threads: stage_threads("fits")
     resources:
         **stage_resources("fits", gpu=False),
@@ -45,6 +46,7 @@ rule prune_model:
         benchmark_file("prune_model")
     conda:
         ENVIRONMENT
+    priority: 20
     threads: stage_threads("pruning")
     resources:
         **stage_resources("pruning"),

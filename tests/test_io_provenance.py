@@ -194,3 +194,27 @@ def test_start_job_prints_its_command_first_and_tells_provenance(tmp_path, monke
         record["config_source"]["files"][0]["sha256"]
         == hashlib.sha256(config.read_bytes()).hexdigest()
     )
+
+
+def test_a_job_that_never_uses_torch_does_not_import_it_and_torch_gets_its_threads_later():
+    """set_threads (every script's start) must not import torch (~2.5 s per plot or fit job),
+    and a job that imports torch afterwards still runs with the rule's threads; provenance says
+    which of the two a job was."""
+    code = (
+        "import sys\n"
+        "from depthlab.cli import set_threads\n"
+        "from depthlab.provenance import device_description\n"
+        "set_threads(1)\n"
+        "print('torch' in sys.modules, device_description())\n"
+        "import torch\n"
+        "print(torch.get_num_threads(), device_description())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "workflow_scripts")
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = done.stdout.splitlines()
+    assert before.startswith("False cpu (") and "torch not used" in before, before
+    assert after.startswith("1 cpu (") and "1 torch threads" in after, after

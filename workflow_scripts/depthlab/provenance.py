@@ -12,6 +12,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -151,10 +152,10 @@ def package_versions() -> dict:
 
 
 def device_description() -> str:
-    try:
-        import torch
-    except ImportError:
-        return platform.processor() or platform.machine()
+    torch = sys.modules.get("torch")  # a job that never imported torch ran on the CPU alone
+    if torch is None:
+        threads = os.environ.get("OMP_NUM_THREADS", "default")
+        return f"cpu ({os.cpu_count()} cores, {threads} threads; torch not used)"
     if torch.cuda.is_available():
         return f"cuda:{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
     return f"cpu ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
