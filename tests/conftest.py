@@ -67,15 +67,15 @@ def pytest_sessionfinish(session, exitstatus):
 # session's finished run of config/test.yaml (finished_test_checkout), built once per worker.
 SAME_WORKER = {"tests/test_rerun.py": "tests/test_workflow.py"}
 # The longest units start first (longest-processing-time-first), so no long file starts last and
-# leaves the other worker idle at the end; seconds measured on the 2-core machine, 2026-12-02.
+# leaves the other worker idle at the end; seconds of each on the 2-core machine, 2026-12-02.
 SLOW_FIRST = (
-    "tests/test_workflow.py",  # + test_rerun.py: the finished run (~2 min) and ~25 planning runs
-    "tests/test_slurm.py",  # a one-node cluster started and a run through it (mostly waiting)
-    "tests/test_bench.py",
-    "tests/test_pretrain.py",
-    "tests/test_readme.py",
-    "tests/test_gguf_models.py",
-    "tests/test_config.py",
+    "tests/test_workflow.py",  # 210 with test_rerun.py: the finished run and ~25 planning runs
+    "tests/test_slurm.py",  # 55: a one-node cluster started and a run through it (mostly waiting)
+    "tests/test_bench.py",  # 85
+    "tests/test_pretrain.py",  # 58
+    "tests/test_readme.py",  # 52
+    "tests/test_gguf_models.py",  # 47
+    "tests/test_config.py",  # 45
 )
 
 
