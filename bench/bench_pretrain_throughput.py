@@ -89,27 +89,22 @@ def throughput(args, model, data_dir: Path, tmp: Path) -> None:
         warmup_steps=0,
     )
     precision = model["train"]["precision"]
+
+    def depthlab_tokens_per_s(model_decl: dict, out: Path) -> float:
+        return pretrain(
+            args.model,
+            model_decl,
+            data_dir,
+            out,
+            out.with_suffix(".state"),
+            seed=0,
+            threads=args.threads,
+            progress=False,
+        )["tokens_per_s"]
+
     loops = {
-        f"depthlab ({precision})": lambda out: pretrain(
-            args.model,
-            model,
-            data_dir,
-            out,
-            out.with_suffix(".state"),
-            seed=0,
-            threads=args.threads,
-            progress=False,
-        )["tokens_per_s"],
-        "depthlab fp32": lambda out: pretrain(
-            args.model,
-            with_precision(model, "fp32"),
-            data_dir,
-            out,
-            out.with_suffix(".state"),
-            seed=0,
-            threads=args.threads,
-            progress=False,
-        )["tokens_per_s"],
+        f"depthlab ({precision})": lambda out: depthlab_tokens_per_s(model, out),
+        "depthlab fp32": lambda out: depthlab_tokens_per_s(with_precision(model, "fp32"), out),
         "plain fp32": lambda out: plain_llama_tokens_per_s(
             model, data_dir, args.steps, args.threads, None
         ),

@@ -471,8 +471,9 @@ def pretrain(
     )
     model = build_model(config, seed).to(ddp.device, dtype=weight_dtype)
     default_attention = model.config._attn_implementation
-    if training_attention(settings.precision, ddp.device):
-        model.set_attn_implementation(training_attention(settings.precision, ddp.device))
+    attention = training_attention(settings.precision, ddp.device)
+    if attention is not None:
+        model.set_attn_implementation(attention)
         if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
             print(
                 f"[{model_name}] warning: this CPU has no native bf16 matmul (oneDNN); "
