@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -388,3 +389,37 @@ def test_outputs_and_provenance_exist(slurm_run):
         assert (results / "benchmarks" / rule / f"{name}.tsv").exists(), rule
     # Only the target and what it needs were built.
     assert not (results / "models" / "lns").exists()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_unreachable_controller_stops_the_run_before_any_job_with_one_line(tmp_path):
+    """The cluster's real Slurm client, pointed at a controller port nobody listens on: the run
+    stops with one line and a non-zero status, and no job (local ones included) ran. Before,
+    sbatch said "Unable to contact slurm controller" ten times, local rules ran, and the run took
+    100 s to give up."""
+    conf = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
+    if shutil.which("scontrol") is None or not conf.is_file():
+        cluster_unavailable(f"no Slurm client (`scontrol`) or no {conf}")
+    lines = [line for line in conf.read_text().splitlines() if not line.startswith("SlurmctldPort")]
+    unreachable = tmp_path / "slurm.conf"
+    unreachable.write_text("\n".join([*lines, f"SlurmctldPort={free_port()}", ""]))
+    checkout = fresh_checkout(tmp_path / "clone")
+    result = subprocess.run(
+        [SNAKEMAKE, "--profile", "slurm", "--configfile=config/test.yaml", "--", "all"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SLURM_CONF": str(unreachable)},
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    ours = [line for line in output.splitlines() if line.startswith("depthlab:")]
+    assert len(ours) == 1 and "the controller is unreachable" in ours[0], output[-3000:]
+    assert "Submitted" not in output and "Unable to contact" not in output, output[-3000:]
+    assert not (checkout / "results").exists(), "a job ran before the check"
