@@ -477,7 +477,6 @@ def measure_speed(planned: Plan, spec: dict, device: str, work_dir: Path) -> pd.
     }
     measured = measure_exports(
         planned.model,
-        spec["model"],
         sets,
         speed["batch_size"],
         speed["prompt_length"],
@@ -485,6 +484,7 @@ def measure_speed(planned: Plan, spec: dict, device: str, work_dir: Path) -> pd.
         speed["repeats"],
         seed=spec["seed"],
         device=device,
+        dtype=spec["dtype"],
         work_dir=work_dir,
     )
     full = measured["full"]

@@ -1,7 +1,8 @@
 """Measured inference speed of pruned models against the full model (Gromov et al. report none).
 
-Every variant is the exported HF folder of the pruned model
-(depthlab.layer_removal.export_pruned), loaded with `from_pretrained` as a user would load it.
+Every variant, the full model included, is the exported HF folder of the model without its
+removed layers (depthlab.layer_removal.export_pruned), loaded with `from_pretrained` in the job's
+dtype as a user would load it, one at a time (`measure_exports`).
 Two throughputs per variant:
 
   prefill     batch_size x prompt_length tokens through one forward pass that fills the KV
@@ -9,13 +10,14 @@ Two throughputs per variant:
   generation  `generate` of new_tokens tokens per row after the prompt (greedy, the length
               forced, prefill included): new tokens per second
 
-Rounds interleave the variants (round r times every variant once), so a machine whose load
-changes during the measurement slows every variant alike; the median over rounds is reported
-after one untimed warm-up round.
+`measure` times the models it is given in rounds that interleave them (round r times every
+model once), so a machine whose load changes slows every model alike; the median over rounds is
+reported after one untimed warm-up round. The stage gives it one model at a time (memory).
 """
 
 from __future__ import annotations
 
+import gc
 import shutil
 import tempfile
 import time
@@ -88,7 +90,10 @@ def measure(
     for name, measured in times.items():
         prefill = float(np.median(measured["prefill"]))
         generation = float(np.median(measured["generation"]))
+        weights = list(models[name].parameters())
         results[name] = {
+            "dtype": str(weights[0].dtype).removeprefix("torch."),
+            "parameters": sum(w.numel() for w in weights),
             "prefill_tokens_per_s": batch_size * prompt_length / prefill,
             "generation_tokens_per_s": batch_size * new_tokens / generation,
             "prefill_seconds": prefill,
@@ -103,7 +108,6 @@ def measure(
 
 def measure_exports(
     model,
-    full_dir: str | Path,
     removal_sets: dict[str, Sequence[int]],
     batch_size: int,
     prompt_length: int,
@@ -111,19 +115,30 @@ def measure_exports(
     repeats: int,
     seed: int = 0,
     device: str = "cpu",
+    dtype: str | torch.dtype | None = None,
     work_dir: str | Path | None = None,
 ) -> dict:
-    """Speed of the full model (loaded from full_dir) and of each removal set exported to a
-    temporary folder and loaded back; {name: result}, the full model under "full"."""
-    from transformers import AutoModelForCausalLM
-
-    folder = Path(tempfile.mkdtemp(prefix="depthlab-speed-", dir=work_dir))
-    try:
-        models = {"full": load_model(str(full_dir), device=device)}
-        for name, removed in removal_sets.items():
-            target = folder / name
-            export_pruned(model, removed, target)
-            models[name] = AutoModelForCausalLM.from_pretrained(target).to(device).eval()
-        return measure(models, batch_size, prompt_length, new_tokens, repeats, seed)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    """Speed of the full model and of each removal set; {name: result}, the full model under
+    "full". Like for like: every variant, the full model included (as the empty removal), is
+    exported from `model` (the job's model, loaded at its pinned revision) to a temporary folder
+    and loaded back by `from_pretrained` in the same `dtype` (default: the model's), as a user
+    would load it. One variant at a time, then freed with its folder: a 70B model's export is
+    ~140 GB of disk and of GPU memory, so neither may hold all variants at once; each variant
+    gets its own warm-up round and `repeats` timed rounds."""
+    dtype = dtype or next(model.parameters()).dtype
+    results = {}
+    for name, removed in {"full": (), **removal_sets}.items():
+        folder = Path(tempfile.mkdtemp(prefix=f"depthlab-speed-{name}-", dir=work_dir))
+        try:
+            export_pruned(model, removed, folder)
+            loaded = load_model(str(folder), dtype=dtype, device=device)
+            results[name] = measure(
+                {name: loaded}, batch_size, prompt_length, new_tokens, repeats, seed
+            )[name]
+            del loaded
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return results

@@ -1,0 +1,37 @@
+"""The pruning speed-up compares like with like (depthlab.speed.measure_exports): the full model
+and every pruned variant are exports of the job's own model, loaded back in the job's dtype, one
+at a time, their temporary folders removed. Before, the full model was reloaded from its source
+in float32 without the pinned revision (the hub's current `main`) while the pruned variants ran
+in the export's dtype, all of them in memory at once."""
+
+import os
+
+import pytest
+import torch
+from depthlab.speed import measure_exports
+from tiny_models import build
+
+SETTINGS = {"batch_size": 2, "prompt_length": 8, "new_tokens": 4, "repeats": 1}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_every_variant_runs_in_the_jobs_dtype_with_its_own_layers(tmp_path, dtype):
+    model = build("llama", dtype=getattr(torch, dtype)).eval()
+    layers = model.config.num_hidden_layers
+    per_layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    sets = {"n1": (layers - 1,), "n2": (0, 1)}
+    measured = measure_exports(model, sets, **SETTINGS, dtype=dtype, work_dir=tmp_path)
+    assert list(measured) == ["full", "n1", "n2"]
+    assert {result["dtype"] for result in measured.values()} == {dtype}
+    full = sum(p.numel() for p in model.parameters())
+    assert measured["full"]["parameters"] == full
+    assert measured["n1"]["parameters"] == full - per_layer
+    assert measured["n2"]["parameters"] == full - 2 * per_layer
+    assert all(result["prefill_tokens_per_s"] > 0 for result in measured.values())
+    assert os.listdir(tmp_path) == [], "temporary exports left behind"
+
+
+def test_the_default_dtype_is_the_models_own(tmp_path):
+    model = build("llama", dtype=torch.bfloat16).eval()
+    measured = measure_exports(model, {"n1": (0,)}, **SETTINGS, work_dir=tmp_path)
+    assert {result["dtype"] for result in measured.values()} == {"bfloat16"}
