@@ -65,7 +65,10 @@ def pytest_sessionfinish(session, exitstatus):
 # Under pytest-xdist a test file is one unit of work (its module fixtures, e.g. a prepared corpus
 # or the Slurm run, are built once), and these files share their unit: they plan against the
 # session's finished run of config/test.yaml (finished_test_checkout), built once per worker.
-SAME_WORKER = {"tests/test_rerun.py": "tests/test_workflow.py"}
+SAME_WORKER = {
+    "tests/test_rerun.py": "tests/test_workflow.py",
+    "tests/test_provenance_run.py": "tests/test_workflow.py",
+}
 # The longest units start first (longest-processing-time-first), so no long file starts last and
 # leaves the other worker idle at the end; seconds of each on the 2-core machine, 2026-12-02.
 SLOW_FIRST = (

@@ -1,7 +1,9 @@
-"""The audit command: a result's provenance chain back to the data, every recorded checksum
-checked against the files on disk, dirty commits reported."""
+"""The audit command: the result itself against its job's output checksums, its provenance chain
+back to the data, every recorded checksum checked against the files on disk, dirty commits
+reported; on a real workflow run too."""
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -66,9 +68,11 @@ def test_a_clean_chain_passes_and_is_shown_down_to_the_data(in_tmp, capsys):
     config_sha = hashlib.sha256(b"seed: 0\n").hexdigest()
     assert out.count(f"config   run.yaml  sha256 {config_sha[:12]}  ok") == 4
     assert "train.steps = 16" in out and "max_samples = 8" in out
-    assert out.count("ok       ") == 3 and "inputs   none (the chain starts here)" in out
+    assert out.count("ok       ") == 4 and "inputs   none (the chain starts here)" in out
+    figure_sha = hashlib.sha256(b"\x89PNG figure").hexdigest()
+    assert f"outputs\n    ok       angles.png  sha256 {figure_sha[:12]}\n" in out
     assert out.rstrip().endswith(
-        "audit OK: 4 record(s), 3 input(s): every recorded checksum "
+        "audit OK: 4 record(s), 1 output file(s), 3 input(s): every recorded checksum "
         "matches the file on disk and every commit was clean"
     )
 
@@ -97,6 +101,108 @@ def test_a_changed_upstream_file_is_named_and_fails_the_audit(
         f"CHANGED: {RUN / tampered} (sha256 differs from the recorded one; "
         f"recorded in {RUN / recorded_in})"
     ]
+
+
+def problem_lines(out: str) -> list[str]:
+    kinds = ("EDITED:", "UNCHECKED:", "CHANGED:", "MISSING:", "DIRTY:", "CONFIG:")
+    return [line for line in out.splitlines() if line.startswith(kinds)]
+
+
+@pytest.mark.parametrize(
+    "audited",
+    ["analysis/m", "analysis/m/measures.csv", "analysis/m/provenance.json"],
+)
+def test_a_row_appended_to_an_output_table_is_named_whichever_path_is_audited(
+    in_tmp, capsys, audited
+):
+    write_chain(in_tmp)
+    table = in_tmp / RUN / "analysis" / "m" / "measures.csv"
+    with open(table, "a") as handle:
+        handle.write("2,0.125\n")
+    assert audit(["--brief", str(RUN / audited)]) == 1
+    out = capsys.readouterr().out
+    assert problem_lines(out) == [
+        f"EDITED: {RUN}/analysis/m/measures.csv (sha256 differs from the one its job recorded; "
+        f"recorded in {RUN}/analysis/m/provenance.json)"
+    ]
+    assert "  EDITED   measures.csv  sha256 " in out
+    assert out.rstrip().endswith("audit FAILED: 1 problem(s) (1 edited) in 3 record(s)")
+
+
+def test_an_edited_figure_fails_its_audit_and_its_siblings_stay_ok(in_tmp, capsys):
+    chain = write_chain(in_tmp)
+    other = chain["figure"].with_name("other.png")
+    (in_tmp / other).write_bytes(b"\x89PNG other")
+    set_job("plot_other", "python plot_other.py --spec ...", config_files=[chain["config"]])
+    plot_other = Provenance("plot_other", config={}, inputs=[chain["analysis"]])
+    plot_other.extra["git"] = git_state(in_tmp / "checkout")
+    plot_other.write(sidecar_path(other))
+    (in_tmp / chain["figure"]).write_bytes(b"\x89PNG redrawn by hand")
+    assert audit(["--brief", str(chain["figure"])]) == 1
+    assert problem_lines(capsys.readouterr().out) == [
+        f"EDITED: {chain['figure']} (sha256 differs from the one its job recorded; "
+        f"recorded in {RUN}/figures/angles.provenance.json)"
+    ]
+    assert audit(["--brief", str(other)]) == 0
+
+
+def test_files_deleted_from_or_added_to_an_output_folder_are_named(in_tmp, capsys):
+    chain = write_chain(in_tmp)
+    model = in_tmp / chain["model"]
+    (model / "config.json").unlink()
+    (model / "notes").mkdir()
+    (model / "notes" / "extra.txt").write_text("by hand")
+    (model / ".snakemake_timestamp").write_text("")  # Snakemake's, after the record: not added
+    assert audit(["--brief", str(chain["model"])]) == 1
+    out = capsys.readouterr().out
+    record = f"recorded in {RUN}/models/m/provenance.json"
+    assert problem_lines(out) == [
+        f"EDITED: {RUN}/models/m/config.json (deleted since its job wrote it; {record})",
+        f"EDITED: {RUN}/models/m/notes/extra.txt (added after its job ran (not in its record); "
+        f"{record})",
+    ]
+    assert "  DELETED  config.json" in out and "  ADDED    notes/extra.txt  sha256 now " in out
+    # a deleted file can still be audited by its name; a path nobody recorded cannot
+    assert audit(["--brief", str(chain["model"] / "config.json")]) == 1
+    assert "EDITED: " in capsys.readouterr().out
+    assert audit([str(chain["model"] / "never_written.txt")]) == 2
+    assert "no such file or folder, and no record lists it" in capsys.readouterr().err
+
+
+def test_an_input_edited_between_the_job_that_wrote_it_and_the_one_that_read_it(in_tmp, capsys):
+    """Every input checksum matches (the model's job read the edited data), yet the data is not
+    what its own job wrote: the audit names it."""
+    chain = write_chain(in_tmp)
+    train = in_tmp / chain["data"] / "train.bin"
+    train.write_bytes(train.read_bytes() + b"\x00")
+    set_job("pretrain_model", "python pretrain_model.py --spec ...", config_files=[chain["config"]])
+    rerun = Provenance("pretrain_model", config={}, inputs=[chain["data"]])
+    rerun.extra["git"] = git_state(in_tmp / "checkout")
+    rerun.write(chain["model"] / "provenance.json")
+    assert audit(["--brief", str(chain["model"])]) == 1
+    out = capsys.readouterr().out
+    assert problem_lines(out) == [
+        f"EDITED: {RUN}/data/train.bin (not what its job wrote, but what the job of "
+        f"{RUN}/models/m/provenance.json read: edited between the two jobs; "
+        f"recorded in {RUN}/data/provenance.json)"
+    ]
+
+
+def test_a_record_without_output_checksums_is_not_called_ok(in_tmp, capsys):
+    chain = write_chain(in_tmp)
+    sidecar = in_tmp / sidecar_path(chain["figure"])
+    old = json.loads(sidecar.read_text())
+    del old["outputs"]  # as every record was written before output checksums
+    sidecar.write_text(json.dumps(old))
+    assert audit(["--brief", str(chain["figure"])]) == 1
+    out = capsys.readouterr().out
+    assert "outputs  UNCHECKED (the record holds no output checksums)" in out
+    assert problem_lines(out) == [
+        f"UNCHECKED: {chain['figure']} (its record predates output checksums, so an edit since "
+        "its job ran cannot be detected; rerun the job to record them; recorded in "
+        f"{sidecar_path(chain['figure'])})"
+    ]
+    assert "audit OK" not in out
 
 
 def test_missing_inputs_and_changed_config_files_fail_the_audit(in_tmp, capsys):

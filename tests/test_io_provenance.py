@@ -15,6 +15,7 @@ from depthlab.cli import start_job
 from depthlab.provenance import (
     CONFIG_SOURCE_ENV,
     Provenance,
+    described_files,
     git_state,
     set_job,
     sha256_path,
@@ -25,11 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGE_SECTIONS = ("analysis", "pruning", "depth_use", "scaling", "toy", "sweeps")
 
 
-def git_repo(path: Path) -> Path:
-    """A one-commit git repository (ignoring `ignored/`) at `path`."""
+def git_repo(path: Path, gitignore: str = "ignored/\n") -> Path:
+    """A one-commit git repository (ignoring `ignored/`, unless told otherwise) at `path`."""
     path.mkdir(parents=True)
     (path / "module.py").write_text("x = 1\n")
-    (path / ".gitignore").write_text("ignored/\n")
+    (path / ".gitignore").write_text(gitignore)
     git = [
         "git",
         "-C",
@@ -106,7 +107,7 @@ def test_provenance_records_commit_config_inputs_versions_and_times(tmp_path):
     source = tmp_path / "input.bin"
     source.write_bytes(b"\x00\x01")
     provenance = Provenance("unit", config={"lr": 0.1}, inputs=[source], seed=7)
-    record = provenance.write(tmp_path / "provenance.json")
+    record = provenance.write(tmp_path / "provenance.json")[tmp_path / "provenance.json"]
     assert json.loads((tmp_path / "provenance.json").read_text()) == json.loads(json.dumps(record))
     assert len(record["git"]["commit"]) == 40 and isinstance(record["git"]["dirty"], bool)
     assert record["inputs"][str(source)] == hashlib.sha256(b"\x00\x01").hexdigest()
@@ -114,6 +115,48 @@ def test_provenance_records_commit_config_inputs_versions_and_times(tmp_path):
     assert record["packages"]["torch"].startswith("2.13.0")
     assert record["end"] >= record["start"] and record["wall_s"] >= 0
     assert sidecar_path(tmp_path / "fig.png").name == "fig.provenance.json"
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_folder_record_holds_the_sha256_of_every_file_the_job_wrote(tmp_path):
+    out = tmp_path / "model"
+    (out / "export" / "n2").mkdir(parents=True)
+    (out / "weights.bin").write_bytes(b"\x00" * 10)
+    (out / "export" / "n2" / "config.json").write_text("{}")
+    (out / "export" / "n2" / "provenance.json").write_text("{}")  # a record, not an output
+    record = Provenance("unit", config={}).write(out / "provenance.json")[out / "provenance.json"]
+    assert record["outputs"] == {
+        "export/n2/config.json": sha(b"{}"),
+        "weights.bin": sha(b"\0" * 10),
+    }
+    assert json.loads((out / "provenance.json").read_text())["outputs"] == record["outputs"]
+    # Snakemake marks a folder output after the job and its record: not the job's output
+    (out / ".snakemake_timestamp").write_text("")
+    assert sorted(described_files(out / "provenance.json")) == sorted(record["outputs"])
+    with pytest.raises(ValueError, match=r"weights\.bin: not a provenance record"):
+        described_files(out / "weights.bin")
+
+
+def test_a_sidecar_holds_the_sha256_of_its_own_files_only(tmp_path):
+    """One record written beside several outputs (plot_pruning's figures; make_claims' csv and
+    md share a stem, so one sidecar): each sidecar covers the files of its own stem."""
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    for name in ("sweep.png", "sweep.pdf", "speed.png", "sweep_points.csv"):
+        (figures / name).write_bytes(name.encode())
+    sidecars = [sidecar_path(figures / "sweep.png"), sidecar_path(figures / "speed.png")]
+    written = Provenance("unit", config={"x": 1}).write(*sidecars, sidecars[0])
+    assert list(written) == sidecars  # a path named twice is written once
+    assert written[sidecars[0]]["outputs"] == {
+        "sweep.pdf": sha(b"sweep.pdf"),
+        "sweep.png": sha(b"sweep.png"),
+    }
+    assert written[sidecars[1]]["outputs"] == {"speed.png": sha(b"speed.png")}
+    first, second = (json.loads(path.read_text()) for path in sidecars)
+    assert first.pop("outputs") != second.pop("outputs") and first == second
 
 
 def test_dirty_flag_counts_untracked_files_but_not_ignored_ones(tmp_path):
@@ -133,6 +176,28 @@ def test_dirty_flag_counts_untracked_files_but_not_ignored_ones(tmp_path):
     (repo / "module.py").write_text("x = 3\n")
     assert git_state(repo)["changes"] == [" M module.py", "?? new_module.py"]
     assert git_state(tmp_path / "not_a_repo")["dirty"] is None
+
+
+def test_a_users_config_and_stray_reports_leave_the_checkout_clean(tmp_path, monkeypatch):
+    """With the project's .gitignore: a user's config in config/local/ and a report written to
+    the root by mistake keep later records clean, and records still name the user's config by
+    path and sha256; a config copied into config/ itself is an untracked change."""
+    repo = git_repo(tmp_path / "repo", gitignore=(ROOT / ".gitignore").read_text())
+    (repo / "config" / "local").mkdir(parents=True)
+    mine = repo / "config" / "local" / "mine.yaml"
+    mine.write_text("run_name: mine\n")
+    for stray in ("report.html", "report.zip", "dag.pdf", "results/mine/report.html"):
+        (repo / stray).parent.mkdir(parents=True, exist_ok=True)
+        (repo / stray).write_text("<html/>")
+    assert git_state(repo)["dirty"] is False
+    monkeypatch.setattr(provenance_module, "_job", {})
+    monkeypatch.chdir(repo)
+    set_job("prepare_data", "python prepare_data.py --config config/local/mine.yaml", [mine])
+    assert Provenance("unit", config={}).record()["config_source"] == {
+        "files": [{"path": "config/local/mine.yaml", "sha256": sha(b"run_name: mine\n")}]
+    }
+    (repo / "config" / "mine.yaml").write_text("run_name: mine\n")
+    assert git_state(repo)["changes"] == ["?? config/mine.yaml"]
 
 
 def test_records_name_the_rule_command_config_files_and_folder_files(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """Provenance records: where every number came from (rule, command, commit, config files,
-inputs, versions, device). `python workflow_scripts/audit.py PATH` reads them back
-(depthlab/audit.py)."""
+inputs, versions, device) and what the job wrote (the sha256 of each output file).
+`python workflow_scripts/audit.py PATH` reads them back (depthlab/audit.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,11 @@ TRACKED_PACKAGES = (
 # reruns nothing.
 CONFIG_SOURCE_ENV = "DEPTHLAB_CONFIG_SOURCE"
 MAX_LISTED_CHANGES = 50
+# A folder output's record, and a file output's sidecar (`fig.png` -> `fig.provenance.json`).
+RECORD_NAME = "provenance.json"
+SIDECAR_SUFFIX = ".provenance.json"
+# Snakemake writes this into a folder output after the job (and its record) ended: not the job's.
+WRITTEN_AFTER_RECORD = frozenset({".snakemake_timestamp"})
 
 # What the running job is (set once by depthlab.cli.start_job), recorded by every Provenance.
 _job: dict = {}
@@ -79,7 +84,7 @@ def _hash_tree(path: Path, per_file: bool):
     file_digests = {} if per_file and path.is_dir() else None
     for file in files:
         if path.is_dir():
-            if file.name == "provenance.json":
+            if file.name == RECORD_NAME:
                 continue  # wall times differ between identical reruns
             digest.update(str(file.relative_to(path)).encode() + b"\0")
         own = hashlib.sha256() if file_digests is not None else None
@@ -101,6 +106,35 @@ def sha256_path(path: str | os.PathLike) -> str:
 def sha256_files(path: str | os.PathLike) -> dict:
     """{relative file: sha256} of a folder's files (what `sha256_path` folds into one)."""
     return _hash_tree(Path(path), per_file=True)[1] or {}
+
+
+def described_files(record_path: str | os.PathLike) -> dict[str, Path]:
+    """The output files a provenance record describes, by their path relative to the record's
+    folder: for a folder's `provenance.json`, every file under that folder except the
+    `provenance.json` records (as in `sha256_path`) and Snakemake's marker; for a sidecar
+    `x.provenance.json`, the files beside it named `x.<suffix>` (a job that writes `x.csv` and
+    `x.md` records both in one sidecar)."""
+    record_path = Path(record_path)
+    folder = record_path.parent
+    if record_path.name == RECORD_NAME:
+        files = [
+            p
+            for p in folder.rglob("*")
+            if p.is_file() and p.name != RECORD_NAME and p.name not in WRITTEN_AFTER_RECORD
+        ]
+    elif record_path.name.endswith(SIDECAR_SUFFIX):
+        stem = record_path.name[: -len(SIDECAR_SUFFIX)]
+        files = [p for p in folder.iterdir() if p.is_file() and p.stem == stem]
+    else:
+        raise ValueError(
+            f"{record_path}: not a provenance record (named {RECORD_NAME} or *{SIDECAR_SUFFIX})"
+        )
+    return {p.relative_to(folder).as_posix(): p for p in sorted(files)}
+
+
+def output_checksums(record_path: str | os.PathLike) -> dict[str, str]:
+    """{relative path: sha256} of the files the record at `record_path` describes."""
+    return {name: sha256_path(path) for name, path in described_files(record_path).items()}
 
 
 def display_path(path: str | os.PathLike) -> str:
@@ -165,7 +199,8 @@ class Provenance:
     """Collects provenance for one stage run; `write` records the end time.
 
     Usage: ``prov = Provenance("pretrain", config=..., inputs=[...], seed=0)`` at start,
-    ``prov.write(output_dir / "provenance.json")`` after the outputs are complete.
+    ``prov.write(output_dir / "provenance.json")`` after the outputs are complete: the record
+    holds the sha256 of the files beside it, so it is the job's last write.
     """
 
     def __init__(self, stage: str, config: dict, inputs=(), seed: int | None = None):
@@ -202,15 +237,19 @@ class Provenance:
             **self.extra,
         }
 
-    def write(self, *paths: str | os.PathLike) -> dict:
-        """Write one record (inputs hashed once) to every path: a stage with several outputs."""
+    def write(self, *paths: str | os.PathLike) -> dict[Path, dict]:
+        """Write the record (inputs hashed once) to every path, a stage with several outputs;
+        each copy adds `outputs`, the sha256 of the files it describes (`described_files`).
+        Returns the record written to each path."""
         record = self.record()
-        for path in paths:
-            write_json(path, record)
-        return record
+        written = {}
+        for path in dict.fromkeys(Path(p) for p in paths):
+            written[path] = {**record, "outputs": output_checksums(path)}
+            write_json(path, written[path])
+        return written
 
 
 def sidecar_path(output: str | os.PathLike) -> Path:
     """Provenance file for a single-file output: `fig.png` -> `fig.provenance.json`."""
     output = Path(output)
-    return output.with_name(output.stem + ".provenance.json")
+    return output.with_name(output.stem + SIDECAR_SUFFIX)
