@@ -20,6 +20,7 @@ LAYERS = {
         "atomic_files",
         "provenance",
         "devices",
+        "placement",
         "code_fingerprint",
         "figure_style",
         "paper_values",

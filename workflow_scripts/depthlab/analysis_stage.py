@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from .model_job import clamp_max_length, load, log_stderr, provenance_inputs, text_batches
+from .placement import spec_placement
 
 
 def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
@@ -24,7 +25,9 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     provenance = Provenance(
         "analysis", config=spec, inputs=provenance_inputs(spec["texts"], [spec["model_path"]])
     )
-    adapter, tokenizer = load(spec["model_path"], spec["revision"], spec["dtype"], device)
+    adapter, tokenizer = load(
+        spec["model_path"], spec["revision"], spec["dtype"], device, **spec_placement(spec)
+    )
     max_length = clamp_max_length(spec["max_length"], [adapter], log)
     batches = text_batches(
         spec, tokenizer, max_length, max_samples=spec["max_samples"], max_tokens=spec["max_tokens"]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,15 +142,24 @@ class ModelAdapter:
     def has_lm_head(self) -> bool:
         return self.lm_head is not None
 
+    @property
+    def input_device(self) -> torch.device:
+        """Where input ids go: the input embedding's device (depthlab.placement)."""
+        from .placement import input_device
+
+        return input_device(self.model)
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logit-lens readout lm_head(norm(h)) (OPT: lm_head(project_out(norm(h))))."""
+        """Logit-lens readout lm_head(norm(h)) (OPT: lm_head(project_out(norm(h)))), on the
+        device of `hidden` (a sharded model's head may sit on another GPU)."""
         if self.lm_head is None:
             raise UnsupportedModelError(f"{type(self.model).__name__} has no LM head")
+        states = hidden
         if self.final_norm is not None:
             hidden = self.final_norm(hidden)
         if self.project_out is not None:
             hidden = self.project_out(hidden)
-        return self.lm_head(hidden)
+        return self.lm_head(hidden).to(states.device)
 
     def describe(self) -> dict:
         return {
@@ -600,10 +610,18 @@ def load_model(
     dtype: str | torch.dtype = "float32",
     device: str = "cpu",
     revision: str | None = None,
+    device_map: str | dict = "auto",
+    max_memory: dict | None = None,
 ):
     """Load a checkpoint for analysis: its causal LM when the checkpoint has one (so the logit
     lens has its head), else the bare model (BERT-style encoders). Refuses checkpoints whose
     weights would be partly random.
+
+    Placement (depthlab.placement): on one device (`model.to(device)`) by default, or, when
+    `device` is cuda and the model is larger than one of the job's several GPUs (device_map
+    auto) or `device_map` names a strategy or a map, dispatched by accelerate over several
+    devices, whole decoder layers per device, weights loaded straight onto their device in
+    `dtype`.
 
     A local folder is checked first (`check_model_files`): no config.json, missing or truncated
     weights raise CheckpointError naming the file, and so does any error transformers or
@@ -612,6 +630,14 @@ def load_model(
     import torch
     from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    from .placement import (
+        check_device_map,
+        check_max_memory,
+        offload_folder,
+        plan_device_map,
+        remove_with,
+    )
 
     _register_depthlab_models()
     folder = local_model_folder(path)
@@ -627,9 +653,22 @@ def load_model(
             raise
         raise CheckpointError(f"{folder / 'config.json'}: {str(error).splitlines()[0]}") from None
     auto = AutoModelForCausalLM if _is_causal_lm(config) else AutoModel
+    placed = plan_device_map(
+        auto,
+        config,
+        dtype,
+        device,
+        check_device_map(device_map),
+        check_max_memory(max_memory),
+        path,
+        torch.cuda.device_count(),
+    )
+    placement = {}
+    if placed is not None:
+        placement = {"device_map": placed, "offload_folder": offload_folder(placed)}
     try:
         model, info = auto.from_pretrained(
-            path, revision=revision, dtype=dtype, output_loading_info=True
+            path, revision=revision, dtype=dtype, output_loading_info=True, **placement
         )
     except (
         SafetensorError,
@@ -639,6 +678,8 @@ def load_model(
         EOFError,
         zipfile.BadZipFile,
     ) as error:
+        if placement.get("offload_folder"):
+            shutil.rmtree(placement["offload_folder"], ignore_errors=True)
         if folder is None:
             raise
         weights = next(
@@ -659,7 +700,10 @@ def load_model(
             f"{path}: checkpoint lacks weights for {missing[:5]} "
             f"({len(missing)} in all); they would be randomly initialised"
         )
-    return model.to(device).eval()
+    if not placement:
+        return model.to(device).eval()
+    remove_with(model, placement["offload_folder"])
+    return model.eval()
 
 
 def load_tokenizer(path: str, revision: str | None = None):

@@ -13,6 +13,12 @@ sequence length 2048 (up to 7B) or 4096. Here:
   merge   the trained adapters are merged (`merge_and_unload`) into the *full-precision* pruned
           weights (QLoRA too: its adapters are loaded onto the fp32 pruned model and merged),
           so a healed variant is an ordinary model evaluated exactly like an unhealed one.
+
+A pruned model dispatched over several GPUs (depthlab.placement) heals as it is: peft puts each
+adapter on its layer's GPU, the batches go to the input embedding's device, QLoRA's 4-bit copy
+is spread over the same GPUs, and the adapters merge into the weights where they lie. peft can
+neither train nor merge adapters on weights accelerate offloads to the CPU or disk (they sit on
+`meta` between passes), so a model with offloaded weights is refused.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import torch
 from .architectures import _register_depthlab_models
 from .errors import PruningError
 from .layer_removal import export_pruned
+from .placement import gpu_budget, has_offloaded_weights, input_device, is_dispatched
 from .stage_settings import HealSettings
 from .tracking import Progress, Tracker
 from .training import language_model_loss, lr_multiplier, train_batch
@@ -67,6 +74,14 @@ def _check_targets(model, settings: HealSettings) -> None:
         )
 
 
+def _quantised_placement(pruned, device: str) -> dict:
+    """QLoRA's 4-bit copy on `device`, or balanced over the job's GPUs when the pruned model is
+    dispatched over several."""
+    if device.startswith("cuda") and is_dispatched(pruned):
+        return {"device_map": "balanced", "max_memory": gpu_budget(device)}
+    return {"device_map": {"": device}}
+
+
 def _quantised_copy(pruned, device: str):
     """The pruned model reloaded with 4-bit NF4 linear weights (QLoRA's frozen base)."""
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig  # QLoRA only
@@ -82,7 +97,10 @@ def _quantised_copy(pruned, device: str):
         # the export keeps each layer's LNS factor / DeepNorm alpha of its original depth
         export_pruned(pruned, (), folder)
         quantised = AutoModelForCausalLM.from_pretrained(
-            folder, quantization_config=config, dtype=torch.float32, device_map={"": device}
+            folder,
+            quantization_config=config,
+            dtype=torch.float32,
+            **_quantised_placement(pruned, device),
         )
     return quantised
 
@@ -110,6 +128,12 @@ def heal(
     from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
     _check_targets(pruned, settings)
+    if has_offloaded_weights(pruned):
+        raise PruningError(
+            "pruning.healing: the pruned model has weights offloaded to the CPU or disk "
+            "(device_map / max_memory), where peft can neither train nor merge adapters; give "
+            "the job GPUs that hold the model"
+        )
     context = getattr(pruned.config, "max_position_embeddings", None)
     if context is not None and settings.seq_len > context:
         raise PruningError(
@@ -123,6 +147,7 @@ def heal(
 
         base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
     model = get_peft_model(base, _lora_config(settings))
+    inputs_at = input_device(base)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],
@@ -148,7 +173,7 @@ def heal(
     )
     for step in range(settings.steps):
         window = train_batch(train_tokens, step, seed, settings.batch_size, settings.seq_len).to(
-            device
+            inputs_at
         )
         loss = language_model_loss(model, window, None)
         loss.backward()

@@ -33,6 +33,8 @@ benchmark compare this with, is tests/skip_reference.py.
 
 Statistics are computed per token in float32 (float64 for a float64 model) and summed in float64;
 memory is bounded by one batch (its clean states and the stacked rows), never by the token count.
+On a model sharded over several devices (depthlab.placement) the states, rows and probabilities
+live on the input embedding's device; a replayed layer's output is moved back there.
 
 Size: one algorithm (the batched staircase replay) with its settings and statistics; split,
 the row bookkeeping would cross a module boundary at every layer.
@@ -221,11 +223,12 @@ class _LayerCall:
             self.args, self.kwargs, self.keyword = (), rest, True
 
     def run(self, layer, hidden, expand):
+        """The layer's output on `hidden`'s device (a sharded layer computes on its own)."""
         args = tuple(expand(a) for a in self.args)
         kwargs = {k: expand(v) for k, v in self.kwargs.items()}
         if self.keyword:
-            return _first(layer(*args, hidden_states=hidden, **kwargs))
-        return _first(layer(hidden, *args, **kwargs))
+            return _first(layer(*args, hidden_states=hidden, **kwargs)).to(hidden.device)
+        return _first(layer(hidden, *args, **kwargs)).to(hidden.device)
 
 
 def _backbone_kwargs(adapter: ModelAdapter, input_ids, attention_mask) -> dict:
@@ -239,7 +242,8 @@ def _backbone_kwargs(adapter: ModelAdapter, input_ids, attention_mask) -> dict:
 
 
 def clean_pass(adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-    """(states h_0..h_L, per-layer calls) of one batch, from hooks on the backbone's forward."""
+    """(states h_0..h_L, per-layer calls) of one batch, from hooks on the backbone's forward;
+    the states on the device of `input_ids`."""
     calls: list[_LayerCall | None] = [None] * adapter.num_layers
     final = {}
     handles = []
@@ -261,7 +265,9 @@ def clean_pass(adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: t
             handle.remove()
     if any(call is None for call in calls) or "h" not in final:
         raise RuntimeError("the forward pass did not run every decoder layer")
-    states = [call.hidden for call in calls] + [final["h"]]
+    states = [call.hidden.to(input_ids.device) for call in calls] + [
+        final["h"].to(input_ids.device)
+    ]
     return states, calls
 
 
@@ -272,7 +278,7 @@ def _expander(batch: int, index: torch.Tensor):
     def expand(obj):
         if isinstance(obj, torch.Tensor):
             if obj.ndim >= 2 and obj.shape[0] == batch:
-                return obj.index_select(0, index)
+                return obj.index_select(0, index.to(obj.device))
             return obj
         if isinstance(obj, tuple):
             return tuple(expand(o) for o in obj)
@@ -413,7 +419,7 @@ class _SublayerMask:
 
             def hook(module, args, output, mask=mask):
                 tensor = _first(output)
-                factor = mask.to(tensor.dtype).reshape(*tensor.shape[:-1], 1)
+                factor = mask.to(tensor.device, tensor.dtype).reshape(*tensor.shape[:-1], 1)
                 return _replace_first(output, tensor * factor)
 
             self.handles.append(module.register_forward_hook(hook))
@@ -570,7 +576,7 @@ def skip_effects(
     L = adapter.num_layers
     skipped = settings.skipped_layers(L)
     acc = _Accumulator(variants, skipped, L, per_prompt)
-    device = next(adapter.backbone.parameters()).device
+    device = adapter.input_device
     prompts = rows_total = 0
     notes = list(adapter.notes)
     with torch.inference_mode():

@@ -14,7 +14,9 @@ supports (depthlab.architectures) removal
     below the old boundary.
 
 `pruned_view` does this in place and undoes it on exit (sweeps: one model in memory, no weight
-copies); `export_pruned` writes an ordinary HF folder that `from_pretrained` loads with no
+copies; a model dispatched over several devices keeps its layers' accelerate hooks, so each kept
+layer still runs on its own device); `export_pruned` writes an ordinary HF folder that
+`from_pretrained` loads with no
 missing, unexpected or re-initialised weight. A depthlab pre_ln / lns / scaled_init model exports
 as plain `LlamaForCausalLM` (each kept layer's LNS factor 1/sqrt(l) of its *original* depth
 folded into its norm gains); post_ln / mix_ln / deepnorm as `depthlab_llama`. DeepNorm's residual
@@ -50,6 +52,7 @@ from torch import nn
 
 from .architectures import ModelAdapter, adapt
 from .errors import PruningError, UnsupportedModelError
+from .placement import materialised_state_dict
 
 # Config lists with one entry per layer (sliced on removal) and config ints that count the
 # first layers with some property (recounted over the kept layers).
@@ -188,7 +191,7 @@ def _plain_llama_export(model):
     fields = model.config.to_dict()
     for key in (*DEPTHLAB_CONFIG_KEYS, "model_type", "architectures", "transformers_version"):
         fields.pop(key, None)
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    state = {k: v.detach().clone() for k, v in materialised_state_dict(model).items()}
     for idx, layer in enumerate(model.model.layers):
         scale = getattr(layer, "norm_output_scale", 1.0)
         for norm in ("input_layernorm", "post_attention_layernorm"):
@@ -205,7 +208,7 @@ def _deepnorm_state(model) -> dict:
     from .models import residual_scale  # export only (see _plain_llama_export)
 
     alpha_new = residual_scale(model.config)
-    state = dict(model.state_dict())
+    state = dict(materialised_state_dict(model))
     for idx, layer in enumerate(model.model.layers):
         factor = alpha_new / layer.residual_scale
         for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
@@ -370,7 +373,7 @@ def head_losses(
     if scored < targets.shape[-1]:
         hidden, targets = hidden[..., -scored:, :], targets[..., -scored:]
     rows = hidden.reshape(-1, hidden.shape[-1])
-    flat = targets.reshape(-1).to(rows.device)
+    flat = targets.reshape(-1).to(rows.device)  # adapter.logits answers on the rows' device
     step = max(1, int(chunk_elements) // _vocab_size(adapter))
     cap = getattr(adapter.model.config, "final_logit_softcapping", None)
     total = 0.0
@@ -413,7 +416,7 @@ def model_losses(
     """(model_loss, the loss per validation window: the mean over each window's scored
     positions, as LossSweep.window_losses gives for a removal set)."""
     adapter = adapt(model)
-    device = next(model.parameters()).device
+    device = adapter.input_device
     captured = {}
     handle = adapter.layers[-1].register_forward_hook(
         lambda module, args, output: captured.__setitem__("h", layer_output(output))

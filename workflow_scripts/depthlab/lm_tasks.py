@@ -467,6 +467,13 @@ class TaskEvaluator:
     def _wrap(self, model):
         from lm_eval.models.huggingface import HFLM
 
+        from .placement import input_device
+
+        # HFLM takes a model instance as it is: it never moves it (lm_eval 0.4.13: `device` and
+        # `parallelize` apply only to a model it loads itself), so a model dispatched over
+        # several GPUs (depthlab.placement) stays where it is and its hooks move each batch on
+        inputs_at = input_device(model)
+
         class QuietHFLM(HFLM):
             """lm-eval turns its progress bars on itself (no global switch reaches them): off
             unless stderr is a terminal, so job logs keep plain lines."""
@@ -475,9 +482,17 @@ class TaskEvaluator:
                 quiet = disable_tqdm or not sys.stderr.isatty()
                 return super().loglikelihood(requests, disable_tqdm=quiet)
 
-        device = str(next(model.parameters()).device)
+            @property
+            def device(self):
+                # HFLM sends batches to `model.device` (its first weight's), which is `meta`
+                # when that weight is offloaded: the input embedding's device is always right
+                return inputs_at
+
         return QuietHFLM(
-            pretrained=model, tokenizer=self.tokenizer, batch_size=self.batch_size, device=device
+            pretrained=model,
+            tokenizer=self.tokenizer,
+            batch_size=self.batch_size,
+            device=str(inputs_at),
         )
 
     def evaluate(self, removed: Sequence[int] = (), model=None) -> list[dict]:

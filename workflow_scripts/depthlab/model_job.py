@@ -1,6 +1,7 @@
 """What every job that reads a model's hidden states (analysis, skip interventions, linear maps)
 does before its measure: load the model and tokenizer its spec names (path: folder, hub id or
-pkg:<package>/<folder>; hub revision; dtype; device), keep the sequence length within the
+pkg:<package>/<folder>; hub revision; dtype; device; the optional device_map and max_memory that
+shard a model over several GPUs, depthlab.placement), keep the sequence length within the
 model's context, stream the spec's text set as padded token batches, and list the provenance
 inputs (the text file of a jsonl text set, the folder of a local model).
 
@@ -20,15 +21,31 @@ def log_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def load(path: str, revision: str | None, dtype: str, device: str, tokenizer: bool = True):
-    """(adapter, tokenizer) of one checkpoint: the model loaded in `dtype` on `device` and
-    adapted (depthlab.architectures), its tokenizer (None with tokenizer=False)."""
+def load(
+    path: str,
+    revision: str | None,
+    dtype: str,
+    device: str,
+    tokenizer: bool = True,
+    device_map: str | dict = "auto",
+    max_memory: dict | None = None,
+):
+    """(adapter, tokenizer) of one checkpoint: the model loaded in `dtype` on `device` (or
+    sharded: device_map, max_memory, depthlab.placement) and adapted
+    (depthlab.architectures), its tokenizer (None with tokenizer=False)."""
     from transformers.utils import logging as hf_logging
 
     from .architectures import adapt, load_model, load_tokenizer
 
     hf_logging.disable_progress_bar()
-    model = load_model(path, dtype=dtype, device=device, revision=revision)
+    model = load_model(
+        path,
+        dtype=dtype,
+        device=device,
+        revision=revision,
+        device_map=device_map,
+        max_memory=max_memory,
+    )
     loaded = load_tokenizer(path, revision=revision) if tokenizer else None
     return adapt(model), loaded
 

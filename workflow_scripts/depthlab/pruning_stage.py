@@ -72,6 +72,7 @@ from .healing import heal
 from .layer_removal import export_pruned, model_losses, prune_copy
 from .lm_tasks import TaskEvaluator, check_task_folder
 from .model_tokens import model_tokens
+from .placement import spec_placement
 from .provenance import Provenance
 from .pruning import (
     LossSweep,
@@ -280,7 +281,13 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
             if p is not None
         ],
     )
-    model = load_model(spec["model"], dtype=spec["dtype"], device=device, revision=spec["revision"])
+    model = load_model(
+        spec["model"],
+        dtype=spec["dtype"],
+        device=device,
+        revision=spec["revision"],
+        **spec_placement(spec),
+    )
     tokenizer = load_tokenizer(spec["model"], revision=spec["revision"])
     adapter = adapt(model)
     check_prunable(adapter, name=name, where="pruning.models")

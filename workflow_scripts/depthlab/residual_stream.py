@@ -9,8 +9,10 @@ order, for l = 0..L-1:
     mlp_update(l, m_l)        the output of its MLP update module
 
 and finally state(L, h_L), the output of the last layer before the final norm. Tensors are the
-model's own (any dtype, shape (..., hidden)); the consumer keeps only what it needs, so memory
-is bounded by one batch, never by the number of tokens seen.
+model's own (any dtype, shape (..., hidden)), all on one device, the input embedding's: a model
+sharded over several GPUs (depthlab.placement) has its layers' tensors moved there first. The
+consumer keeps only what it needs, so memory is bounded by one batch, never by the number of
+tokens seen.
 """
 
 from __future__ import annotations
@@ -39,26 +41,28 @@ def _first_tensor(value) -> torch.Tensor:
 
 
 class ResidualStreamHooks:
-    """Context manager: hooks on every layer of `adapter` that feed `consumer` during forwards."""
+    """Context manager: hooks on every layer of `adapter` that feed `consumer` during forwards,
+    every tensor moved to `device` (default: the input embedding's; a no-op on one device)."""
 
-    def __init__(self, adapter: ModelAdapter, consumer: ResidualStreamConsumer):
+    def __init__(self, adapter: ModelAdapter, consumer: ResidualStreamConsumer, device=None):
         self.adapter = adapter
         self.consumer = consumer
+        self.device = device if device is not None else adapter.input_device
         self._handles = []
 
     def __enter__(self) -> ResidualStreamHooks:
-        consumer, last = self.consumer, self.adapter.num_layers - 1
+        consumer, last, device = self.consumer, self.adapter.num_layers - 1, self.device
         for index, layer in enumerate(self.adapter.layers):
 
             def layer_input(module, args, kwargs, index=index):
                 hidden = args[0] if args else kwargs["hidden_states"]
-                consumer.state(index, hidden)
+                consumer.state(index, hidden.to(device))
 
             def attention_output(module, args, output, index=index):
-                consumer.attention_update(index, _first_tensor(output))
+                consumer.attention_update(index, _first_tensor(output).to(device))
 
             def mlp_output(module, args, output, index=index):
-                consumer.mlp_update(index, _first_tensor(output))
+                consumer.mlp_update(index, _first_tensor(output).to(device))
 
             self._handles.append(layer.register_forward_pre_hook(layer_input, with_kwargs=True))
             self._handles.append(
@@ -68,7 +72,7 @@ class ResidualStreamHooks:
             if index == last:
 
                 def final_output(module, args, output, index=index):
-                    consumer.state(index + 1, _first_tensor(output))
+                    consumer.state(index + 1, _first_tensor(output).to(device))
 
                 self._handles.append(layer.register_forward_hook(final_output))
         return self
@@ -92,11 +96,11 @@ def stream_residuals(
     feeding `consumer`; return the number of batches. The LM head is not run: a consumer that
     wants logits (the logit lens) applies `adapter.logits` itself."""
     backbone = adapter.backbone
-    device = next(backbone.parameters()).device
+    device = adapter.input_device
     parameters = inspect.signature(backbone.forward).parameters
     extra = {"use_cache": False} if "use_cache" in parameters else {}
     count = 0
-    with torch.inference_mode(), ResidualStreamHooks(adapter, consumer):
+    with torch.inference_mode(), ResidualStreamHooks(adapter, consumer, device):
         for batch in batches:
             input_ids = batch["input_ids"].to(device)
             attention_mask = batch["attention_mask"].to(device)

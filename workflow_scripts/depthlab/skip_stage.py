@@ -19,6 +19,7 @@ from .model_job import (
     provenance_inputs,
     text_batches,
 )
+from .placement import spec_placement
 
 
 def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
@@ -35,7 +36,9 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
         spec["texts"], [spec["model_path"]], files=[spec["problems"]] if spec["problems"] else []
     )
     provenance = Provenance("depth_use.skip", config=spec, inputs=inputs, seed=spec["seed"])
-    adapter, tokenizer = load(spec["model_path"], spec["revision"], spec["dtype"], device)
+    adapter, tokenizer = load(
+        spec["model_path"], spec["revision"], spec["dtype"], device, **spec_placement(spec)
+    )
     # facts of the loaded model: the resolver knows a hub model's layers and head only by name
     try:
         settings.skipped_layers(adapter.num_layers)
