@@ -26,7 +26,7 @@ rule analyse_model:
     priority: pruning_path_priority(20, "model")
     threads: stage_threads("analysis")
     resources:
-        **stage_resources("analysis"),
+        **job_resources("analyse_model"),
     shell:
         "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 

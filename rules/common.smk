@@ -4,6 +4,7 @@ import re
 
 from depthlab.code_fingerprint import code_fingerprint, import_closure
 from depthlab.config import ANALYSIS_FIGURES, DEPTH_USE_FIGURES, PRUNING_FIGURES, spec_json
+from depthlab.resource_plan import MODEL_JOBS
 
 PATHS = RESOLVED.paths
 FIGURE_FORMAT = config["figures"]["format"]
@@ -103,4 +104,26 @@ def stage_resources(stage, gpu=True):
     for key, resource in SLURM_RESOURCES.items():
         if spec.get(key):
             resources[resource] = spec[key]
+    return resources
+
+
+def job_resources(family):
+    """Per-job resources of the jobs that load a model (depthlab.resource_plan.MODEL_JOBS), by
+    job family: GPUs, GPU memory, host memory, runtime and disk derived from the job's model
+    when the config names its GPU (cluster.gpu), a model's own `resources` winning, else the
+    stage's values; gpu_model, partition, account and QoS as stage_resources gives them.
+    Memory and runtime grow with each retry."""
+    plan = RESOLVED.resource_plan
+    stage, on_gpu = MODEL_JOBS[family]
+    resources = stage_resources(stage, gpu=on_gpu)
+    requests = plan.requests(family)
+
+    def request(wildcards):
+        return requests[RESOLVED.job_for(family, wildcards)]
+
+    resources["mem_mb"] = lambda wildcards, attempt: request(wildcards)["mem_mb"] * attempt
+    resources["runtime"] = lambda wildcards, attempt: request(wildcards)["runtime"] * attempt
+    for key in ("gpu", "gpu_memory_mb", "disk_mb"):
+        if any(r.get(key) for r in requests.values()):
+            resources[key] = lambda wildcards, key=key: request(wildcards).get(key, 0)
     return resources

@@ -47,7 +47,7 @@ rule skip_interventions:
         ENVIRONMENT
     threads: stage_threads("depth_use")
     resources:
-        **stage_resources("depth_use"),
+        **job_resources("skip_interventions"),
     shell:
         "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
@@ -73,7 +73,7 @@ rule linear_maps:
         ENVIRONMENT
     threads: stage_threads("depth_use")
     resources:
-        **stage_resources("depth_use"),
+        **job_resources("linear_maps"),
     shell:
         "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 

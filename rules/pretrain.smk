@@ -27,7 +27,7 @@ rule pretrain_model:
     priority: pruning_path_priority(30, "job")
     threads: stage_threads("pretrain")
     resources:
-        **stage_resources("pretrain"),
+        **job_resources("pretrain_model"),
     shell:
         "{params.launcher:q} {params.script:q} --spec {params.spec:q} --threads {threads:q} "
         "> {log:q} 2>&1"
@@ -82,6 +82,6 @@ if jobs("convert_gguf"):
             ENVIRONMENT
         threads: stage_threads("convert")
         resources:
-            **stage_resources("convert", gpu=False),
+            **job_resources("convert_gguf"),
         shell:
             "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

@@ -49,7 +49,7 @@ rule prune_model:
     priority: 20
     threads: stage_threads("pruning")
     resources:
-        **stage_resources("pruning"),
+        **job_resources("prune_model"),
     shell:
         "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 

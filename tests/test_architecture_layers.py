@@ -25,7 +25,7 @@ LAYERS = {
         "figure_style",
         "paper_values",
     },
-    "models": {"modeling_depthlab", "models", "architectures", "gguf_models"},
+    "models": {"modeling_depthlab", "models", "architectures", "gguf_models", "model_shapes"},
     "data": {"data", "model_tokens", "pretrain_runs", "problem_sets", "benchmark_problems"},
     "engines": {
         "residual_stream",
@@ -49,6 +49,8 @@ LAYERS = {
         "verdicts",
         "audit",
         "stage_settings",
+        "resource_plan",
+        "plan_tables",
     },
     "stages": {
         "analysis_stage",

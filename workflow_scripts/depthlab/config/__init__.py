@@ -19,6 +19,7 @@ model folders and files). The package:
     paths.py         safe names and RunPaths (every path a run writes)
     models.py        the model registry: sweeps, seeds, per-model and checkpoint checks
     resolved.py      Resolved, the stage resources, shared helpers
+    shapes.py        every declared model's shape, which the resource plan sizes jobs from
     stages/<stage>   one resolver per stage: data, pretrain, analysis, scaling, toy, pruning,
                      depth_use, claims
 
@@ -35,6 +36,7 @@ import os
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..resource_plan import plan_resources
 from .load import (
     DEFAULT_CONFIG,
     REPO_ROOT,
@@ -64,6 +66,7 @@ from .models import (
 )
 from .paths import SAFE_NAME, RunPaths, check_name, seed_model_name, sweep_model_name
 from .resolved import Resolved, spec_json, stage_resources
+from .shapes import declared_shapes
 from .stages.analysis import ANALYSIS_FIGURES, resolve_analysis, text_set_texts
 from .stages.claims import resolve_claims
 from .stages.data import resolve_data
@@ -120,6 +123,10 @@ def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
     config = copy.deepcopy(config)
     config["resources"] = stage_resources(config)
     models = expand_sweeps(config)
+    # per-model resources are requests, not settings: kept out of the models (and every spec)
+    model_resources = {
+        name: model.pop("resources") for name, model in models.items() if "resources" in model
+    }
     processes = config["resources"]["pretrain"]["processes"]
     for name, model in models.items():
         if model["kind"] == "pretrain":
@@ -128,7 +135,7 @@ def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
             check_gguf_model(name, model, base_dir)
         else:
             check_hf_model(name, model, base_dir)
-    resolved = Resolved(config=config, paths=paths, models=models)
+    resolved = Resolved(config=config, paths=paths, models=models, model_resources=model_resources)
     resolve_data(resolved, base_dir)
     resolve_pretrain(resolved)
     resolve_analysis(resolved, base_dir)
@@ -137,4 +144,5 @@ def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
     resolve_pruning(resolved, base_dir)
     resolve_depth_use(resolved, base_dir)
     resolve_claims(resolved)
+    resolved.resource_plan = plan_resources(resolved, declared_shapes(resolved, base_dir))
     return resolved

@@ -25,6 +25,8 @@ class Resolved:
     families: dict = field(default_factory=dict)
     wildcards: dict = field(default_factory=dict)
     inputs: dict = field(default_factory=dict)
+    model_resources: dict = field(default_factory=dict)  # models.<name>.resources
+    resource_plan: object = None  # depthlab.resource_plan.ResourcePlan, set by resolve()
 
     def jobs(self, family: str) -> dict:
         return self.families.get(family, {})
@@ -74,7 +76,12 @@ class Resolved:
 def stage_resources(config: dict) -> dict:
     resources = config["resources"]  # the schema requires every always-on stage's entry
     # cluster: {partition, account, qos} applies to every stage unless the stage names its own
-    cluster = config.get("cluster") or {}
+    # (cluster.gpu and cluster.sizing size the model jobs: depthlab.resource_plan)
+    cluster = {
+        key: value
+        for key, value in (config.get("cluster") or {}).items()
+        if key in ("partition", "account", "qos")
+    }
     resolved = {
         stage: {"gpu": 0, "gpu_model": "", **cluster, **spec} for stage, spec in resources.items()
     }

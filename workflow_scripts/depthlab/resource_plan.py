@@ -1,0 +1,724 @@
+"""Per-job resources derived from each job's model, and the cost plan of a config.
+
+Every job that loads a model (pretrain_model, analyse_model, prune_model, skip_interventions,
+linear_maps, and the CPU jobs export_pruned and convert_gguf) is sized from its model's shape
+(depthlab.model_shapes) and its spec's batch, sequence length and passes:
+
+  memory   weights (parameters x bytes of the job's dtype); pretraining's training state per
+           process (weights, gradients, AdamW moments in the precision's dtypes, replicated by
+           DDP); one batch's activations (Korthikanti et al. 2022, eq. 2: 34 bytes per token,
+           layer and hidden unit in 16-bit, the attention-score term left out as SDPA keeps no
+           score matrix) and logits; what the stage's code keeps besides: the analysis' per-layer
+           states of a batch, the pruning loss sweep's cached states of every validation window
+           at every layer, QLoRA healing's 4-bit copy, adapters and AdamW state, lm-eval's batch,
+           the linear maps' float64 sums
+  runtime  FLOPs at the stated GPU's peak rate for the work's precision times the stated
+           utilisation: 6 N D for training (PaLM, app. B: 6 N + 12 L H Q T per token), 2 N per
+           inference token, 4 N per token for adapters on a frozen base, times the stage's
+           passes; N = the matrices a token multiplies through (model_shapes.matmul_parameters)
+  disk     the hub download in the stored dtype, checkpoints, temporary exports
+
+A model split over several GPUs (depthlab.placement: whole decoder layers per GPU) runs one
+GPU at a time, so its wall time is its FLOPs at one GPU's rate; pretraining's DDP processes
+share the FLOPs. GPUs per job: the fewest whose memory, less the stated headroom, holds the
+job's weights and per-layer states split over them plus one batch's activations on each.
+
+The sizes are estimates to request resources with, not measurements: the plan states its
+assumptions (config `cluster.gpu`, `cluster.sizing`) above its tables. Without `cluster.gpu`
+every job keeps its stage's `resources:` values (CPU configs: nothing changes); with it, the
+model-loading jobs get derived values. `models.<name>.resources` (gpu, gpu_memory_mb, mem_mb,
+runtime, disk_mb; any subset) wins over both. A declared value that cannot hold the job's
+weights is a ConfigError naming the key, raised while the config is resolved.
+
+depthlab.plan_tables prints a plan. Size (~700 lines): one short cost model per stage and the
+plan built from them, which share the estimate's vocabulary and are read together. Torch-free:
+the Snakefile plans with it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .errors import ConfigError
+from .model_shapes import (
+    DTYPE_BYTES,
+    Shape,
+    head_matrix_parameters,
+    layer_matrix_parameters,
+    matmul_parameters,
+)
+
+MiB, GiB = 2**20, 2**30  # Slurm's (and Snakemake's) MB are MiB; a GPU's "80 GB" is 80 GiB
+# Rule (= job family) -> (its resources: stage, whether it runs on the stage's GPUs)
+MODEL_JOBS = {
+    "pretrain_model": ("pretrain", True),
+    "analyse_model": ("analysis", True),
+    "prune_model": ("pruning", True),
+    "skip_interventions": ("depth_use", True),
+    "linear_maps": ("depth_use", True),
+    "export_pruned": ("pruning", False),
+    "convert_gguf": ("convert", False),
+}
+# GPU jobs whose resources are not model-derived (the toy models are tiny and launch-bound)
+STAGE_JOBS = {"train_toy": ("toy", True)}
+
+ACTIVATION_BYTES = 34  # per token, layer and hidden unit in 16-bit (Korthikanti et al. 2022)
+TRAIN_STATE_BYTES = {  # per parameter: weights + gradients + AdamW's two moments
+    "pure_bf16": 2 + 2 + 2 + 2,
+    "bf16": 4 + 4 + 4 + 4,  # autocast over fp32 weights
+    "fp32": 4 + 4 + 4 + 4,
+}
+PRECISION_DTYPE = {"pure_bf16": "bfloat16", "bf16": "bfloat16", "fp32": "float32"}
+# Constants of the stages' code the memory follows (torch modules, not imported at DAG time):
+LOGIT_LENS_CHUNK = 1 << 28  # depthlab.measures.LOGIT_CHUNK_ELEMENTS["cuda"]
+LOSS_CHUNK = 1 << 25  # depthlab.layer_removal.LOSS_CHUNK_ELEMENTS
+SWEEP_CACHE = 512 * MiB  # depthlab.pruning.LossSweep cache_mib
+LM_EVAL_CONTEXT = 2048  # the longest harness request taken as a batch's length
+# Tokens one evaluation of a harness task reads (questions x prompt tokens, lm-eval grouping the
+# choices of a question that share a context; generation counted as its prompt plus answer):
+# approximate, from the tasks' sizes and typical prompt lengths.
+HARNESS_TASK_TOKENS = {
+    "mmlu": 14_042 * 620,  # 5-shot prompts, one-token answers
+    "boolq": 3_270 * 170,
+    "hellaswag": 10_042 * 4 * 90,  # four endings, each scored with its context
+    "gsm8k": 1_319 * (900 + 256),  # 5-shot prompt + up to 256 generated tokens
+    "arc_easy": 2_376 * 4 * 40,
+    "arc_challenge": 1_172 * 4 * 45,
+    "winogrande": 1_267 * 2 * 40,
+    "piqa": 1_838 * 2 * 60,
+}
+HARNESS_DEFAULT_TOKENS = 5_000_000  # a task not listed above
+LOCAL_TASK_CHOICES = 4  # depthlab.lm_tasks.CHOICES
+LORA_MLP_MODULES = {"gate_proj", "up_proj", "down_proj", "fc1", "fc2", "dense_h_to_4h",
+                    "dense_4h_to_h"}  # fmt: skip
+
+
+# --- assumptions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """config `cluster.gpu` and `cluster.sizing`: the GPU every GPU job runs on, and how the
+    derived requests are sized from the estimates."""
+
+    gpu: dict
+    sizing: dict
+
+    @classmethod
+    def from_config(cls, config: dict) -> Assumptions | None:
+        cluster = config.get("cluster") or {}
+        if "gpu" not in cluster:
+            return None
+        return cls(gpu=cluster["gpu"], sizing=cluster["sizing"])  # the schema requires both
+
+    @property
+    def usable_bytes(self) -> float:
+        """One GPU's memory less the headroom."""
+        return self.gpu["memory_gb"] * GiB * (1 - self.sizing["gpu_memory_headroom"])
+
+    def flops_per_second(self, dtype: str) -> float:
+        key = {"bfloat16": "bf16_tflops", "float16": "bf16_tflops", "float32": "fp32_tflops",
+               "float64": "fp64_tflops"}[dtype]  # fmt: skip
+        return self.gpu[key] * 1e12 * self.gpu["utilisation"]
+
+    def lines(self) -> list[str]:
+        gpu, sizing = self.gpu, self.sizing
+        return [
+            f"- GPU: {gpu['name']}, {gpu['memory_gb']} GB, {gpu['per_node']} per node; peak "
+            f"{gpu['bf16_tflops']} TFLOP/s bf16, {gpu['fp32_tflops']} fp32, "
+            f"{gpu['fp64_tflops']} fp64, at {gpu['utilisation']:.0%} utilisation",
+            f"- headroom: {sizing['gpu_memory_headroom']:.0%} of each GPU's memory kept free; "
+            f"host memory +{sizing['host_memory_headroom']:.0%} over "
+            f"{sizing['host_base_mb'] / 1024:.0f} GB + the estimate; time limit = "
+            f"{sizing['startup_minutes']} min + the estimate x "
+            f"{1 + sizing['runtime_headroom']:.2g}; disk = {sizing['disk_base_mb'] / 1024:.0f} GB "
+            f"+ the estimate",
+        ]
+
+
+# --- the work of one job ---------------------------------------------------------------------
+
+
+@dataclass
+class Phase:
+    """GPU memory of one phase of a job: `split` spreads over the job's GPUs by whole layers,
+    `fixed` sits on each GPU that runs a batch (activations, logits)."""
+
+    name: str
+    split: dict[str, float]
+    fixed: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Work:
+    """What one job does, as the cost model sees it."""
+
+    flops: dict[str, float]  # by the dtype the work runs in
+    phases: list[Phase]
+    weights: float  # bytes that must fit in the job's memory at least (the refusal floor)
+    weights_what: str
+    host: float  # host bytes beyond the base
+    disk: float  # bytes beyond the base
+    data_parallel: bool = False  # pretraining: every GPU holds all of it, the FLOPs are shared
+
+
+def forward_flops(shape: Shape, context: int) -> float:
+    """FLOPs of one token's forward pass with `context` positions of attention."""
+    attention = 4 * shape.num_layers * shape.attention_width * context
+    return 2 * matmul_parameters(shape) + attention
+
+
+def _what(name: str, shape: Shape, dtype: str) -> str:
+    return f"weights ({name}, {shape.parameters / 1e9:.3g}B parameters in {dtype})"
+
+
+def _context(length: int, shape: Shape) -> int:
+    return min(length, shape.max_positions or length)
+
+
+def _layer_activations(shape: Shape, tokens: float, dtype_bytes: int) -> float:
+    """Training activations of `tokens` tokens over all layers (eq. 2 of Korthikanti et al.)."""
+    return tokens * shape.num_layers * ACTIVATION_BYTES * shape.hidden_size * dtype_bytes / 2
+
+
+def _inference_batch(shape: Shape, tokens: float, dtype_bytes: int) -> float:
+    """One layer's live tensors and the KV cache of every layer for `tokens` tokens."""
+    live = 4 * shape.hidden_size + 2 * shape.intermediate_size
+    cache = 2 * shape.num_layers * shape.kv_width
+    return tokens * (live + cache) * dtype_bytes
+
+
+def pretrain_work(name: str, spec: dict, shape: Shape) -> Work:
+    train, processes = spec["model"]["train"], spec["processes"]
+    precision = train["precision"]
+    dtype = PRECISION_DTYPE[precision]
+    seq, rows = train["seq_len"], train["batch_size"]
+    tokens = train["steps"] * rows * seq
+    evaluations = train["steps"] // train["eval_every"] + train["log_spaced_evals"]
+    eval_tokens = evaluations * train["eval_batches"] * rows * seq
+    micro = train["micro_batch_size"] or rows // processes
+    act = DTYPE_BYTES[dtype]
+    state = shape.parameters * TRAIN_STATE_BYTES[precision]
+    logits = micro * seq * shape.vocab_size * (act + 8)  # + fp32 copy for the loss and its grad
+    saved = DTYPE_BYTES[dtype] if precision == "pure_bf16" else 4
+    return Work(
+        flops={
+            dtype: tokens * 3 * forward_flops(shape, seq) + eval_tokens * forward_flops(shape, seq)
+        },
+        phases=[
+            Phase(
+                "training",
+                split={},
+                fixed={
+                    "training state": state,
+                    "activations": _layer_activations(shape, micro * seq, act),
+                    "logits": logits,
+                },
+            )
+        ],
+        weights=state,
+        weights_what=f"training state ({name}: weights, gradients and AdamW moments, {precision})",
+        host=processes * shape.parameters * 4,  # each process builds the model in fp32 first
+        disk=state + shape.parameters * saved,  # train_state checkpoint + the saved model
+        data_parallel=True,
+    )
+
+
+def analysis_work(name: str, spec: dict, shape: Shape, download: float) -> Work:
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    context = _context(spec["max_length"], shape)
+    batch = spec["batch_size"] * context
+    tokens = spec["max_tokens"] or spec["max_samples"] * context  # documents fill max_length
+    lens = spec["logit_lens"]
+    stride = spec["logit_lens_stride"]
+    states = shape.num_layers + 1
+    flops = tokens * forward_flops(shape, context)
+    if lens:
+        flops += tokens / stride * states * 2 * head_matrix_parameters(shape)
+    fixed = {
+        "batch": _inference_batch(shape, batch, b),
+        "statistics (float64)": batch * shape.hidden_size * 8 * 4,
+    }
+    if lens:
+        fixed["logit-lens states"] = states * batch / stride * shape.hidden_size * b
+        fixed["logit-lens logits"] = (
+            min(LOGIT_LENS_CHUNK, states * batch / stride * shape.vocab_size) * 14
+        )
+    if spec["all_token_distance"]:
+        fixed["unit states (float64)"] = states * batch * shape.hidden_size * 8
+    return Work(
+        flops={dtype: flops},
+        phases=[Phase("pass", split={"weights": shape.parameters * b}, fixed=fixed)],
+        weights=shape.parameters * b,
+        weights_what=_what(name, shape, dtype),
+        host=shape.weight_bytes(),  # a checkpoint may be staged in host memory once
+        disk=download,
+    )
+
+
+def _lora_parameters(shape: Shape, healing: dict) -> int:
+    d, i = shape.hidden_size, shape.intermediate_size
+    per_layer = sum(
+        healing["rank"] * (d + i if module in LORA_MLP_MODULES else 2 * d)
+        for module in healing["target_modules"]
+    )
+    return shape.num_layers * per_layer
+
+
+def _grid(n_grid, num_layers: int) -> list[int]:
+    """pruning's block sizes (null: every n from 1 to L-1; stage_settings.grid checks them)."""
+    return list(range(1, num_layers)) if n_grid is None else sorted(set(n_grid))
+
+
+def _lm_eval_tokens(spec: dict, tasks_config: dict) -> float:
+    """Tokens one lm-eval evaluation of one model variant reads."""
+    lm = spec["lm_eval"]
+    tokens = sum(
+        HARNESS_TASK_TOKENS.get(task["name"], HARNESS_DEFAULT_TOKENS)
+        for task in lm.get("harness_tasks") or []
+    )
+    local = tasks_config["kinds"] if lm["tasks"] is None else lm["tasks"]
+    examples = tasks_config["examples"]
+    for kind in local:
+        count = examples if isinstance(examples, int) else examples.get(kind, 0)
+        words = tasks_config["words"].get(kind, 1)
+        tokens += count * LOCAL_TASK_CHOICES * (tasks_config["context_tokens"] + 2 * words)
+    return tokens
+
+
+def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, download: float) -> Work:
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    L, d, V = shape.num_layers, shape.hidden_size, shape.vocab_size
+    weights = shape.parameters * b
+    n_values = _grid(spec["n_grid"], L)
+    val = spec["val"]
+    seq = _context(val["seq_len"], shape)
+    val_tokens = val["windows"] * seq
+    strategies = spec["strategies"]
+    greedy_end = min(max(n_values), spec.get("greedy_max_n") or max(n_values))
+    # Each removal set after the full pass reruns the layers after its first removed layer
+    # (LossSweep's cached prefix): half the model on average.
+    greedy_sets = sum(L - k + 1 for k in range(1, greedy_end + 1)) if "greedy" in strategies else 0
+    other_sets = L + len([s for s in strategies if s != "greedy"]) * len(n_values)
+    sweep_passes = 1 + 0.5 * (other_sets + greedy_sets)
+
+    def has_set(strategy: str, n: int) -> bool:
+        return n in n_values and (strategy != "greedy" or n <= greedy_end)
+
+    healing, lm = spec["healing"], spec["lm_eval"]
+    heal_sets = []
+    if healing["enabled"]:
+        heal_n = _grid(healing.get("n_grid"), L)
+        heal_sets = [
+            n for s in (healing.get("strategies") or strategies) for n in heal_n if has_set(s, n)
+        ]
+    variants = 0
+    if lm["enabled"]:
+        lm_n = n_values if lm["n_grid"] is None else _grid(lm["n_grid"], L)
+        variants = 1 + len({(s, n) for s in strategies for n in lm_n if has_set(s, n)})
+        variants += (L if lm["single_layer"] else 0) + len(heal_sets)
+    flops = {dtype: sweep_passes * val_tokens * forward_flops(shape, seq)}
+    lm_flops = forward_flops(shape, LM_EVAL_CONTEXT // 2)  # a request: half the longest, on average
+    flops[dtype] += variants * _lm_eval_tokens(spec, tasks_config) * lm_flops
+    phases = [
+        Phase(
+            "loss sweep",
+            split={
+                "weights": weights,
+                "cached states of every window": (L + 1) * val_tokens * d * b,
+            },
+            fixed={
+                "batch": _inference_batch(shape, val["batch_size"] * seq, b) + SWEEP_CACHE,
+                "loss logits": LOSS_CHUNK * 12,
+            },
+        )
+    ]
+    if variants:
+        rows = lm["batch_size"] * _context(LM_EVAL_CONTEXT, shape)
+        phases.append(
+            Phase(
+                "lm-eval",
+                split=dict(phases[0].split),
+                fixed={"batch": _inference_batch(shape, rows, b), "logits": rows * V * 8},
+            )
+        )
+    disk = download
+    if heal_sets:
+        heal_seq = _context(healing["seq_len"], shape)
+        heal_tokens = healing["steps"] * healing["batch_size"] * heal_seq
+        keep = sum((L - n) / L for n in heal_sets) / len(heal_sets)  # mean share of layers kept
+        qlora = healing["method"] == "qlora"
+        heal_dtype = "float32" if qlora else dtype  # QLoRA computes in fp32 (bnb compute dtype)
+        frozen = 2 * forward_flops(shape, heal_seq) * keep  # forward + input gradients
+        flops[heal_dtype] = flops.get(heal_dtype, 0) + len(heal_sets) * heal_tokens * frozen
+        flops[dtype] += len(heal_sets) * val_tokens * forward_flops(shape, seq) * keep
+        rows = healing["batch_size"] * heal_seq
+        heal_split = {
+            **phases[0].split,
+            "pruned copy": weights,
+            "adapters + AdamW (fp32)": _lora_parameters(shape, healing) * 16,
+            "training activations": _layer_activations(shape, rows, 4 if qlora else b),
+        }
+        if qlora:
+            matrices = L * layer_matrix_parameters(shape)
+            heal_split["4-bit copy"] = matrices * 0.5 + (shape.parameters - matrices) * 4
+            disk += weights  # the pruned copy exported for its 4-bit reload
+        phases.append(Phase("healing", split=heal_split, fixed={"logits": rows * V * 12}))
+    speed = spec["speed"]
+    if speed["enabled"]:
+        speed_n = _grid(speed["n_grid"], L)
+        length = speed["prompt_length"] + speed["new_tokens"]
+        speed_tokens = (1 + len(speed_n)) * speed["repeats"] * speed["batch_size"] * length
+        flops[dtype] += speed_tokens * forward_flops(shape, length)
+        disk += sum(weights * (L - n) / L for n in speed_n)  # the timed variants' exports
+    return Work(
+        flops=flops,
+        phases=phases,
+        weights=weights,
+        weights_what=_what(name, shape, dtype),
+        host=2 * shape.weight_bytes(),  # exports and reloads stage a copy in host memory
+        disk=disk,
+    )
+
+
+def skip_work(name: str, spec: dict, shape: Shape, depth_use: dict, download: float) -> Work:
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    context = _context(spec["max_length"], shape)
+    skipped = len(spec["layers"]) if spec["layers"] else shape.num_layers - spec["no_skip_front"]
+    passes = 1 + len(spec["variants"]) * skipped
+    flops = passes * spec["max_samples"] * context * forward_flops(shape, context)
+    if spec["problems"]:
+        problems = depth_use["problems"]
+        families = problems["families"]
+        per_level = problems["eval_per_level"]
+        count = per_level * sum(len(f["levels"]) for f in families.values())
+        flops += (1 + skipped) * count * context * forward_flops(shape, context)
+        generated = sum(
+            per_level * len(f["levels"]) * f.get("max_new_tokens", 0) for f in families.values()
+        )
+        flops += generated * forward_flops(shape, context)
+    rows = spec["batch_size"] * context
+    return Work(
+        flops={dtype: flops},
+        phases=[
+            Phase(
+                "passes",
+                split={"weights": shape.parameters * b},
+                fixed={
+                    "batch": _inference_batch(shape, rows, b),
+                    "logits": rows * shape.vocab_size * 8,
+                },
+            )
+        ],
+        weights=shape.parameters * b,
+        weights_what=_what(name, shape, dtype),
+        host=shape.weight_bytes(),
+        disk=download,
+    )
+
+
+def linear_maps_work(names, spec: dict, shapes, downloads) -> Work:
+    source, target = shapes
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    context = min(_context(spec["max_length"], source), _context(spec["max_length"], target))
+    tokens = spec["max_documents"] * context
+    n_s = source.num_layers + 1 - spec["skip_first"]
+    n_t = target.num_layers + 1 - spec["skip_first"]
+    d_a, d_b = source.hidden_size, target.hidden_size
+    # float64 sums of every pair (X'Y) and every source layer (X'X, fit and validation)
+    sums = 8 * (n_s * n_t * d_a * d_b + 2 * n_s * d_a * d_a + n_t * d_b)
+    budget = spec["max_memory_mb"] * MiB
+    blocks = max(1, math.ceil(sums / budget))  # tokens streamed once per block of target layers
+    model_flops = forward_flops(source, context) + forward_flops(target, context)
+    rows = spec["batch_size"] * context
+    weights = (source.parameters + target.parameters) * b
+    return Work(
+        flops={
+            dtype: blocks * tokens * model_flops,
+            "float64": tokens * 2 * (n_s * n_t * d_a * d_b + 2 * n_s * d_a * d_a),
+        },
+        phases=[
+            Phase(
+                "pass",
+                split={"weights of both models": weights},
+                fixed={
+                    "float64 sums": min(sums, budget),
+                    "batch": _inference_batch(source, rows, b) + _inference_batch(target, rows, b),
+                },
+            )
+        ],
+        weights=weights,
+        weights_what=f"weights ({' and '.join(names)} in {dtype})",
+        host=source.weight_bytes() + target.weight_bytes(),
+        disk=sum(downloads),
+    )
+
+
+def host_copy_work(name: str, spec: dict, shape: Shape, copies: int, download: float) -> Work:
+    """A CPU job that loads a model and writes `copies` folders of it (export_pruned: the pruned
+    variants; convert_gguf: the dequantized model)."""
+    dtype = spec.get("dtype") or shape.dtype
+    weights = shape.parameters * DTYPE_BYTES[dtype]
+    return Work(
+        flops={},
+        phases=[Phase("copy", split={"weights": weights})],
+        weights=weights,
+        weights_what=_what(name, shape, dtype),
+        host=weights,  # the loaded model + the copy being written
+        disk=download + copies * weights,
+    )
+
+
+# --- the plan ----------------------------------------------------------------------------------
+
+
+@dataclass
+class JobPlan:
+    """One job's request (`request`: what Snakemake gets) and, where derived, its estimate."""
+
+    family: str
+    job: str
+    stage: str
+    models: tuple[str, ...]
+    parameters: int | None
+    request: dict
+    source: str  # derived | stage | override (over derived or stage)
+    wall_hours: float | None = None  # estimated: startup + compute
+    gpu_hours: float | None = None
+    peak: str = ""  # the phase that needs the most memory, and its largest terms
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ResourcePlan:
+    assumptions: Assumptions | None
+    jobs: dict  # (family, job) -> JobPlan
+    other_jobs: Counter  # family -> jobs that load no model (CPU stages at their stage values)
+
+    def requests(self, family: str) -> dict[str, dict]:
+        """{job: request} of one rule's jobs."""
+        return {job: plan.request for (f, job), plan in self.jobs.items() if f == family}
+
+
+def _gpu_count(phases: list[Phase], usable: float) -> int:
+    """The fewest GPUs that hold every phase: split parts divided, fixed parts on each."""
+    count = 1
+    for phase in phases:
+        split, fixed = sum(phase.split.values()), sum(phase.fixed.values())
+        if split + fixed > usable:
+            room = usable - fixed
+            count = max(
+                count, math.ceil(split / room) if room > 0 else math.ceil((split + fixed) / usable)
+            )
+    return count
+
+
+def _per_gpu(phases: list[Phase], gpus: int) -> float:
+    return max(sum(p.split.values()) / gpus + sum(p.fixed.values()) for p in phases)
+
+
+def _peak(phases: list[Phase], gpus: int) -> str:
+    """The phase that needs the most memory per GPU: its split and per-GPU parts, each with its
+    largest term (GB)."""
+    phase = max(phases, key=lambda p: sum(p.split.values()) / gpus + sum(p.fixed.values()))
+    parts = []
+    for label, terms in (("split", phase.split), ("on each GPU", phase.fixed)):
+        if terms:
+            name, value = max(terms.items(), key=lambda item: item[1])
+            parts.append(f"{sum(terms.values()) / GiB:,.1f} GB {label} ({name} {value / GiB:,.1f})")
+    return f"{phase.name}: {' + '.join(parts)}"
+
+
+class _Planner:
+    """Builds the ResourcePlan of a resolved config (see plan_resources)."""
+
+    def __init__(self, resolved, shapes: dict):
+        self.resolved, self.shapes = resolved, shapes
+        self.config = resolved.config
+        self.assumptions = Assumptions.from_config(self.config)
+
+    # model facts
+    def model_key(self, name: str) -> str:
+        return f"models.{self.resolved.models[name].get('seed_group', name)}"
+
+    def shape(self, name: str) -> Shape | None:
+        return self.shapes[name]
+
+    def download(self, name: str) -> float:
+        """Bytes a job downloads for a hub model (0 for local folders and models built here)."""
+        shape = self.shapes[name]
+        return shape.weight_bytes() if shape.hub else 0
+
+    # the work of one job
+    def work(self, family: str, job: str, spec: dict, names: tuple[str, ...]) -> Work:
+        shapes = [self.shape(n) for n in names]
+        shape, name = shapes[0], names[0]
+        if family == "pretrain_model":
+            return pretrain_work(name, spec, shape)
+        if family == "analyse_model":
+            return analysis_work(name, spec, shape, self.download(name))
+        if family == "prune_model":
+            return pruning_work(
+                name, spec, shape, self.config["pruning"]["tasks"], self.download(name)
+            )
+        if family == "skip_interventions":
+            return skip_work(name, spec, shape, self.config["depth_use"], self.download(name))
+        if family == "linear_maps":
+            return linear_maps_work(names, spec, shapes, [self.download(n) for n in names])
+        if family == "export_pruned":
+            return host_copy_work(name, spec, shape, len(spec["export"]), self.download(name))
+        return host_copy_work(name, spec, shape, 1, 0)  # convert_gguf
+
+    @staticmethod
+    def model_names(family: str, job: str, spec: dict) -> tuple[str, ...]:
+        if family == "pretrain_model":
+            return (job,)
+        if family == "linear_maps":
+            return (spec["source_name"], spec["target_name"])
+        return (spec["model_name"],)
+
+    # one job's plan
+    def plan_job(self, family: str, job: str, spec: dict, stage: str, gpu_rule: bool) -> JobPlan:
+        stage_spec = self.config["resources"][stage]
+        names = self.model_names(family, job, spec)
+        overrides = {}
+        for name in names:  # a pair job takes the larger of its models' overrides
+            for key, value in (self.resolved.model_resources.get(name) or {}).items():
+                if value >= overrides.get(key, (0, ""))[0]:
+                    overrides[key] = (value, f"{self.model_key(name)}.resources.{key}")
+        on_gpu = gpu_rule and overrides.get("gpu", (stage_spec["gpu"],))[0] > 0
+        request = {"mem_mb": stage_spec["mem_mb"], "runtime": stage_spec["runtime"]}
+        if gpu_rule and stage_spec["gpu"] > 0:
+            request["gpu"] = stage_spec["gpu"]
+        if (
+            family == "pretrain_model"
+            and "gpu" in overrides
+            and overrides["gpu"][0] != (spec["processes"] if stage_spec["gpu"] > 0 else 0)
+        ):
+            raise ConfigError(
+                f"{overrides['gpu'][1]}: pretraining runs one process per GPU "
+                f"(resources.pretrain.gpu / processes: {spec['processes']}); set the GPUs there"
+            )
+        shapes = [self.shape(n) for n in names]
+        known = all(s is not None for s in shapes)
+        plan = JobPlan(
+            family, job, stage, names, sum(s.parameters for s in shapes) if known else None,
+            request, "stage",
+        )  # fmt: skip
+        if self.assumptions is not None and not known:
+            missing = {"gpu", "mem_mb", "runtime"} - set(overrides) if on_gpu else set()
+            if missing or not on_gpu and "mem_mb" not in overrides:
+                unknown = next(n for n, s in zip(names, shapes) if s is None)
+                raise ConfigError(
+                    f"{self.model_key(unknown)}.path: hub model "
+                    f"'{self.resolved.models[unknown]['path']}' has no row in "
+                    f"depthlab/hub_architectures.yaml (its config.json values size its jobs): "
+                    f"add one, or give {self.model_key(unknown)}.resources"
+                    f"{' (gpu, mem_mb, runtime)' if on_gpu else '.mem_mb'}"
+                )
+        work = self.work(family, job, spec, names) if known else None
+        if work is not None and self.assumptions is not None:
+            self.derive(plan, work, on_gpu, overrides.get("gpu", (None,))[0])
+        for key, (value, _) in overrides.items():
+            request[key] = value
+        if overrides:
+            plan.source = f"override over {plan.source}"
+        if work is not None:
+            self.check(plan, work, on_gpu, overrides, stage)
+        return plan
+
+    def derive(self, plan: JobPlan, work: Work, on_gpu: bool, gpus: int | None) -> None:
+        """The derived request; `gpus`: a declared GPU count (the rest is sized for it)."""
+        a, sizing, request = self.assumptions, self.assumptions.sizing, plan.request
+        gpu_bytes = _per_gpu(work.phases, 1)
+        host = work.host if on_gpu else work.host + gpu_bytes  # a CPU job holds it all
+        request["mem_mb"] = math.ceil(
+            (sizing["host_base_mb"] * MiB + host) * (1 + sizing["host_memory_headroom"]) / MiB
+        )
+        request["disk_mb"] = math.ceil(sizing["disk_base_mb"] + work.disk / MiB)
+        plan.source = "derived"
+        if not on_gpu:
+            plan.peak = _peak(work.phases, 1)
+            return
+        if work.data_parallel:
+            gpus = request["gpu"]  # resources.pretrain.gpu: one DDP process per GPU
+        elif not gpus:
+            gpus = _gpu_count(work.phases, a.usable_bytes)
+        seconds = sum(flops / a.flops_per_second(dtype) for dtype, flops in work.flops.items()) / (
+            gpus if work.data_parallel else 1
+        )
+        request["gpu"] = gpus
+        request["gpu_memory_mb"] = math.ceil(_per_gpu(work.phases, gpus) / MiB)
+        plan.peak = _peak(work.phases, gpus)
+        request["runtime"] = math.ceil(
+            sizing["startup_minutes"] + seconds / 60 * (1 + sizing["runtime_headroom"])
+        )
+        plan.wall_hours = sizing["startup_minutes"] / 60 + seconds / 3600
+        plan.gpu_hours = gpus * plan.wall_hours
+        if request["gpu_memory_mb"] * MiB > a.usable_bytes:
+            plan.notes.append(
+                f"needs {request['gpu_memory_mb'] / 1024:.0f} GB per GPU, more than "
+                f"{a.gpu['name']} holds ({plan.peak})"
+            )
+        if gpus > a.gpu["per_node"]:
+            plan.notes.append(
+                f"needs {gpus} GPUs, more than one node's {a.gpu['per_node']} ({plan.peak})"
+            )
+
+    def check(self, plan: JobPlan, work: Work, on_gpu: bool, overrides: dict, stage: str):
+        """The declared request must hold the job's weights (the module docstring)."""
+        request, need = plan.request, work.weights
+        what = f"{plan.family}'s ~{need / GiB:.3g} GB of {work.weights_what}"
+        if not on_gpu:
+            if request["mem_mb"] * MiB < need:
+                key = overrides.get("mem_mb", (0, f"resources.{stage}.mem_mb"))[1]
+                raise ConfigError(
+                    f"{key}: {request['mem_mb']} MB of host memory cannot hold {what}"
+                )
+            return
+        if "gpu_memory_mb" in overrides:
+            per_gpu, key = request["gpu_memory_mb"] * MiB, overrides["gpu_memory_mb"][1]
+        elif self.assumptions is not None:
+            per_gpu, key = self.assumptions.gpu["memory_gb"] * GiB, "cluster.gpu.memory_gb"
+        else:
+            return  # the GPU's memory is not stated
+        if work.data_parallel:
+            if per_gpu < need:
+                raise ConfigError(
+                    f"{key}: a GPU of {per_gpu / GiB:.3g} GB cannot hold {what} (each DDP "
+                    f"process holds all of it)"
+                )
+            return
+        gpus = request["gpu"]
+        if gpus * per_gpu < need:
+            key = overrides["gpu"][1] if "gpu" in overrides else key
+            raise ConfigError(
+                f"{key}: {gpus} GPU{'s' if gpus != 1 else ''} of {per_gpu / GiB:.3g} GB "
+                f"cannot hold {what}"
+            )
+
+
+def plan_resources(resolved, shapes: dict[str, Shape | None]) -> ResourcePlan:
+    """The resource plan of a resolved config (depthlab.config.Resolved): every model-loading
+    job's request, derived where `cluster.gpu` is given, overrides applied and checked
+    (ConfigError naming the key of a request that cannot hold its job's weights)."""
+    planner = _Planner(resolved, shapes)
+    jobs, other = {}, Counter()
+    for family in resolved.families:
+        if family in MODEL_JOBS:
+            stage, gpu_rule = MODEL_JOBS[family]
+            for job, spec in resolved.jobs(family).items():
+                jobs[(family, job)] = planner.plan_job(family, job, spec, stage, gpu_rule)
+        elif family in STAGE_JOBS:
+            stage, gpu_rule = STAGE_JOBS[family]
+            values = resolved.config["resources"][stage]
+            for job in resolved.jobs(family):
+                request = {"mem_mb": values["mem_mb"], "runtime": values["runtime"]}
+                if gpu_rule and values["gpu"] > 0:
+                    request["gpu"] = values["gpu"]
+                jobs[(family, job)] = JobPlan(family, job, stage, (), None, request, "stage")
+        else:
+            other[family] += len(resolved.jobs(family))
+    return ResourcePlan(planner.assumptions, jobs, other)
