@@ -51,6 +51,7 @@ LAYERS = {
         "stage_settings",
         "resource_plan",
         "plan_tables",
+        "preflight",
     },
     "stages": {
         "analysis_stage",
