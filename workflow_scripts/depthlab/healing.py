@@ -82,15 +82,23 @@ def _quantised_placement(pruned, device: str) -> dict:
     return {"device_map": {"": device}}
 
 
+def compute_dtype(pruned) -> torch.dtype:
+    """QLoRA's compute dtype: the pruned model's own when it is 16-bit (bf16 on the paper's GPUs,
+    as in QLoRA itself; fp32 compute runs at ~1/16 of an A100's bf16 rate), else fp32."""
+    dtype = next(pruned.parameters()).dtype
+    return dtype if dtype in (torch.bfloat16, torch.float16) else torch.float32
+
+
 def _quantised_copy(pruned, device: str):
     """The pruned model reloaded with 4-bit NF4 linear weights (QLoRA's frozen base)."""
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig  # QLoRA only
 
     _register_depthlab_models()
+    dtype = compute_dtype(pruned)
     config = BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
-        bnb_4bit_compute_dtype=torch.float32,
+        bnb_4bit_compute_dtype=dtype,
         bnb_4bit_use_double_quant=True,
     )
     with tempfile.TemporaryDirectory(prefix="depthlab-qlora-") as folder:
@@ -99,7 +107,7 @@ def _quantised_copy(pruned, device: str):
         quantised = AutoModelForCausalLM.from_pretrained(
             folder,
             quantization_config=config,
-            dtype=torch.float32,
+            dtype=dtype,
             **_quantised_placement(pruned, device),
         )
     return quantised

@@ -350,7 +350,7 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
         heal_tokens = healing["steps"] * healing["batch_size"] * heal_seq
         keep = sum((L - n) / L for n in heal_sets) / len(heal_sets)  # mean share of layers kept
         qlora = healing["method"] == "qlora"
-        heal_dtype = "float32" if qlora else dtype  # QLoRA computes in fp32 (bnb compute dtype)
+        heal_dtype = dtype  # QLoRA computes in the model's dtype (depthlab.healing.compute_dtype)
         frozen = 2 * forward_flops(shape, heal_seq) * keep  # forward + input gradients
         flops[heal_dtype] = flops.get(heal_dtype, 0) + len(heal_sets) * heal_tokens * frozen
         flops[dtype] += len(heal_sets) * val_tokens * forward_flops(shape, seq) * keep
@@ -359,7 +359,7 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
             **phases[0].split,
             "pruned copy": weights,
             "adapters + AdamW (fp32)": _lora_parameters(shape, healing) * 16,
-            "training activations": _layer_activations(shape, rows, 4 if qlora else b),
+            "training activations": _layer_activations(shape, rows, b),
         }
         if qlora:
             matrices = L * layer_matrix_parameters(shape)
