@@ -334,7 +334,7 @@ def states_at(adapter, batch: dict, index: torch.Tensor) -> list:
     from .residual_stream import stream_residuals
 
     capture = _StateCapture(adapter.num_layers)
-    capture.index = index.to(next(adapter.backbone.parameters()).device)
+    capture.index = index.to(adapter.input_device)
     stream_residuals(adapter, [batch], capture)
     return capture.states
 
@@ -607,7 +607,7 @@ def fit_linear_maps(
     iterable of batches, each either a token batch both models read (positions alignment) or a
     PairedBatch (word_ends). Streams the fit + val batches once per target block, then the test
     batches once per block."""
-    device = next(source_adapter.backbone.parameters()).device
+    device = source_adapter.input_device
     num_sources, num_targets = source_adapter.num_layers + 1, target_adapter.num_layers + 1
     d_a = source_adapter.model.config.hidden_size
     d_b = target_adapter.model.config.hidden_size

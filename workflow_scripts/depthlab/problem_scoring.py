@@ -18,6 +18,7 @@ import torch
 
 from .benchmark_problems import MATH_STOP, boxed_answer, normalise_answer
 from .errors import ProblemError
+from .placement import input_device
 from .problem_sets import ALL_FAMILIES, chance_accuracy
 
 
@@ -142,7 +143,7 @@ def evaluate_problems(
     (MATH) are graded on the model's own greedy solution instead (`grade_boxed`, at most their
     max_new_tokens tokens); their decoded completions go into `completions` when given (a list,
     filled with None for the others)."""
-    device = next(model.parameters()).device
+    device = input_device(model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     correct = np.zeros(len(problems), dtype=bool)
     encoded = [_prompt_ids(tokenizer, p, prepend_bos) for p in problems]
