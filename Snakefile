@@ -55,6 +55,7 @@ include: "rules/scaling.smk"
 include: "rules/toy.smk"
 include: "rules/pruning.smk"
 include: "rules/depth_use.smk"
+include: "rules/finetune.smk"
 include: "rules/claims.smk"
 include: "rules/targets.smk"
 

@@ -16,6 +16,8 @@ if jobs("fit_toy"):
 if jobs("plot_pruning"):
     for _figure, _path in zip(PRUNING_FIGURES, rules.plot_pruning.output.figures):
         FIGURES[f"pruning_{_figure}"] = [_path]
+if jobs("plot_finetuning"):
+    FIGURES["finetuning"] = [rules.plot_finetuning.output.figure]
 if jobs("plot_depth_use"):
     for _figure, _path in zip(DEPTH_USE_FIGURES, rules.plot_depth_use.output.figures):
         FIGURES[f"depth_use_{_figure}"] = [_path]
@@ -40,6 +42,13 @@ STAGE_TARGETS = {
     "toy": expand(rules.train_toy.output.run, zip, kind=RESOLVED.wildcard_values("train_toy", "kind"),
              index=RESOLVED.wildcard_values("train_toy", "index"))
     + (list(rules.fit_toy.output) if jobs("fit_toy") else []),
+    "finetune": (
+        expand(rules.finetune_model.output.model, job=jobs("finetune_model"))
+        + expand(rules.evaluate_finetuned.output.scores, job=jobs("evaluate_finetuned"))
+        + [rules.plot_finetuning.output.figure]
+    )
+    if jobs("finetune_model")
+    else [],
     "claims": list(rules.make_claims.output) if jobs("make_claims") else [],
 }
 

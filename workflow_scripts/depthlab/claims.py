@@ -522,6 +522,10 @@ class RunData:
     pretrained: dict = field(default_factory=dict)
     pretrained_scale: dict = field(default_factory=dict)
     window_losses: dict = field(default_factory=dict)  # pruning window_losses.csv frames
+    # supervised fine-tuning: (base group, members, treatment group, members) of Pre-LN vs LNS
+    # parents, and each parent's evaluate_finetuned scores.csv frame
+    finetune_pairs: list = field(default_factory=list)
+    finetune_scores: dict = field(default_factory=dict)
 
 
 def _over_windows(data: RunData, name: str, statistic) -> Estimate:
@@ -699,6 +703,55 @@ def _cod_claims(data: RunData) -> list[dict]:
                     positive(gap, pv.COD_DELTA_P_NEGLIGIBLE),
                 )
             )
+    return rows
+
+
+def sft_gains(base: pd.DataFrame, treat: pd.DataFrame) -> list[Estimate]:
+    """Per fine-tuning seed both parents share: mean task score of the LNS parent's fine-tuned
+    model - that of the Pre-LN parent's (evaluate_finetuned scores.csv frames)."""
+    from .finetune_scores import FINETUNED, model_scores
+
+    def after(scores):
+        means = model_scores(scores)
+        return means[means["stage"] == FINETUNED].set_index("seed")["score"]
+
+    base_after, treat_after = after(base), after(treat)
+    seeds = [s for s in base_after.index if s in treat_after.index]
+    return [Estimate(float(treat_after[s] - base_after[s])) for s in seeds]
+
+
+def _finetune_claims(data: RunData) -> list[dict]:
+    rows = []
+    for base, base_members, treat, treat_members in data.finetune_pairs:
+        pairs = _seed_pairs(base_members, treat_members)
+        gains = [
+            gain
+            for b, t in pairs
+            for gain in sft_gains(data.finetune_scores[b], data.finetune_scores[t])
+        ]
+        if not gains:
+            continue
+        members = [m for pair in pairs for m in pair]
+        blockers = _not_learned(data, members)
+        gain = over_seeds(gains)
+        scale = (
+            f"{_scale(data, base_members)}; {len(gains)} fine-tuning runs "
+            f"({len(pairs)} pretrained model{'s' if len(pairs) > 1 else ''} per scheme)"
+        )
+        suffix = f":{base}-vs-{treat}" if len(data.finetune_pairs) > 1 else ""
+        verdict = verdict_positive(gain, blockers, pv.COD_SFT_GAIN_NEGLIGIBLE)
+        rows.append(
+            _row(
+                f"cod_sft_gain{suffix}",
+                COD,
+                f"after the same supervised fine-tuning {treat} stays ahead: mean task accuracy "
+                f"of fine-tuned {treat} - fine-tuned {base} > {pv.COD_SFT_GAIN_NEGLIGIBLE:g}",
+                "cod_sft_gain",
+                gain,
+                scale,
+                _decide(gain, verdict, True, blockers),
+            )
+        )
     return rows
 
 
@@ -1031,6 +1084,7 @@ def build_claims(data: RunData) -> pd.DataFrame:
         + _gromov_claims(data)
         + _csordas_claims(data)
         + _liu_claims(data)
+        + _finetune_claims(data)
     )
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
@@ -1172,6 +1226,9 @@ def input_files(spec: dict) -> list[str]:
         files += [f"{folder}/problem_effects.csv", f"{folder}/accuracy.csv"]
     for folder in spec["linear_maps"].values():
         files += [f"{folder}/relative_error.csv", f"{folder}/summary.json"]
+    files += [
+        f"{folder}/scores.csv" for folder in spec.get("finetune", {}).get("scores", {}).values()
+    ]
     files += [fit["fit"] for fit in spec["fits"].values()]
     if spec.get("toy"):
         files.append(spec["toy"]["fit"])
@@ -1240,6 +1297,10 @@ def read_run_data(spec: dict) -> RunData:
         data.map_ends[pair] = (summary["source"], summary["target"], summary["target_layers"])
     for name, fit in spec["fits"].items():
         data.fits[name] = (json.loads(Path(fit["fit"]).read_text()), fit["exponent_bounds"])
+    finetune = spec.get("finetune") or {}
+    data.finetune_pairs = [tuple(p) for p in finetune.get("pairs", [])]
+    for name, folder in finetune.get("scores", {}).items():
+        data.finetune_scores[name] = pd.read_csv(f"{folder}/scores.csv")
     if spec.get("toy"):
         data.toy_fit = json.loads(Path(spec["toy"]["fit"]).read_text())
         data.toy_bounds = tuple(spec["toy"]["exponent_bounds"])

@@ -72,6 +72,10 @@ COD_ANGULAR_NEGLIGIBLE = 0.01
 # Half a point of accuracy (ΔP on MMLU / ARC-e is in points) or 0.005 nats of validation loss:
 # below the resolution of Fig. 2 top / Fig. 3c,d.
 COD_DELTA_P_NEGLIGIBLE = 0.005
+# Half a point of mean task accuracy (fraction 0.005) after fine-tuning: the same resolution as
+# COD_DELTA_P_NEGLIGIBLE; the paper prints no per-size fine-tuning gain this code could hold as
+# a band, so the fine-tuning row has no size verdict.
+COD_SFT_GAIN_NEGLIGIBLE = 0.005
 
 # ---------------------------------------------------------------------------------------------
 # Gromov et al. 2025 (arXiv 2403.17887)
@@ -155,6 +159,14 @@ PAPER_VALUES: dict[str, PaperValue] = {
         "removing one deep Pre-LN layer barely changes the score (small ΔP); with LNS deep "
         "layers matter more",
         derived="read off the bar charts; no number is printed",
+    ),
+    "cod_sft_gain": PaperValue(
+        COD,
+        "abstract; Sec. 5 (supervised fine-tuning)",
+        None,
+        "after the same supervised fine-tuning LNS models stay ahead of Pre-LN on the "
+        "downstream tasks",
+        quote="this improvement seamlessly carries over to supervised fine-tuning (abstract)",
     ),
     # Gromov et al.: Llama-2-70B and smaller open models, MMLU / BoolQ / C4 loss.
     "gromov_block_vs_baseline": PaperValue(

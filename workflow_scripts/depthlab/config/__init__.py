@@ -21,7 +21,7 @@ model folders and files). The package:
     resolved.py      Resolved, the stage resources, shared helpers
     shapes.py        every declared model's shape, which the resource plan sizes jobs from
     stages/<stage>   one resolver per stage: data, pretrain, analysis, scaling, toy, pruning,
-                     depth_use, claims
+                     depth_use, finetune, claims
 
 Job families are named after their rule and script (`pretrain` -> workflow_scripts/pretrain.py).
 Every name that becomes a path or wildcard matches SAFE_NAME; every output path stays inside
@@ -71,6 +71,7 @@ from .stages.analysis import ANALYSIS_FIGURES, resolve_analysis, text_set_texts
 from .stages.claims import resolve_claims
 from .stages.data import resolve_data
 from .stages.depth_use import DEPTH_USE_FIGURES, resolve_depth_use
+from .stages.finetune import resolve_finetune
 from .stages.pretrain import resolve_pretrain, tracking_settings
 from .stages.pruning import PRUNING_FIGURES, resolve_pruning
 from .stages.scaling import merge_fit_spec, resolve_scaling
@@ -143,6 +144,7 @@ def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
     resolve_toy(resolved)
     resolve_pruning(resolved, base_dir)
     resolve_depth_use(resolved, base_dir)
+    resolve_finetune(resolved)
     resolve_claims(resolved)
     resolved.resource_plan = plan_resources(resolved, declared_shapes(resolved, base_dir))
     return resolved

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..models import corpus_models, data_folder, has_lm_head, model_layers, seed_groups
 from ..resolved import Resolved
 from .depth_use import seeded_pairs
+from .finetune import finetune_claim_inputs
 
 
 def resolve_claims(resolved: Resolved) -> None:
@@ -68,9 +69,13 @@ def resolve_claims(resolved: Resolved) -> None:
         for spec in resolved.jobs("linear_maps").values()
         for e in (spec["source_name"], spec["target_name"])
     ]
+    finetune = finetune_claim_inputs(resolved)
+    finetune_members = [m for pair in finetune.get("pairs", []) for m in pair[1] + pair[3]]
     read = [
         m
-        for m in dict.fromkeys(cod_members + list(pruned) + list(scored) + map_ends)
+        for m in dict.fromkeys(
+            cod_members + list(pruned) + list(scored) + map_ends + finetune_members
+        )
         if models[m]["kind"] == "pretrain"
     ]
     fits = {
@@ -78,7 +83,7 @@ def resolve_claims(resolved: Resolved) -> None:
         for name, spec in resolved.jobs("fit_scaling").items()
     }
     toy = resolved.jobs("fit_toy").get("toy")
-    if not (cod_pairs or pretrained or pruned or scored or maps or fits or toy):
+    if not (cod_pairs or pretrained or pruned or scored or maps or fits or toy or finetune):
         return
     bootstrap = ((resolved.config.get("depth_use") or {}).get("depth_score") or {}).get(
         "bootstrap", {"resamples": 1000}
@@ -98,6 +103,8 @@ def resolve_claims(resolved: Resolved) -> None:
         "map_groups": map_groups,
         "fits": fits,
         "toy": {"fit": toy["out_json"], "exponent_bounds": toy["exponent_bounds"]} if toy else None,
+        # only with the stage on: a config without it keeps its claims spec (no rerun)
+        **({"finetune": finetune} if finetune else {}),
         "bootstrap": {"resamples": bootstrap["resamples"], "seed": resolved.config["seed"]},
         "out_csv": paths.claims("csv"),
         "out_md": paths.claims("md"),
@@ -110,6 +117,7 @@ def resolve_claims(resolved: Resolved) -> None:
         + list(pruned.values())
         + list(scored.values())
         + list(maps.values())
+        + list(finetune.get("scores", {}).values())
     )
     files = [fit["fit"] for fit in fits.values()] + ([toy["out_json"]] if toy else [])
     resolved.add(
