@@ -452,3 +452,21 @@ def test_figure_states_each_schemes_before_after_and_gain():
     bars = [np.nanmin(y) for _, y in lines if len(y) > 2 and np.isfinite(y).any()]
     spans = [(np.nanmin(y), np.nanmax(y)) for _, y in lines if len(y) > 2 and np.isfinite(y).any()]
     assert len(bars) == 2 and (0.40, 0.42) in [(round(a, 2), round(b, 2)) for a, b in spans]
+
+
+def test_preflight_needs_the_paper_finetuning_dataset_and_harness_tasks():
+    """The workflow passes specs as compact JSON (spec_json): the planned fine-tuning jobs of
+    config/paper.yaml need Commonsense170K at its revision and the eight tasks' datasets."""
+    from depthlab.config import load_config, spec_json
+    from depthlab.preflight import hub_items, needed_items
+
+    paper = resolve(load_config(ROOT / "config" / "paper.yaml"))
+    items = hub_items(paper.config)
+    data_spec = spec_json(paper.jobs("build_finetune_data")["data"])
+    needed = needed_items(items, [data_spec])
+    assert [(i.repo_id, i.revision, i.key) for i in needed] == [
+        ("zwhe99/commonsense_170k", "main", "finetune.data")
+    ]
+    eval_spec = spec_json(paper.jobs("evaluate_finetuned")["llama130m_lns"])
+    needed = {i.repo_id for i in needed_items(items, [eval_spec])}
+    assert {"baber/piqa", "allenai/winogrande", "allenai/openbookqa", "allenai/ai2_arc"} <= needed

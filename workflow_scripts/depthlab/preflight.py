@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -130,12 +131,16 @@ def hub_items(config: dict) -> list[HubItem]:
                 "data.tokenizer.pretrained",
             )
         )
-    for section in ("data", "analysis", "depth_use"):
+    for section in ("data", "analysis", "depth_use", "finetune"):
         items.extend(_datasets_in(config.get(section), section))
     lm_eval = config.get("pruning", {}).get("lm_eval", {})
     if lm_eval.get("enabled"):
         names = [task["name"] for task in lm_eval.get("harness_tasks") or []]
         items.extend(_harness_datasets(names, "pruning.lm_eval.harness_tasks"))
+    finetune = config.get("finetune") or {}
+    if finetune.get("models"):
+        names = [task["name"] for task in finetune["lm_eval"].get("harness_tasks") or []]
+        items.extend(_harness_datasets(names, "finetune.lm_eval.harness_tasks"))
     unique: dict[tuple, HubItem] = {}
     for item in items:
         unique.setdefault((item.repo_type, item.repo_id, item.revision), item)
@@ -147,12 +152,13 @@ def needed_items(items: Iterable[HubItem], specs: Iterable[str]) -> list[HubItem
     datasets of lm-eval's own tasks whenever a planned job evaluates harness tasks."""
     specs = list(specs)
     text = "\n".join(specs)
-    harness = any('"harness_tasks": [{' in spec for spec in specs)
+    # the workflow's specs are compact JSON (config.spec_json), json.dumps' have spaces
+    harness = any(re.search(r'"harness_tasks": ?\[\{', spec) for spec in specs)
     return [
         item
         for item in items
         if json.dumps(item.repo_id) in text
-        or (harness and item.key == "pruning.lm_eval.harness_tasks")
+        or (harness and item.key.endswith("lm_eval.harness_tasks"))
     ]
 
 
