@@ -470,3 +470,19 @@ def test_preflight_needs_the_paper_finetuning_dataset_and_harness_tasks():
     eval_spec = spec_json(paper.jobs("evaluate_finetuned")["llama130m_lns"])
     needed = {i.repo_id for i in needed_items(items, [eval_spec])}
     assert {"baber/piqa", "allenai/winogrande", "allenai/openbookqa", "allenai/ai2_arc"} <= needed
+
+
+def test_seeded_parents_pair_seed_by_seed_in_the_claims():
+    """config/cpu_study.yaml fine-tunes three pretraining seeds per scheme once each: the claims
+    pair pre_ln_s<i> with lns_s<i> (the row is decided over pretraining seeds)."""
+    from depthlab.config import load_config
+
+    study = resolve(load_config(ROOT / "config" / "cpu_study.yaml"))
+    assert sorted(study.jobs("finetune_model")) == sorted(
+        f"{scheme}_s{seed}_ft_s0" for scheme in ("pre_ln", "lns") for seed in range(3)
+    )
+    finetune = study.jobs("make_claims")["claims"]["finetune"]
+    assert finetune["pairs"] == [
+        ["pre_ln", ["pre_ln_s0", "pre_ln_s1", "pre_ln_s2"], "lns", ["lns_s0", "lns_s1", "lns_s2"]]
+    ]
+    assert finetune["scores"]["lns_s1"] == "results/cpu_study/finetune/eval/lns_s1"
