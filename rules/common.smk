@@ -1,10 +1,15 @@
 # Helpers shared by the rules: job specs, scripts and the library code they import, logs,
 # resources. Stage-specific logic (which jobs, their inputs) lives in depthlab.config.
+import json
 import re
 
 from depthlab.code_fingerprint import code_fingerprint, import_closure
 from depthlab.config import ANALYSIS_FIGURES, DEPTH_USE_FIGURES, PRUNING_FIGURES, spec_json
 from depthlab.resource_plan import MODEL_JOBS
+from depthlab.config.spec_changes import recorded_spec, spec_change_lines
+from snakemake.io import IOFile
+from snakemake.logging import logger
+from snakemake.settings.enums import RerunTrigger
 
 PATHS = RESOLVED.paths
 FIGURE_FORMAT = config["figures"]["format"]
@@ -21,8 +26,48 @@ def jobs(family):
 
 
 def job_spec(family):
-    """params: the resolved spec (JSON) of the job the rule's wildcards name."""
-    return lambda wildcards: spec_json(RESOLVED.spec_for(family, wildcards))
+    """params: the resolved spec (JSON) of the job the rule's wildcards name. Snakemake reads it
+    while it plans (dry runs too); a job whose output was made with another spec is logged then,
+    one line per changed key (log_spec_changes)."""
+
+    def spec(wildcards):
+        text = spec_json(RESOLVED.spec_for(family, wildcards))
+        log_spec_changes(family, wildcards, text)
+        return text
+
+    return spec
+
+
+_SPEC_CHANGES_LOGGED = set()
+
+
+def log_spec_changes(family, wildcards, text):
+    """One line per key of the job's spec that differs from the spec Snakemake recorded with its
+    existing output (the params change that reruns it), e.g. `choose_depth[lns]:
+    auto_depth.tolerances.val_loss 0.5 -> 0.6`; Snakemake's own reason prints both whole specs."""
+    job = RESOLVED.job_for(family, wildcards)
+    persistence = workflow.persistence
+    if (
+        (family, job) in _SPEC_CHANGES_LOGGED
+        or persistence is None  # not planning (e.g. --list-target-rules)
+        or RerunTrigger.PARAMS not in workflow.rerun_triggers
+        or not rules.has(family)
+    ):
+        return
+    _SPEC_CHANGES_LOGGED.add((family, job))
+    outputs = expand(list(getattr(rules, family).output), **dict(wildcards.items()))
+    recorded = next(
+        (
+            params
+            for path in outputs
+            if os.path.exists(path) and (params := persistence.params(IOFile(path)))
+        ),
+        None,
+    )
+    old = recorded_spec(recorded)
+    if old is not None:
+        for line in spec_change_lines(f"{family}[{job}]", old, json.loads(text)):
+            logger.info(line)
 
 
 # Scheduling: the longest chain of a run is the data -> the pruned models' pretraining -> their

@@ -1,6 +1,8 @@
 # Pruning stage (Gromov et al.; Curse of Depth Fig. 2): offline lm-eval tasks from the held-out
 # corpus; per model, single-layer removal, block removal by three strategies over n, healing,
-# lm-eval scores, auto depth and measured speed-up; figures across models.
+# lm-eval scores and measured speed-up; then, as their own seconds-long jobs on those tables, the
+# choices made after measuring (auto depth, the export of its pruned models), so changing a
+# tolerance or an export never reruns the measurements; figures across models.
 
 
 rule build_lm_tasks:
@@ -50,6 +52,57 @@ rule prune_model:
     threads: stage_threads("pruning")
     resources:
         **job_resources("prune_model"),
+    shell:
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+
+
+rule choose_depth:
+    input:
+        unpack(lambda wildcards: RESOLVED.inputs_for("choose_depth", wildcards)),
+    output:
+        choice=directory(PATHS.auto_depth("{job}")),
+    params:
+        script=script("choose_depth.py"),
+        code=code_version("choose_depth.py"),
+        spec=job_spec("choose_depth"),
+    wildcard_constraints:
+        job=wildcard_alternatives(jobs("choose_depth")),
+    localrule: True
+    log:
+        log_file("choose_depth"),
+    benchmark:
+        benchmark_file("choose_depth")
+    conda:
+        ENVIRONMENT
+    threads: stage_threads("fits")
+    resources:
+        **stage_resources("fits", gpu=False),
+    shell:
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
+
+
+# Loads and writes the model on the CPU: the pruning stage's memory, no GPU; not a localrule, so
+# a cluster does not load a large model on its login node.
+rule export_pruned:
+    input:
+        unpack(lambda wildcards: RESOLVED.inputs_for("export_pruned", wildcards)),
+    output:
+        models=directory(PATHS.pruned_models("{job}")),
+    params:
+        script=script("export_pruned.py"),
+        code=code_version("export_pruned.py"),
+        spec=job_spec("export_pruned"),
+    wildcard_constraints:
+        job=wildcard_alternatives(jobs("export_pruned")),
+    log:
+        log_file("export_pruned"),
+    benchmark:
+        benchmark_file("export_pruned")
+    conda:
+        ENVIRONMENT
+    threads: stage_threads("pruning")
+    resources:
+        **job_resources("export_pruned"),
     shell:
         "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 

@@ -34,6 +34,8 @@ STAGE_TARGETS = {
     + expand(rules.plot_scaling.output.figure, job=jobs("plot_scaling")),
     "pruning": (list(rules.build_lm_tasks.output) if jobs("build_lm_tasks") else [])
     + expand(rules.prune_model.output.pruning, job=jobs("prune_model"))
+    + expand(rules.choose_depth.output.choice, job=jobs("choose_depth"))
+    + expand(rules.export_pruned.output.models, job=jobs("export_pruned"))
     + (list(rules.plot_pruning.output.figures) if jobs("plot_pruning") else []),
     "depth_use": (list(rules.make_problems.output) if jobs("make_problems") else [])
     + expand(rules.skip_interventions.output.skip, job=jobs("skip_interventions"))

@@ -44,7 +44,7 @@ from depthlab.pruning import (
     read_cos_adjacent,
     validation_windows,
 )
-from depthlab.stage_settings import grid, validate_pruning_settings
+from depthlab.stage_settings import grid, validate_auto_depth_settings, validate_pruning_settings
 from tiny_models import VOCAB, build, random_batch
 
 torch.set_num_threads(1)
@@ -644,8 +644,13 @@ def test_validation_names_the_key(pruning_spec):
             settings(speed={**pruning_spec["speed"], "strategy": "angular", "n_grid": [20]}), 12
         )
     with pytest.raises(ValueError, match=r"pruning\.export\[0\]\.metric"):
-        validate_pruning_settings(
-            settings(export=[{"strategy": "angular", "metric": "mean_acc"}]), 12
+        validate_auto_depth_settings(
+            {
+                **pruning_spec,
+                "lm_eval": {**pruning_spec["lm_eval"], "metric": "acc"},
+                "auto_depth": {"tolerances": {"val_loss": 0.5}},
+                "export": [{"strategy": "angular", "metric": "mean_acc"}],
+            }
         )
     with pytest.raises(ValueError, match=r"pruning\.healing\.rank"):
         validate_pruning_settings(settings(healing={**pruning_spec["healing"], "rank": 0}), 12)
@@ -815,14 +820,8 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
             "single_layer": True,
             "batch_size": 32,
             "bootstrap_iters": 100,
-            "metric": "acc",
         },
         "healing": {**pruning_spec["healing"], "enabled": False},
-        "auto_depth": {"tolerances": {"val_loss": 0.5, "mean_acc": 0.1}},
-        "export": [
-            {"strategy": "angular", "metric": "val_loss"},
-            {"strategy": "block_influence", "metric": "val_loss"},
-        ],
         "speed": {
             "enabled": True,
             "strategy": "deepest",
@@ -886,13 +885,64 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     assert set(single["task"]) == {"depthlab_word_order", "depthlab_continuation"}
     speed = pd.read_csv(out / "speed.csv")
     assert sorted(speed["n"]) == [0, 1, 2] and (speed["prefill_tokens_per_s"] > 0).all()
-    auto = json.loads((out / "auto_depth.json").read_text())
+    # the choices made on these tables are jobs of their own: auto depth, then its exports
+    assert not (out / "auto_depth.json").exists() and "exports" not in summary
+    chosen = tmp_path / "auto_depth" / "m"
+    choose = {
+        "model_name": "m",
+        "pruning": str(out),
+        "auto_depth": {"tolerances": {"val_loss": 0.5, "mean_acc": 0.1}},
+        "metric": "acc",
+        "out": str(chosen),
+    }
+    exported = tmp_path / "pruned_models" / "m"
+    export_spec = {
+        "model_name": "m",
+        "model": str(run["model"]),
+        "revision": None,
+        "dtype": "float32",
+        "pruning": str(out),
+        "auto_depth": str(chosen),
+        "export": [
+            {"strategy": "angular", "metric": "val_loss"},
+            {"strategy": "block_influence", "metric": "val_loss"},
+        ],
+        "out": str(exported),
+    }
+    for script, job in (("choose_depth.py", choose), ("export_pruned.py", export_spec)):
+        result = subprocess.run(
+            [sys.executable, str(SCRIPTS / script), "--spec", json.dumps(job)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+    auto = json.loads((chosen / "auto_depth.json").read_text())
     assert {c["strategy"] for c in auto["choices"]} == set(spec["strategies"])
-    for export in auto["exports"]:
+    assert auto["num_layers"] == L and auto["tolerances"] == choose["auto_depth"]["tolerances"]
+    exports = json.loads((exported / "exports.json").read_text())["exports"]
+    assert [(e["strategy"], e["metric"]) for e in exports] == [
+        (item["strategy"], item["metric"]) for item in export_spec["export"]
+    ]
+    for export in exports:
+        choice = next(
+            c
+            for c in auto["choices"]
+            if (c["strategy"], c["metric"], c["healed"])
+            == (export["strategy"], export["metric"], False)
+        )
+        assert export["n"] == choice["n"]
         if export["folder"]:
-            record = json.loads((out / export["folder"] / "pruning.json").read_text())
+            row = sweep[
+                (sweep["strategy"] == export["strategy"])
+                & (sweep["n"] == export["n"])
+                & ~sweep["healed"]
+            ].iloc[0]
+            assert "-".join(map(str, export["removed"])) == str(row["removed"])
+            record = json.loads((exported / export["folder"] / "pruning.json").read_text())
             assert record["num_layers"] == L - export["n"]
-            slices = yaml.safe_load((out / export["folder"] / "mergekit.yaml").read_text())
+            slices = yaml.safe_load((exported / export["folder"] / "mergekit.yaml").read_text())
             kept = [l for p in slices["slices"] for l in range(*p["sources"][0]["layer_range"])]
             assert kept == [l for l in range(L) if l not in export["removed"]]
 
@@ -945,7 +995,6 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
         "retokenize": {"val_tokens": None, "train_tokens": None},
         "lm_eval": {**spec["lm_eval"], "enabled": False},
         "strategies": ["angular", "deepest"],
-        "export": [],
     }
     planned = plan(retokenized, "cpu", lambda message: None, PhaseClock())
     assert planned.token_source["val"]["source"] == "val.jsonl"
@@ -984,17 +1033,14 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     assert len(capped.sweep.memo) == expected_sets(2) < summary["removal_sets"]
     assert summary["removal_sets"] == expected_sets(L - 1)
     # auto depth on the shorter greedy curve says where it ends
-    from depthlab.pruning import auto_depth_choices
-    from depthlab.pruning_stage import mark_greedy_cap
+    from depthlab.pruning import auto_depth_choices, mark_greedy_cap
 
     table = sweep[(sweep["strategy"] != "greedy") | (sweep["n"] <= 2)]
-    choices = mark_greedy_cap(
-        auto_depth_choices(table, {"val_loss": 100.0}, "acc"), capped, {"greedy_max_n": 2}
-    )
+    choices = mark_greedy_cap(auto_depth_choices(table, {"val_loss": 100.0}, "acc"), table, 2)
     greedy = [c for c in choices if c["strategy"] == "greedy"]
     assert greedy and all(c["curve_end_n"] == 2 and c["at_curve_end"] for c in greedy)
     assert all("curve_end_n" not in c for c in choices if c["strategy"] != "greedy")
-    assert mark_greedy_cap(choices[:1], capped, {}) == choices[:1]
+    assert mark_greedy_cap(choices[:1], table, None) == choices[:1]
 
     # val.loss_tokens reaches every val loss of the stage: the sweep and a healed variant's
     from depthlab.healing import HealSettings, heal

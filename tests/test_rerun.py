@@ -5,7 +5,10 @@ README's figure command redraws every figure and nothing else. All dry runs: the
 Snakemake runs (it reruns a job whose params, i.e. its resolved spec, changed).
 
 Snakemake's `--list-changes params` is no help here: it lists every output of this workflow,
-changed or not (its params are per-job functions), so the plans are compared instead."""
+changed or not (its params are per-job functions), so the plans are compared instead.
+
+The choices made after measuring (choose_depth, export_pruned) replan alone when their settings
+change, and every job whose spec changed is named with its changed keys, one line each."""
 
 import re
 import shlex
@@ -14,7 +17,7 @@ from pathlib import Path
 import pytest
 from depthlab.config import load_config, resolve
 from local_snakemake import ROOT
-from test_workflow import CONFIG, plan_after_edit, planned_rules, snakemake
+from test_workflow import CONFIG, copy_checkout, plan_after_edit, planned_rules, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -27,16 +30,25 @@ def checkout(finished_test_checkout):
 @pytest.mark.parametrize(
     "override, expected",
     [
-        # a pruning setting: the pruning job, its figure and the claims table that reads it
+        # a pruning setting: the pruning job, the choice made on its tables, its figure and the
+        # claims table that reads it
         (
             "pruning={strategies: [angular, deepest]}",
-            {"prune_model", "plot_pruning", "make_claims", "all"},
+            {"prune_model", "choose_depth", "plot_pruning", "make_claims", "all"},
         ),
         # an analysis setting: both analyses, their figure, the pruning that reads the angular
-        # distances (and its figure), the claims table
+        # distances (and what reads it), the claims table
         (
             "analysis={max_samples: 10}",
-            {"analyse_model", "plot_analysis", "prune_model", "plot_pruning", "make_claims", "all"},
+            {
+                "analyse_model",
+                "plot_analysis",
+                "prune_model",
+                "choose_depth",
+                "plot_pruning",
+                "make_claims",
+                "all",
+            },
         ),
     ],
 )
@@ -48,9 +60,81 @@ def test_a_changed_setting_reruns_its_stage_and_what_reads_it(checkout, override
 
 def test_editing_one_stage_script_reruns_its_rule_and_what_reads_it(checkout):
     dry = plan_after_edit(checkout, Path("workflow_scripts") / "prune_model.py")
-    assert planned_rules(dry) == {"prune_model", "plot_pruning", "make_claims", "all"}, dry.stdout[
-        -3000:
-    ]
+    assert planned_rules(dry) == {
+        "prune_model",
+        "choose_depth",
+        "plot_pruning",
+        "make_claims",
+        "all",
+    }, dry.stdout[-3000:]
+
+
+def spec_change_lines(result) -> list[str]:
+    """The lines the workflow logs while it plans, one per changed key of a job's spec (Snakemake
+    logs to stdout in a dry run, to stderr in a real one)."""
+    output = result.stdout + result.stderr
+    return re.findall(r"^[a-z_]+\[[^\]]+\]: .+ -> .+$", output, re.MULTILINE)
+
+
+@pytest.mark.parametrize(
+    "override, expected, lines",
+    [
+        # a tolerance: only the seconds-long choice, never the measurements (QLoRA and MMLU on
+        # the paper config) or the claims, which do not read it
+        (
+            "pruning={auto_depth: {tolerances: {val_loss: 0.75}}}",
+            {"choose_depth", "all"},
+            ["choose_depth[lns]: auto_depth.tolerances.val_loss 0.5 -> 0.75"],
+        ),
+        # the lm-eval metric: the choice and the figure that plots it, not the lm-eval runs
+        (
+            "pruning={lm_eval: {metric: acc_norm}}",
+            {"choose_depth", "plot_pruning", "all"},
+            [
+                'choose_depth[lns]: metric "acc" -> "acc_norm"',
+                'plot_pruning[pruning]: metric "acc" -> "acc_norm"',
+            ],
+        ),
+        # a measurement setting: every job whose spec it changes is named with the key
+        (
+            "pruning={val: {windows: 5}}",
+            {"prune_model", "choose_depth", "plot_pruning", "make_claims", "all"},
+            ["prune_model[lns]: val.windows 4 -> 5"],
+        ),
+    ],
+)
+def test_a_changed_choice_replans_only_its_job_and_names_the_changed_key(
+    checkout, override, expected, lines
+):
+    dry = snakemake(checkout, "-n", "--config", override)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert planned_rules(dry) == expected, dry.stdout[-3000:]
+    assert sorted(spec_change_lines(dry)) == lines, dry.stdout[-3000:]
+
+
+def test_an_export_runs_alone_and_a_changed_export_reruns_it_alone(checkout, tmp_path):
+    """Adding an export plans the export job only; after it ran, changing the export item reruns
+    it alone, and the dry run and the real run both name the changed key."""
+    copy = copy_checkout(checkout, tmp_path / "depthlab", with_results=True)
+    angular = "pruning={export: [{strategy: angular, metric: val_loss}]}"
+    deepest = "pruning={export: [{strategy: deepest, metric: val_loss}]}"
+    dry = snakemake(copy, "-n", "--config", angular)
+    assert planned_rules(dry) == {"export_pruned", "all"}, dry.stdout[-3000:]
+    assert spec_change_lines(dry) == []  # a new job: nothing recorded to compare with
+    run = snakemake(copy, "--config", angular)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    exports = copy / "results" / "test" / "pruned_models" / "lns" / "exports.json"
+    assert exports.is_file()
+    change = ['export_pruned[lns]: export[0].strategy "angular" -> "deepest"']
+    dry = snakemake(copy, "-n", "--config", deepest)
+    assert planned_rules(dry) == {"export_pruned", "all"}, dry.stdout[-3000:]
+    assert spec_change_lines(dry) == change, dry.stdout[-3000:]
+    run = snakemake(copy, "--config", deepest)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert spec_change_lines(run) == change, run.stdout[-3000:]
+    assert '"strategy": "deepest"' in exports.read_text()
+    again = snakemake(copy, "-n", "--config", deepest)
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-3000:]
 
 
 def readme_figures_command() -> list[str]:

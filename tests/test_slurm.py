@@ -55,6 +55,8 @@ GPU_RULES = {
 CPU_RULES = {
     "prepare_data",
     "build_lm_tasks",
+    "choose_depth",
+    "export_pruned",
     "make_problems",
     "collect_sweep",
     "fit_scaling",

@@ -145,7 +145,15 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
         # the pruning stage)
         (
             "measures.py",
-            {"analyse_model", "plot_analysis", "prune_model", "plot_pruning", "make_claims", "all"},
+            {
+                "analyse_model",
+                "plot_analysis",
+                "prune_model",
+                "choose_depth",
+                "plot_pruning",
+                "make_claims",
+                "all",
+            },
         ),
         # the generic power-law fitter, imported through scaling_fits.py and toy_fit.py: both fit
         # stages, the sweep collector (scaling_fits.py) and the fit figures; never toy training
@@ -163,6 +171,7 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
                 "analyse_model",
                 "plot_analysis",
                 "prune_model",
+                "choose_depth",
                 "plot_pruning",
                 "skip_interventions",
                 "linear_maps",

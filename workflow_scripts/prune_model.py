@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Layer-removal ablations of one model (Gromov et al. 2024; Curse of Depth per-layer ablation):
 strategies angular / deepest / greedy / block_influence (ShortGPT) over a grid of block sizes,
-single-layer removal, lm-eval on the run's offline tasks, LoRA/QLoRA healing, auto depth,
-measured speed, optional exports.
+single-layer removal, lm-eval on the run's offline tasks, LoRA/QLoRA healing, measured speed.
+The choices made on these measurements are their own seconds-long jobs that read the tables
+back: choose_depth.py (auto depth) and export_pruned.py (the chosen pruned models).
 See depthlab/pruning_stage.py (the phases), pruning.py (strategies, loss sweep),
 layer_removal.py (view, copy, export), lm_tasks.py, healing.py and speed.py.
 
@@ -34,12 +35,10 @@ settings:
   lm_eval         {enabled, tasks (null: every task of the folder), n_grid (null: every n; a
                    config's `inherit` arrives here as the top-level n_grid),
                    single_layer (lm-eval on every single-layer removal), batch_size,
-                   bootstrap_iters, metric (acc|acc_norm, for auto depth)}
+                   bootstrap_iters}
   healing         {enabled, strategies, n_grid, method (lora|qlora), rank, alpha, dropout,
                    target_modules, steps, batch_size, seq_len, lr, warmup_steps, min_lr_ratio,
                    schedule (cosine|constant), weight_decay}
-  auto_depth      {tolerances: {val_loss | mean_acc | <task name>: absolute tolerance}}
-  export          [{strategy, metric}]: export the auto-depth choice (unhealed) as an HF folder
   speed           {enabled, strategy, n_grid, batch_size, prompt_length, new_tokens, repeats}
   tracking        {tensorboard, progress_every, wandb}: healing's curves (with healing only)
 
@@ -49,12 +48,11 @@ depthlab/pruning_stage.py), block_choice.csv (n, l_star, distance), block_influe
 cos_adjacent, block_influence, rank; with block_influence), single_layer.csv (layer, val_loss,
 delta_loss, task, acc, acc_stderr, delta_acc, ...), sweep.csv (model, strategy, n, fraction,
 removed, healed, val_loss, val_ppl, delta_loss, task, acc, acc_stderr, acc_norm,
-acc_norm_stderr, samples), greedy_path.csv, healing.csv, speed.csv, auto_depth.json,
+acc_norm_stderr, samples), greedy_path.csv, healing.csv, speed.csv,
 summary.json (token_source: which tokenizer made the validation and healing ids;
-window_losses: windows, scored positions per window, window starts, overlap),
-export/<strategy>_<metric>_n<k>/ (where configured; with mergekit.yaml, the passthrough config
-that rebuilds it from the original), tensorboard/<strategy>_n<n>/
-(each healed variant's loss and lr, with tracking.tensorboard), provenance.json.
+window_losses: windows, scored positions per window, window starts, overlap; greedy_max_n),
+tensorboard/<strategy>_n<n>/ (each healed variant's loss and lr, with tracking.tensorboard),
+provenance.json.
 
 Example: {"model_name": "pre_ln", "model_kind": "pretrain",
 "model": "results/default/models/pre_ln",
@@ -67,13 +65,11 @@ Example: {"model_name": "pre_ln", "model_kind": "pretrain",
 "greedy_max_n": null,
 "val": {"windows": 32, "seq_len": 64, "batch_size": 16, "loss_tokens": null},
 "lm_eval": {"enabled": true, "tasks": null, "n_grid": [3, 6, 9], "single_layer": true,
- "batch_size": 64, "bootstrap_iters": 1000, "metric": "acc"},
+ "batch_size": 64, "bootstrap_iters": 1000},
 "healing": {"enabled": true, "strategies": ["angular"], "n_grid": [3, 6, 9], "method": "lora",
  "rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["gate_proj", "up_proj", "down_proj"],
  "steps": 40, "batch_size": 8, "seq_len": 64, "lr": 0.002, "warmup_steps": 4,
  "min_lr_ratio": 0.1, "schedule": "cosine", "weight_decay": 0.0},
-"auto_depth": {"tolerances": {"val_loss": 0.25, "mean_acc": 0.05}},
-"export": [{"strategy": "angular", "metric": "val_loss"}],
 "speed": {"enabled": true, "strategy": "angular", "n_grid": [3, 6, 9], "batch_size": 4,
  "prompt_length": 32, "new_tokens": 32, "repeats": 3}}
 """

@@ -1,4 +1,5 @@
-"""Choosing the decoder layers to remove: strategies, the loss sweep that scores them, auto depth.
+"""Choosing the decoder layers to remove: strategies, the loss sweep that scores them, auto depth
+and the export of its choices (both read back from prune_model's tables by their own jobs).
 
 Removing a layer set itself (the view, copies, exports, the loss of one model) is
 depthlab.layer_removal; the prune_model stage that runs strategies, lm-eval, healing and speed
@@ -23,10 +24,15 @@ pass per batch stores the full model's states h_0..h_L and the arguments every l
 with; a removal set is then a path in the trie of keep/drop decisions over layers 0..L-1, walked
 depth first, so a layer runs once per distinct prefix of decisions, and every set branches from
 the cached state of the deepest layer before its first removal.
+
+Size (~590 lines): the strategies, the loss sweep that scores their sets and the choices made on
+its table share one vocabulary (strategy, n, removed set) and are read together; LossSweep is
+about a quarter of it.
 """
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,10 +42,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .architectures import ModelAdapter, adapt
+from .architectures import ModelAdapter, adapt, resolve_model_path
 from .errors import PruningError, UnsupportedModelError
 from .layer_removal import (
     LOSS_CHUNK_ELEMENTS,
+    export_pruned,
     head_losses,
     layer_output,
     normalise_removal,
@@ -265,6 +272,139 @@ def auto_depth_choices(sweep, tolerances: dict, metric_name: str) -> list[dict]:
                 )
                 choices.append({"strategy": strategy, "healed": bool(healed), **choice})
     return choices
+
+
+# The post-hoc choices (the choose_depth and export_pruned jobs) read the prune_model job's
+# tables back, so changing a tolerance or an export reruns them alone, never the measurements.
+
+
+def read_measurements(folder: str | Path):
+    """(sweep.csv, summary.json) of a prune_model output folder, as the stage wrote them:
+    `removed` as text ("" for the full model), every float exactly as written. A missing file
+    is a PruningError naming it."""
+    import pandas as pd
+
+    folder = Path(folder)
+    for name in ("sweep.csv", "summary.json"):
+        if not (folder / name).is_file():
+            raise PruningError(
+                f"pruning: {folder / name} does not exist (run prune_model on this model first)"
+            )
+    # pandas >= 3.1 parses every float back to the value written (tests/test_posthoc_rules.py)
+    sweep = pd.read_csv(folder / "sweep.csv", dtype={"removed": str})
+    sweep["removed"] = sweep["removed"].fillna("")
+    return sweep, json.loads((folder / "summary.json").read_text())
+
+
+def removal_sets(sweep) -> dict[tuple[str, int], tuple[int, ...]]:
+    """(strategy, n) -> the removed layers of every unhealed set (n > 0) of a sweep table."""
+    rows = sweep[(sweep["n"] > 0) & ~sweep["healed"]].drop_duplicates(["strategy", "n"])
+    return {
+        (strategy, int(n)): tuple(int(layer) for layer in str(removed).split("-"))
+        for strategy, n, removed in zip(rows["strategy"], rows["n"], rows["removed"])
+    }
+
+
+def mark_greedy_cap(choices: list[dict], sweep, greedy_max_n: int | None) -> list[dict]:
+    """With pruning.greedy_max_n, each greedy auto-depth choice records where the greedy curve
+    of `sweep` ends (`curve_end_n`, its largest n) and whether the choice is that end
+    (`at_curve_end`: the loss was still within the tolerance there, so a longer path might
+    allow more)."""
+    ends = [n for (strategy, n) in removal_sets(sweep) if strategy == "greedy"]
+    if greedy_max_n is None or not ends:
+        return choices
+    return [
+        {**c, "curve_end_n": max(ends), "at_curve_end": c["n"] == max(ends)}
+        if c["strategy"] == "greedy"
+        else c
+        for c in choices
+    ]
+
+
+def auto_depth_record(sweep, summary: dict, tolerances: dict, metric_name: str) -> dict:
+    """auto_depth.json of one model: the auto-depth choice of every (strategy, healed, metric
+    with a tolerance) on its sweep table (`auto_depth_choices`, greedy curves marked where
+    pruning.greedy_max_n cut them), with the model's name and layer count from its summary."""
+    choices = auto_depth_choices(sweep, tolerances, metric_name)
+    return {
+        "model": summary["model"],
+        "num_layers": summary["num_layers"],
+        "tolerances": tolerances,
+        "choices": mark_greedy_cap(choices, sweep, summary["greedy_max_n"]),
+    }
+
+
+def read_auto_depth(folder: str | Path) -> dict:
+    """auto_depth.json of a choose_depth output folder (a PruningError names a missing file)."""
+    path = Path(folder) / "auto_depth.json"
+    if not path.is_file():
+        raise PruningError(
+            f"auto_depth: {path} does not exist (run choose_depth on this model first)"
+        )
+    return json.loads(path.read_text())
+
+
+def export_choices(
+    model: nn.Module,
+    tokenizer,
+    record: dict,
+    removals: dict[tuple[str, int], tuple[int, ...]],
+    items: list[dict],
+    out: Path,
+    source_model: str,
+    revision: str | None = None,
+) -> list[dict]:
+    """Export the unhealed auto-depth choice (`record`: auto_depth.json) of each `items` entry
+    {strategy, metric} as an HF folder `out/<strategy>_<metric>_n<k>/` (with pruning.json and
+    mergekit.yaml, the passthrough config that rebuilds it from `source_model`); `removals`:
+    removal_sets of the sweep the choices were made on. Returns one record per item (folder
+    None when no layer can be removed within the tolerance, or when the metric has no choice)."""
+    num_layers = adapt(model).num_layers
+    if num_layers != record["num_layers"]:
+        raise PruningError(
+            f"model: {source_model} has {num_layers} layers, the auto-depth choices were made "
+            f"on {record['num_layers']} (rerun prune_model and choose_depth on it)"
+        )
+    exports = []
+    for item in items:
+        choice = next(
+            (
+                c
+                for c in record["choices"]
+                if c["strategy"] == item["strategy"]
+                and c["metric"] == item["metric"]
+                and not c["healed"]
+            ),
+            None,
+        )
+        if choice is None or choice["n"] == 0:
+            note = (
+                "no auto-depth choice for this metric (its measurements are missing, e.g. "
+                "lm-eval is off)"
+                if choice is None
+                else "no layer can be removed within the tolerance"
+            )
+            exports.append({**item, "n": 0, "folder": None, "note": note})
+            continue
+        removed = removals[(item["strategy"], choice["n"])]
+        folder = f"{item['strategy']}_{item['metric']}_n{choice['n']}"
+        export_pruned(
+            model,
+            removed,
+            out / folder,
+            tokenizer,
+            metadata={
+                "strategy": item["strategy"],
+                "metric": item["metric"],
+                "n": choice["n"],
+                "source_model": source_model,
+            },
+            # a pkg: path is this workflow's notation: mergekit needs the folder it names
+            mergekit_source=resolve_model_path(source_model),
+            revision=revision,
+        )
+        exports.append({**item, "n": choice["n"], "removed": list(removed), "folder": folder})
+    return exports
 
 
 # --------------------------------------------------------------------------- losses

@@ -1,4 +1,4 @@
-"""The prune_model stage of one model: strategies and losses, lm-eval, healing, speed, exports.
+"""The prune_model stage of one model: strategies and losses, lm-eval, healing, speed.
 
 `run(spec, device, log)` reads as the stage's phases, one function each:
 
@@ -6,13 +6,15 @@
             block_influence) and the validation windows; the removal set of every (strategy, n)
             and the validation loss of every set (LossSweep); the greedy path stops at
             greedy_max_n when set (no greedy set beyond: lm-eval scores greedy where it has a
-            set, auto depth and export read the shorter curve, healing and speed may not name
-            greedy beyond the cap: rejected at config time)
+            set, healing and speed may not name greedy beyond the cap: rejected at config time)
   evaluate  lm-eval of the full model, of the sets of lm_eval.n_grid and of single layers
   heal      LoRA / QLoRA on a pruned copy of each set of healing.n_grid, its loss and lm-eval
   speed     measured throughput of the exported sets of speed.n_grid against the full model
-  export    the (unhealed) auto-depth choices as HF folders, each with its mergekit.yaml
-  write     the tables, auto_depth.json, summary.json and provenance.json into the output
+  write     the tables, summary.json and provenance.json into the output
+
+The choices made on these measurements are jobs of their own that read the tables back
+(depthlab.pruning: auto depth in choose_depth, the export of its choices in export_pruned), so a
+tolerance or an export reruns them alone, never this stage.
 
 This is the one module that imports the strategies (depthlab.pruning), healing, the lm-eval tasks
 and the speed measurement together; each of them imports depthlab.layer_removal, none imports
@@ -47,7 +49,7 @@ one depthlab.config resolves (every key the schema requires is indexed, none giv
 default here; the optional greedy_max_n and val.loss_tokens reach the spec only when the config
 sets them, absent meaning null as in the schema).
 
-Size: the stage reads plan -> evaluate -> heal -> speed -> export -> write, one function each;
+Size: the stage reads plan -> evaluate -> heal -> speed -> write, one function each;
 the engines are in pruning, layer_removal, healing, lm_tasks and speed.
 """
 
@@ -65,11 +67,11 @@ import numpy as np
 import pandas as pd
 from torch import nn
 
-from .architectures import adapt, load_model, load_tokenizer, resolve_model_path
+from .architectures import adapt, load_model, load_tokenizer
 from .atomic_files import atomic_path, write_dataframe, write_json
 from .errors import PruningError
 from .healing import heal
-from .layer_removal import export_pruned, model_losses, prune_copy
+from .layer_removal import model_losses, prune_copy
 from .lm_tasks import TaskEvaluator, check_task_folder
 from .model_tokens import model_tokens
 from .placement import spec_placement
@@ -77,7 +79,6 @@ from .provenance import Provenance
 from .pruning import (
     LossSweep,
     angular_removal,
-    auto_depth_choices,
     block_choice_table,
     block_influence_removal,
     block_influence_table,
@@ -515,51 +516,6 @@ def measure_speed(planned: Plan, spec: dict, device: str, work_dir: Path) -> pd.
     return pd.DataFrame(rows)
 
 
-def export_choices(planned: Plan, choices: list[dict], spec: dict, out: Path) -> list[dict]:
-    """Export the unhealed auto-depth choice of each `export` item under out/export/."""
-    exports = []
-    for item in spec["export"]:
-        choice = next(
-            (
-                c
-                for c in choices
-                if c["strategy"] == item["strategy"]
-                and c["metric"] == item["metric"]
-                and not c["healed"]
-            ),
-            None,
-        )
-        if choice is None or choice["n"] == 0:
-            exports.append(
-                {
-                    **item,
-                    "n": 0,
-                    "folder": None,
-                    "note": "no layer can be removed within the tolerance",
-                }
-            )
-            continue
-        removed = planned.removals[(item["strategy"], choice["n"])]
-        folder = f"export/{item['strategy']}_{item['metric']}_n{choice['n']}"
-        export_pruned(
-            planned.model,
-            removed,
-            out / folder,
-            planned.tokenizer,
-            metadata={
-                "strategy": item["strategy"],
-                "metric": item["metric"],
-                "n": choice["n"],
-                "source_model": spec["model"],
-            },
-            # a pkg: path is this workflow's notation: mergekit needs the folder it names
-            mergekit_source=resolve_model_path(spec["model"]),
-            revision=spec["revision"],
-        )
-        exports.append({**item, "n": choice["n"], "removed": list(removed), "folder": folder})
-    return exports
-
-
 def _single_layer_table(planned: Plan, evaluated: Evaluation) -> pd.DataFrame:
     rows = []
     base_by_task = {r["task"]: r for r in evaluated.task_results.get((), [])}
@@ -620,31 +576,13 @@ def window_loss_table(
     )[WINDOW_LOSS_COLUMNS]
 
 
-def mark_greedy_cap(choices: list[dict], planned: Plan, spec: dict) -> list[dict]:
-    """With pruning.greedy_max_n, each greedy auto-depth choice records where the greedy curve
-    ends (`curve_end_n`, its largest n) and whether the choice is that end (`at_curve_end`: the
-    loss was still within the tolerance there, so a longer path might allow more)."""
-    cap = spec.get("greedy_max_n")
-    ends = [n for (strategy, n) in planned.removals if strategy == "greedy"]
-    if cap is None or not ends:
-        return choices
-    return [
-        {**c, "curve_end_n": max(ends), "at_curve_end": c["n"] == max(ends)}
-        if c["strategy"] == "greedy"
-        else c
-        for c in choices
-    ]
-
-
 def write(
     out: Path,
     planned: Plan,
     evaluated: Evaluation,
     healed: Healing,
     table: pd.DataFrame,
-    choices: list[dict],
     speed_table: pd.DataFrame | None,
-    exports: list[dict],
     spec: dict,
     clock: PhaseClock,
 ) -> dict:
@@ -708,20 +646,9 @@ def write(
         "lm_eval_variants": len(evaluated.task_results),
         "tasks_full_model": evaluated.task_results.get((), []),
         "healed_variants": len(healed.records),
-        "exports": exports,
         "phase_seconds": clock.seconds,
         "wall_s": clock.wall(),
     }
-    write_json(
-        out / "auto_depth.json",
-        {
-            "model": name,
-            "num_layers": L,
-            "tolerances": spec["auto_depth"].get("tolerances", {}),
-            "choices": choices,
-            "exports": exports,
-        },
-    )
     write_json(out / "summary.json", summary)
     planned.provenance.extra["summary"] = summary
     planned.provenance.write(out / "provenance.json")
@@ -738,18 +665,7 @@ def run(spec: dict, device: str = "cpu", log=print) -> dict:
     healed = heal_variants(planned, evaluated, spec, device, log)
     clock.lap("healing")
     table = pd.DataFrame(evaluated.rows + healed.rows)[SWEEP_COLUMNS]
-    choices = mark_greedy_cap(
-        auto_depth_choices(
-            table, spec["auto_depth"].get("tolerances", {}), spec["lm_eval"]["metric"]
-        ),
-        planned,
-        spec,
-    )
     with atomic_path(Path(spec["out"]), is_dir=True) as tmp:
         speed_table = measure_speed(planned, spec, device, tmp)
         clock.lap("speed")
-        exports = export_choices(planned, choices, spec, tmp)
-        clock.lap("export")
-        return write(
-            tmp, planned, evaluated, healed, table, choices, speed_table, exports, spec, clock
-        )
+        return write(tmp, planned, evaluated, healed, table, speed_table, spec, clock)

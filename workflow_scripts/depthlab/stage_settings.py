@@ -120,8 +120,8 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
     """Config-time check of a pruning section (the settings part of a prune_model spec, schema
     defaults applied) against a model of `num_layers` layers; raises ValueError naming the key.
     Checks the strategies, every block-size grid (1 <= n < L), the greedy cap, validation
-    windows and their scored positions, the re-encoding caps, lm-eval, healing, auto-depth,
-    export and speed keys."""
+    windows and their scored positions, the re-encoding caps, lm-eval, healing and speed keys
+    (the choices made on the measurements: validate_auto_depth_settings)."""
     if num_layers < 2:
         raise PruningError(f"{where}: a model of {num_layers} layer(s) has no layer to remove")
     strategies = settings["strategies"]
@@ -149,10 +149,6 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
     if lm_eval["enabled"]:
         _check_grid(lm_eval["n_grid"], num_layers, f"{where}.lm_eval.n_grid")
         _positive_ints(lm_eval, ("batch_size",), f"{where}.lm_eval")
-        if lm_eval["metric"] not in ("acc", "acc_norm", "score"):
-            raise PruningError(
-                f"{where}.lm_eval.metric: acc, acc_norm or score (got {lm_eval['metric']!r})"
-            )
     healing = settings["healing"]
     if healing["enabled"]:
         for strategy in healing.get("strategies") or []:
@@ -163,21 +159,6 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
                 )
         _check_grid(healing.get("n_grid"), num_layers, f"{where}.healing.n_grid")
         validate_healing_settings(healing, f"{where}.healing")
-    tolerances = settings["auto_depth"].get("tolerances", {})
-    for metric, tolerance in tolerances.items():
-        if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or tolerance < 0:
-            raise PruningError(f"{where}.auto_depth.tolerances.{metric}: must be a number >= 0")
-    for index, item in enumerate(settings["export"]):
-        if item["strategy"] not in strategies:
-            raise PruningError(
-                f"{where}.export[{index}].strategy: '{item['strategy']}' is "
-                f"not one of {where}.strategies"
-            )
-        if item["metric"] not in tolerances:
-            raise PruningError(
-                f"{where}.export[{index}].metric: '{item['metric']}' has no "
-                f"tolerance in {where}.auto_depth.tolerances"
-            )
     speed = settings["speed"]
     if speed["enabled"]:
         if speed.get("strategy") not in strategies:
@@ -190,6 +171,32 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
             speed, ("batch_size", "prompt_length", "new_tokens", "repeats"), f"{where}.speed"
         )
     _check_greedy_cap(settings, num_layers, where)
+
+
+def validate_auto_depth_settings(settings: dict, where: str = "pruning") -> None:
+    """Config-time check of the choices a pruning section makes on its measurements: the
+    auto-depth tolerances, lm_eval.metric (of mean_acc and task tolerances) and every export
+    item (a measured strategy, a metric with a tolerance); raises ValueError naming the key."""
+    if settings["lm_eval"]["metric"] not in ("acc", "acc_norm", "score"):
+        raise PruningError(
+            f"{where}.lm_eval.metric: acc, acc_norm or score "
+            f"(got {settings['lm_eval']['metric']!r})"
+        )
+    tolerances = settings["auto_depth"].get("tolerances", {})
+    for metric, tolerance in tolerances.items():
+        if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or tolerance < 0:
+            raise PruningError(f"{where}.auto_depth.tolerances.{metric}: must be a number >= 0")
+    for index, item in enumerate(settings["export"]):
+        if item["strategy"] not in settings["strategies"]:
+            raise PruningError(
+                f"{where}.export[{index}].strategy: '{item['strategy']}' is "
+                f"not one of {where}.strategies"
+            )
+        if item["metric"] not in tolerances:
+            raise PruningError(
+                f"{where}.export[{index}].metric: '{item['metric']}' has no "
+                f"tolerance in {where}.auto_depth.tolerances"
+            )
 
 
 # --------------------------------------------------------------------------- healing

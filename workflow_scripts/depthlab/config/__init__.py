@@ -19,6 +19,7 @@ model folders and files). The package:
     paths.py         safe names and RunPaths (every path a run writes)
     models.py        the model registry: sweeps, seeds, per-model and checkpoint checks
     resolved.py      Resolved, the stage resources, shared helpers
+    spec_changes.py  a job's changed spec as one line per key (logged while the workflow plans)
     shapes.py        every declared model's shape, which the resource plan sizes jobs from
     stages/<stage>   one resolver per stage: data, pretrain, analysis, scaling, toy, pruning,
                      depth_use, finetune, claims

@@ -82,6 +82,12 @@ class RunPaths:
     def datasets_cache(self, model: str) -> str:
         return f"{self.root}/pruning/.datasets_cache/{model}"
 
+    def auto_depth(self, model: str) -> str:
+        return f"{self.root}/auto_depth/{model}"
+
+    def pruned_models(self, model: str) -> str:
+        return f"{self.root}/pruned_models/{model}"
+
     def figure(self, name: str, fmt: str) -> str:
         return f"{self.root}/figures/{name}.{fmt}"
 

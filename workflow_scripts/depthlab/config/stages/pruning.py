@@ -1,4 +1,5 @@
-"""Layer pruning: the LM task set and one prune_model job per model, and the figures."""
+"""Layer pruning: the LM task set, one prune_model job per model (the measurements), the choices
+made on them (choose_depth: auto depth; export_pruned: its chosen models), and the figures."""
 
 from __future__ import annotations
 
@@ -21,14 +22,15 @@ from .pretrain import tracking_settings
 PRUNING_FIGURES = ("delta_p", "sweep", "speedup")
 
 
+# What prune_model measures with; the choices made afterwards (auto_depth, export and
+# lm_eval.metric, the metric auto depth reads) are not in its spec, so changing one reruns only
+# the cheap jobs that make them.
 PRUNING_SETTINGS = (
     "strategies",
     "n_grid",
     "val",
     "lm_eval",
     "healing",
-    "auto_depth",
-    "export",
     "speed",
     "device",
     "dtype",
@@ -42,7 +44,11 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
     if not pruning:
         return
     from ...lm_tasks import MAX_TOKENS_PER_WORD, validate_task_names, validate_task_settings
-    from ...stage_settings import check_loss_tokens, validate_pruning_settings
+    from ...stage_settings import (
+        check_loss_tokens,
+        validate_auto_depth_settings,
+        validate_pruning_settings,
+    )
 
     paths, config = resolved.paths, resolved.config
     require_resources(config, "pruning")
@@ -53,6 +59,7 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
         library_check(
             validate_task_names, lm_eval["tasks"], tasks["kinds"], "pruning.lm_eval.tasks"
         )
+    library_check(validate_auto_depth_settings, pruning, "pruning")
     names = declared_models(resolved, pruning["models"], "pruning.models")
     text_set = pruning["text_set"]
     analysis_jobs = resolved.jobs("analyse_model")
@@ -72,13 +79,14 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
         outputs=[paths.lm_tasks],
     )
     shared = {key: pruning[key] for key in PRUNING_SETTINGS}
+    shared["lm_eval"] = {k: v for k, v in lm_eval.items() if k != "metric"}
     # optional: omitted means null (config/schema.yaml), no greedy cap; val.loss_tokens likewise
     # (every position scored). Passed only when given, so a config without them keeps its specs.
     if "greedy_max_n" in pruning:
         shared["greedy_max_n"] = pruning["greedy_max_n"]
     shared["retokenize"] = {**RETOKENIZE_DEFAULT, **(pruning.get("retokenize") or {})}
     if lm_eval["n_grid"] == "inherit":  # the job gets the grid itself (null: every n)
-        shared["lm_eval"] = {**lm_eval, "n_grid": pruning["n_grid"]}
+        shared["lm_eval"]["n_grid"] = pruning["n_grid"]
     overrides = ModelOverrides(
         resolved, "pruning", pruning.get("per_model") or {}, names, "pruning.models"
     )
@@ -174,6 +182,40 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
                 "tasks": [paths.lm_tasks],
             },
         )
+        resolved.add(
+            "choose_depth",
+            name,
+            {
+                "model_name": name,
+                "pruning": out,
+                "auto_depth": pruning["auto_depth"],
+                "metric": lm_eval["metric"],
+                "out": paths.auto_depth(name),
+            },
+            outputs=[paths.auto_depth(name)],
+            inputs={"pruning": [out]},
+        )
+        if pruning["export"]:
+            resolved.add(
+                "export_pruned",
+                name,
+                {
+                    "model_name": name,
+                    "model": model_location(resolved, name),
+                    "revision": model.get("revision"),
+                    "dtype": model.get("dtype", settings["dtype"]),
+                    "pruning": out,
+                    "auto_depth": paths.auto_depth(name),
+                    "export": pruning["export"],
+                    "out": paths.pruned_models(name),
+                },
+                outputs=[paths.pruned_models(name)],
+                inputs={
+                    "model": resolved.model_inputs(name),
+                    "pruning": [out],
+                    "auto_depth": [paths.auto_depth(name)],
+                },
+            )
     fmt = config["figures"]["format"]
     figures = {figure: paths.figure(f"pruning/{figure}", fmt) for figure in PRUNING_FIGURES}
     resolved.add(
