@@ -36,7 +36,7 @@ from .layer_removal import export_pruned
 from .placement import gpu_budget, has_offloaded_weights, input_device, is_dispatched
 from .stage_settings import HealSettings
 from .tracking import Progress, Tracker
-from .training import language_model_loss, lr_multiplier, train_batch
+from .training import IGNORE, language_model_loss, lr_multiplier, train_batch
 
 
 def _schedule(settings: HealSettings):
@@ -113,6 +113,28 @@ def _quantised_copy(pruned, device: str):
     return quantised
 
 
+def accumulated_loss(model, window: torch.Tensor, micro_batch_size: int | None) -> torch.Tensor:
+    """The batch's mean next-token loss, its gradient accumulated over chunks of
+    `micro_batch_size` rows (None: one pass), each chunk weighted by its share of the batch's
+    scored targets, so the gradient is the whole batch's whatever the chunking."""
+    rows = window.shape[0]
+    micro = micro_batch_size or rows
+    if micro >= rows:
+        loss = language_model_loss(model, window, None)
+        loss.backward()
+        return loss.detach()
+    scored = (window[:, 1:] != IGNORE).sum()
+    total = torch.zeros((), device=window.device)
+    for chunk in window.split(micro):
+        share = (chunk[:, 1:] != IGNORE).sum() / scored
+        if not share:
+            continue  # all padding: no target, no gradient
+        loss = language_model_loss(model, chunk, None) * share
+        loss.backward()
+        total += loss.detach()
+    return total
+
+
 def heal(
     pruned,
     train_tokens: np.ndarray,
@@ -154,6 +176,11 @@ def heal(
         from peft import prepare_model_for_kbit_training
 
         base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
+    if settings.gradient_checkpointing:
+        # non-reentrant: the frozen base's inputs need no requires_grad for the adapters' grads
+        base.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
+        )
     model = get_peft_model(base, _lora_config(settings))
     inputs_at = input_device(base)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -183,8 +210,7 @@ def heal(
         window = train_batch(train_tokens, step, seed, settings.batch_size, settings.seq_len).to(
             inputs_at
         )
-        loss = language_model_loss(model, window, None)
-        loss.backward()
+        loss = accumulated_loss(model, window, settings.micro_batch_size)
         lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
         scheduler.step()
@@ -200,6 +226,8 @@ def heal(
         model = get_peft_model(pruned, _lora_config(settings))
         set_peft_model_state_dict(model, adapters)
     merged = model.merge_and_unload().eval()
+    if settings.gradient_checkpointing:
+        merged.activation_checkpointing_disable()
     for parameter in merged.parameters():
         parameter.requires_grad_(False)
     record = {

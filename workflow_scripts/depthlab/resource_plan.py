@@ -354,12 +354,17 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
         frozen = 2 * forward_flops(shape, heal_seq) * keep  # forward + input gradients
         flops[heal_dtype] = flops.get(heal_dtype, 0) + len(heal_sets) * heal_tokens * frozen
         flops[dtype] += len(heal_sets) * val_tokens * forward_flops(shape, seq) * keep
-        rows = healing["batch_size"] * heal_seq
+        # one forward/backward holds micro_batch_size rows; with checkpointing only each
+        # layer's input is kept, plus one layer's activations while it is recomputed
+        rows = (healing.get("micro_batch_size") or healing["batch_size"]) * heal_seq
+        activations = _layer_activations(shape, rows, b)
+        if healing.get("gradient_checkpointing"):
+            activations = rows * shape.hidden_size * b * L + activations / L
         heal_split = {
             **phases[0].split,
             "pruned copy": weights,
             "adapters + AdamW (fp32)": _lora_parameters(shape, healing) * 16,
-            "training activations": _layer_activations(shape, rows, b),
+            "training activations": activations,
         }
         if qlora:
             matrices = L * layer_matrix_parameters(shape)

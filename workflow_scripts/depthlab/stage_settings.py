@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 
 from .errors import PruningError
 
@@ -223,10 +223,15 @@ class HealSettings:
     min_lr_ratio: float
     schedule: str
     weight_decay: float
+    # memory at scale (optional keys: absent, a config's jobs keep their specs): rows per
+    # forward/backward, the step's gradient accumulated over them; recompute each layer's
+    # activations in the backward pass instead of keeping them
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool = False
 
     @classmethod
     def from_dict(cls, values: dict, where: str = "pruning.healing") -> HealSettings:
-        names = [f.name for f in fields(cls)]
+        names = [f.name for f in fields(cls) if f.name in values or f.default is MISSING]
         missing = [n for n in names if n not in values]
         if missing:
             raise PruningError(f"{where}.{missing[0]}: missing healing setting")
@@ -269,6 +274,9 @@ def validate_healing_settings(values: dict, where: str = "pruning.healing") -> N
             raise PruningError(f"{where}.method: qlora needs the bitsandbytes package")
     if not settings.target_modules:
         raise PruningError(f"{where}.target_modules: name at least one module")
+    micro = settings.micro_batch_size
+    if micro is not None and (not isinstance(micro, int) or isinstance(micro, bool) or micro < 1):
+        raise PruningError(f"{where}.micro_batch_size: must be an integer >= 1 (got {micro!r})")
 
 
 # --------------------------------------------------------------------------- interventions
