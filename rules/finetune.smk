@@ -52,7 +52,7 @@ if jobs("finetune_model"):
             ENVIRONMENT
         threads: stage_threads("finetune")
         resources:
-            **stage_resources("finetune"),
+            **job_resources("finetune_model"),
         shell:
             "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 
@@ -75,7 +75,7 @@ if jobs("finetune_model"):
             ENVIRONMENT
         threads: stage_threads("finetune")
         resources:
-            **stage_resources("finetune"),
+            **job_resources("evaluate_finetuned"),
         shell:
             "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
 

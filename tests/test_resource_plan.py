@@ -340,3 +340,22 @@ def test_snakemake_gets_the_default_stage_resources_and_the_paper_per_job_ones(t
         values = paper_jobs[("analyse_model", f"text_set={text_set}, model={model}")]
         for key in ("gpu", "gpu_memory_mb", "mem_mb", "runtime", "disk_mb"):
             assert int(values[key]) == plan[job].request[key], (job, key)
+
+
+def test_full_finetuning_holds_adamw_state_lora_only_its_adapters():
+    """The paper's fine-tuning is LoRA on the 130M pair; full fine-tuning of the same parent must
+    hold weights, gradients and both AdamW moments (16 bytes per parameter under bf16 autocast),
+    so it asks for more GPU memory and more GPU-hours (3 passes per token instead of 2)."""
+    lora = resolve(config("paper.yaml")).resource_plan
+    full_config = config("paper.yaml")
+    full_config["finetune"]["train"]["method"] = "full"
+    full = resolve(full_config).resource_plan
+    job = "llama130m_lns_ft_s0"
+    lora_job, full_job = (p.jobs[("finetune_model", job)] for p in (lora, full))
+    assert lora_job.models == full_job.models == ("llama130m_lns",)
+    parameters = full_job.parameters
+    assert full_job.request["gpu_memory_mb"] * MiB >= 16 * parameters
+    assert full_job.request["gpu_memory_mb"] > lora_job.request["gpu_memory_mb"]
+    assert full_job.gpu_hours > lora_job.gpu_hours
+    evaluation = lora.jobs[("evaluate_finetuned", "llama130m_lns")]
+    assert evaluation.source == "derived" and evaluation.request["gpu"] == 1

@@ -51,6 +51,8 @@ GPU_RULES = {
     "skip_interventions",
     "linear_maps",
     "train_toy",
+    "finetune_model",
+    "evaluate_finetuned",
 }
 CPU_RULES = {
     "prepare_data",
@@ -66,6 +68,8 @@ CPU_RULES = {
     "plot_scaling",
     "plot_pruning",
     "plot_depth_use",
+    "build_finetune_data",
+    "plot_finetuning",
     "make_claims",
     "all",
 }

@@ -60,6 +60,8 @@ MODEL_JOBS = {
     "linear_maps": ("depth_use", True),
     "export_pruned": ("pruning", False),
     "convert_gguf": ("convert", False),
+    "finetune_model": ("finetune", True),
+    "evaluate_finetuned": ("finetune", True),
 }
 # GPU jobs whose resources are not model-derived (the toy models are tiny and launch-bound)
 STAGE_JOBS = {"train_toy": ("toy", True)}
@@ -88,6 +90,8 @@ HARNESS_TASK_TOKENS = {
     "arc_challenge": 1_172 * 4 * 45,
     "winogrande": 1_267 * 2 * 40,
     "piqa": 1_838 * 2 * 60,
+    "social_iqa": 1_954 * 3 * 50,
+    "openbookqa": 500 * 4 * 30,
 }
 HARNESS_DEFAULT_TOKENS = 5_000_000  # a task not listed above
 LOCAL_TASK_CHOICES = 4  # depthlab.lm_tasks.CHOICES
@@ -461,6 +465,79 @@ def linear_maps_work(names, spec: dict, shapes, downloads) -> Work:
     )
 
 
+def finetune_work(name: str, spec: dict, shape: Shape) -> Work:
+    """Fine-tuning one parent (depthlab.finetuning): full (weights, gradients, AdamW) or LoRA
+    (frozen weights, adapters + their AdamW), under the train section's precision."""
+    train = spec["train"]
+    precision = train["precision"]
+    dtype = PRECISION_DTYPE[precision]
+    act = DTYPE_BYTES[dtype]
+    rows = train["batch_size"] * train["seq_len"]
+    tokens = train["steps"] * rows
+    forward = forward_flops(shape, train["seq_len"])
+    if train["method"] == "lora":
+        lora = train["lora"]
+        state = shape.parameters * 4 + _lora_parameters(shape, lora) * 16
+        flops = tokens * 2 * forward  # forward + the input gradients through the frozen base
+        what = f"frozen weights and adapters ({name}, LoRA rank {lora['rank']})"
+    else:
+        state = shape.parameters * TRAIN_STATE_BYTES[precision]
+        flops = tokens * 3 * forward
+        what = f"training state ({name}: weights, gradients and AdamW moments, {precision})"
+    return Work(
+        flops={dtype: flops},
+        phases=[
+            Phase(
+                "fine-tuning",
+                split={},
+                fixed={
+                    "training state": state,
+                    "activations": _layer_activations(shape, rows, act),
+                    "logits": rows * shape.vocab_size * (act + 8),
+                },
+            )
+        ],
+        weights=state,
+        weights_what=what,
+        host=shape.parameters * 4,
+        disk=2 * shape.parameters * 4,  # the resumable state and the saved model
+    )
+
+
+def finetune_eval_work(name: str, spec: dict, shape: Shape, tasks_config: dict | None) -> Work:
+    """lm-eval of the parent and each of its fine-tuned models, one model at a time."""
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    tokens = sum(
+        HARNESS_TASK_TOKENS.get(task["name"], HARNESS_DEFAULT_TOKENS)
+        for task in spec["lm_eval"].get("harness_tasks") or []
+    )
+    if spec["tasks"] is not None and tasks_config:
+        examples, words = tasks_config["eval_examples"], tasks_config["words"]
+        tokens += sum(
+            examples.get(kind, 0) * LOCAL_TASK_CHOICES * (tasks_config["context_tokens"] + 2 * words.get(kind, 1))
+            for kind in tasks_config["kinds"]
+        )  # fmt: skip
+    models = 1 + len(spec["finetuned"])
+    rows = spec["lm_eval"]["batch_size"] * _context(LM_EVAL_CONTEXT, shape)
+    return Work(
+        flops={dtype: models * tokens * forward_flops(shape, _context(LM_EVAL_CONTEXT, shape))},
+        phases=[
+            Phase(
+                "lm-eval",
+                split={"weights": shape.parameters * b},
+                fixed={
+                    "batch": _inference_batch(shape, rows, b),
+                    "logits": rows * shape.vocab_size * 8,
+                },
+            )
+        ],  # fmt: skip
+        weights=shape.parameters * b,
+        weights_what=_what(name, shape, dtype),
+        host=shape.weight_bytes(),
+        disk=0,
+    )
+
+
 def host_copy_work(name: str, spec: dict, shape: Shape, copies: int, download: float) -> Work:
     """A CPU job that loads a model and writes `copies` folders of it (export_pruned: the pruned
     variants; convert_gguf: the dequantized model)."""
@@ -574,6 +651,11 @@ class _Planner:
             return linear_maps_work(names, spec, shapes, [self.download(n) for n in names])
         if family == "export_pruned":
             return host_copy_work(name, spec, shape, len(spec["export"]), self.download(name))
+        if family == "finetune_model":
+            return finetune_work(name, spec, shape)
+        if family == "evaluate_finetuned":
+            data = self.config["finetune"]["data"]
+            return finetune_eval_work(name, spec, shape, data.get("tasks"))
         return host_copy_work(name, spec, shape, 1, 0)  # convert_gguf
 
     @staticmethod
@@ -582,6 +664,8 @@ class _Planner:
             return (job,)
         if family == "linear_maps":
             return (spec["source_name"], spec["target_name"])
+        if family in ("finetune_model", "evaluate_finetuned"):
+            return (spec["parent_name"],)  # a fine-tuned model has its parent's shape
         return (spec["model_name"],)
 
     # one job's plan
