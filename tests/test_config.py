@@ -633,3 +633,16 @@ def test_every_hub_model_and_dataset_of_the_paper_config_pins_a_revision():
         resolved.jobs("prune_model")["llama2_7b"]["revision"]
         == config["models"]["llama2_7b"]["revision"]
     )
+
+
+def test_a_text_set_may_read_its_own_batch_size():
+    """The paper's all-token text set reads 2 documents per pass (its float64 unit states would
+    need 11 GPUs at 70B with 8); every other text set keeps analysis.batch_size."""
+    paper = resolve(load("paper.yaml"))
+    jobs = paper.jobs("analyse_model")
+    assert jobs["c4_all_tokens/llama2_70b"]["batch_size"] == 2
+    assert jobs["c4/llama2_70b"]["batch_size"] == paper.config["analysis"]["batch_size"] == 8
+    config = load("default.yaml")
+    config["analysis"]["text_sets"]["val"]["batch_size"] = 0
+    with pytest.raises(ConfigError, match=r"analysis\.text_sets\.val\.batch_size"):
+        resolve(config)

@@ -23,6 +23,7 @@ ANALYSIS_TEXT_KEYS = (
     "max_length",
     "all_token_distance",
     "logit_lens",
+    "batch_size",
 )
 
 
@@ -53,7 +54,6 @@ def resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
                     "text_set": text_set,
                     "texts": texts,
                     **settings,
-                    "batch_size": analysis["batch_size"],
                     "logit_lens_stride": analysis["logit_lens_stride"],
                     "add_special_tokens": reads_special_tokens(model),
                     "device": analysis["device"],
