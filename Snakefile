@@ -70,13 +70,20 @@ rule all:
 # Before any job (real runs only; a dry run plans offline): a run that cannot succeed stops here,
 # one line per cause, instead of failing job by job (depthlab.preflight).
 onstart:
-    from depthlab.preflight import hub_items, hub_problems, needed_items, slurm_controller_problem
+    from depthlab.preflight import (
+        evaluates_harness_tasks,
+        hub_items,
+        hub_problems,
+        needed_items,
+        slurm_controller_problem,
+    )
 
     problems = []
     if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
         problems.append(slurm_controller_problem())
     specs = [job.params.spec for job in workflow.dag.needrun_jobs() if "spec" in job.params.keys()]
-    items = needed_items(hub_items(RESOLVED.config), specs)
+    # lm-eval's task index (seconds to build) only when a planned job evaluates its tasks
+    items = needed_items(hub_items(RESOLVED.config, evaluates_harness_tasks(specs)), specs)
     if items:
         problems.extend(hub_problems(items))
     problems = [problem for problem in problems if problem]

@@ -350,38 +350,40 @@ def test_bad_pairs_file_names_file_and_line(tmp_path):
         read_pairs(tmp_path / "missing.jsonl")
 
 
+def score_rows(parent: str, before: float, after: list) -> list[dict]:
+    """evaluate_finetuned's rows of one parent: its score, then each fine-tuned seed's."""
+    rows = [
+        {
+            "model": parent,
+            "parent": parent,
+            "seed": np.nan,
+            "stage": "pretrained",
+            "task": "t",
+            "score": before,
+        }
+    ]
+    rows += [
+        {
+            "model": f"{parent}_ft_s{s}",
+            "parent": parent,
+            "seed": s,
+            "stage": "finetuned",
+            "task": "t",
+            "score": value,
+        }
+        for s, value in enumerate(after)
+    ]
+    return rows
+
+
 def test_claims_row_decides_the_lns_gain_over_seeds():
     from depthlab.claims import RunData, build_claims
-
-    def scores(parent, before, after):
-        rows = [
-            {
-                "model": parent,
-                "parent": parent,
-                "seed": np.nan,
-                "stage": "pretrained",
-                "task": "t",
-                "score": before,
-            }
-        ]
-        rows += [
-            {
-                "model": f"{parent}_ft_s{s}",
-                "parent": parent,
-                "seed": s,
-                "stage": "finetuned",
-                "task": "t",
-                "score": value,
-            }
-            for s, value in enumerate(after)
-        ]
-        return pd.DataFrame(rows)
 
     data = RunData(
         finetune_pairs=[("pre_ln", ["pre_ln"], "lns", ["lns"])],
         finetune_scores={
-            "pre_ln": scores("pre_ln", 0.30, [0.40, 0.42, 0.41]),
-            "lns": scores("lns", 0.31, [0.45, 0.46, 0.47]),
+            "pre_ln": pd.DataFrame(score_rows("pre_ln", 0.30, [0.40, 0.42, 0.41])),
+            "lns": pd.DataFrame(score_rows("lns", 0.31, [0.45, 0.46, 0.47])),
         },
         trained={"pre_ln", "lns"},
     )
@@ -392,7 +394,7 @@ def test_claims_row_decides_the_lns_gain_over_seeds():
     assert row["low"] == pytest.approx(np.mean(gains) - half)
     assert row["seeds"] == 3 and row["verdict"] == "reproduced"
     # two seeds: indicative, never decided
-    data.finetune_scores["lns"] = scores("lns", 0.31, [0.45, 0.46])
+    data.finetune_scores["lns"] = pd.DataFrame(score_rows("lns", 0.31, [0.45, 0.46]))
     row = build_claims(data).set_index("claim_id").loc["cod_sft_gain"]
     assert row["seeds"] == 2 and row["verdict"] == "one seed: indicative"
 
@@ -420,29 +422,11 @@ DEFAULT_FINETUNE = {
 def test_figure_states_each_schemes_before_after_and_gain():
     from depthlab.finetune_plots import plot_finetuning
 
-    rows = []
-    for parent, before, after in (("pre_ln", 0.30, [0.40, 0.42]), ("lns", 0.35, [0.50, 0.52])):
-        rows.append(
-            {
-                "model": parent,
-                "parent": parent,
-                "seed": np.nan,
-                "stage": "pretrained",
-                "task": "t",
-                "score": before,
-            }
-        )
-        rows += [
-            {
-                "model": f"{parent}_ft_s{s}",
-                "parent": parent,
-                "seed": s,
-                "stage": "finetuned",
-                "task": "t",
-                "score": value,
-            }
-            for s, value in enumerate(after)
-        ]
+    rows = [
+        row
+        for parent, before, after in (("pre_ln", 0.30, [0.40, 0.42]), ("lns", 0.35, [0.50, 0.52]))
+        for row in score_rows(parent, before, after)
+    ]
     figure = plot_finetuning(pd.DataFrame(rows), {"pre_ln": "pre_ln", "lns": "lns"}, "test")
     title = figure.axes[0].get_title()
     assert "pre_ln 0.300 -> 0.410 (+0.110)" in title and "lns 0.350 -> 0.510 (+0.160)" in title

@@ -15,6 +15,7 @@ from depthlab.config import load_config, resolve
 from depthlab.preflight import (
     HubItem,
     cached_snapshots,
+    evaluates_harness_tasks,
     hub_items,
     hub_problems,
     needed_items,
@@ -143,3 +144,12 @@ def test_a_missing_hub_model_stops_the_run_before_any_job_with_one_line(tmp_path
     assert "set models.ghost.path to a local folder" in ours[0]
     assert "Traceback" not in output
     assert not (tmp_path / "results").exists(), "a job ran before the check"
+
+
+def test_lm_evals_task_datasets_only_when_a_planned_job_evaluates_its_tasks(paper):
+    skip_spec = json.dumps(paper.jobs("skip_interventions")["llama31_70b"], separators=(",", ":"))
+    prune_spec = json.dumps(paper.jobs("prune_model")["llama2_70b"], separators=(",", ":"))
+    assert not evaluates_harness_tasks([skip_spec]) and evaluates_harness_tasks([prune_spec])
+    without = hub_items(paper.config, harness_tasks=False)
+    assert not any(item.key.endswith("harness_tasks") for item in without)
+    assert {i.repo_id for i in without} >= {"meta-llama/Llama-2-70b-hf", "allenai/c4"}

@@ -114,9 +114,16 @@ def _harness_datasets(task_names: Iterable[str], key: str) -> list[HubItem]:
     return [HubItem("dataset", path, None, key) for path in found]
 
 
-def hub_items(config: dict) -> list[HubItem]:
+def evaluates_harness_tasks(specs: Iterable[str]) -> bool:
+    """Whether a job spec (JSON text) evaluates lm-eval's own tasks."""
+    # the workflow's specs are compact JSON (config.spec_json), json.dumps' have spaces
+    return any(re.search(r'"harness_tasks": ?\[\{', spec) for spec in specs)
+
+
+def hub_items(config: dict, harness_tasks: bool = True) -> list[HubItem]:
     """Every hub repository the resolved `config` names (models, the pretrained tokenizer,
-    datasets, lm-eval's own tasks' datasets), once each."""
+    datasets, and with `harness_tasks` lm-eval's own tasks' datasets, whose lookup builds
+    lm-eval's task index: seconds), once each."""
     items = []
     for name, model in config.get("models", {}).items():
         if model.get("kind") == "hf" and _is_hub_model(model["path"]):
@@ -134,11 +141,11 @@ def hub_items(config: dict) -> list[HubItem]:
     for section in ("data", "analysis", "depth_use", "finetune"):
         items.extend(_datasets_in(config.get(section), section))
     lm_eval = config.get("pruning", {}).get("lm_eval", {})
-    if lm_eval.get("enabled"):
+    if harness_tasks and lm_eval.get("enabled"):
         names = [task["name"] for task in lm_eval.get("harness_tasks") or []]
         items.extend(_harness_datasets(names, "pruning.lm_eval.harness_tasks"))
     finetune = config.get("finetune") or {}
-    if finetune.get("models"):
+    if harness_tasks and finetune.get("models"):
         names = [task["name"] for task in finetune["lm_eval"].get("harness_tasks") or []]
         items.extend(_harness_datasets(names, "finetune.lm_eval.harness_tasks"))
     unique: dict[tuple, HubItem] = {}
@@ -152,8 +159,7 @@ def needed_items(items: Iterable[HubItem], specs: Iterable[str]) -> list[HubItem
     datasets of lm-eval's own tasks whenever a planned job evaluates harness tasks."""
     specs = list(specs)
     text = "\n".join(specs)
-    # the workflow's specs are compact JSON (config.spec_json), json.dumps' have spaces
-    harness = any(re.search(r'"harness_tasks": ?\[\{', spec) for spec in specs)
+    harness = evaluates_harness_tasks(specs)
     return [
         item
         for item in items
