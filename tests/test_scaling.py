@@ -276,8 +276,17 @@ def test_besiroglu_protocol_reproduces_their_published_estimates():
     assert est["B"] == pytest.approx(2085.43, rel=0.05)
 
 
-def test_liu_protocol_on_chinchilla_matches_the_paper():
-    """Liu et al. (2026): a_l = 1.2 +- 0.3, a_m ~ 1, a_D ~ 0.3 on the Chinchilla points."""
+# Our fit of the Liu protocol on the shipped Chinchilla points (recorded 2026-12, float64): a
+# regression value, not a paper value (the paper states a_l = 1.2 +- 0.3 and a_m ~ 1, no a_D;
+# the paper comparison is claims.py's). The fit is deterministic: repeated runs agree bit for
+# bit, and other optimizers or start grids move these by < 2e-6, so 1e-5 fails on any change
+# to the data, the point dropping or the objective (exact ties move a_D by 2.6e-4).
+LIU_CHINCHILLA_FIT = {"a_m": 0.9454796, "a_l": 1.3251269, "a_D": 0.2990928, "L0": 1.7536267}
+
+
+def test_liu_protocol_fit_on_chinchilla_stays_at_its_recorded_values():
+    """a_D (and a_m, a_l, L0) of our fit on the shipped Chinchilla points stay at the values
+    recorded in LIU_CHINCHILLA_FIT."""
     points = load_points(CHINCHILLA, CHINCHILLA_COLUMNS)
     record, samples = run_fit(
         points,
@@ -291,9 +300,8 @@ def test_liu_protocol_on_chinchilla_matches_the_paper():
     )
     est = record["estimates"]
     assert record["n_points_used"] == 203 and record["n_dropped"] == 42
-    assert abs(est["a_l"] - 1.2) < 0.3
-    assert abs(est["a_m"] - 1.0) < 0.15
-    assert abs(est["a_D"] - 0.3) < 0.05
+    for name, recorded in LIU_CHINCHILLA_FIT.items():
+        assert est[name] == pytest.approx(recorded, abs=1e-5), name
     assert len(samples) == 50 and samples["a_l"].std() > 0
     assert record["parameters_at_bounds"] == [] and record["negligible_terms"] == []
     # each recorded residual is log L - log L_hat, L_hat from the paper's formula
