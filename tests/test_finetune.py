@@ -376,9 +376,11 @@ def score_rows(parent: str, before: float, after: list) -> list[dict]:
     return rows
 
 
-def test_claims_row_decides_the_lns_gain_over_seeds():
+def test_claims_row_decides_the_lns_gain_over_pretraining_seeds():
     from depthlab.claims import RunData, build_claims
 
+    # one parent per scheme, fine-tuned with three seeds: the runs share one pretraining seed,
+    # so they carry no pretraining variance and the row is indicative (was "reproduced")
     data = RunData(
         finetune_pairs=[("pre_ln", ["pre_ln"], "lns", ["lns"])],
         finetune_scores={
@@ -391,10 +393,28 @@ def test_claims_row_decides_the_lns_gain_over_seeds():
     gains = [0.05, 0.04, 0.06]
     assert row["measured"] == pytest.approx(np.mean(gains))
     half = 4.302652729911275 * np.std(gains, ddof=1) / math.sqrt(3)  # t(0.975, 2 df)
-    assert row["low"] == pytest.approx(np.mean(gains) - half)
+    assert row["low"] == pytest.approx(np.mean(gains) - half)  # shown: over fine-tuning runs
+    assert row["seeds"] == 1 and row["verdict"] == "one seed: indicative"
+    assert "reproduced" in row["reason"]
+    # three pretraining seeds per scheme, each fine-tuned once (seed s0's pair twice: its two
+    # runs are averaged into one gain): decided over the three parent pairs
+    pre, lns = [f"pre_ln_s{i}" for i in range(3)], [f"lns_s{i}" for i in range(3)]
+    after = {"pre_ln_s0": [0.40, 0.42], "pre_ln_s1": [0.41], "pre_ln_s2": [0.39]}
+    after |= {"lns_s0": [0.45, 0.45], "lns_s1": [0.47], "lns_s2": [0.43]}
+    data = RunData(
+        finetune_pairs=[("pre_ln", pre, "lns", lns)],
+        finetune_scores={m: pd.DataFrame(score_rows(m, 0.3, after[m])) for m in pre + lns},
+        trained=set(pre + lns),
+    )
+    row = build_claims(data).set_index("claim_id").loc["cod_sft_gain"]
+    gains = [np.mean([0.05, 0.03]), 0.06, 0.04]
+    half = 4.302652729911275 * np.std(gains, ddof=1) / math.sqrt(3)
+    assert row["measured"] == pytest.approx(np.mean(gains))
+    assert row["high"] == pytest.approx(np.mean(gains) + half)
     assert row["seeds"] == 3 and row["verdict"] == "reproduced"
-    # two seeds: indicative, never decided
-    data.finetune_scores["lns"] = pd.DataFrame(score_rows("lns", 0.31, [0.45, 0.46]))
+    assert "pretraining seeds" in row["interval"]
+    # two pretraining seeds: indicative, never decided
+    data.finetune_pairs = [("pre_ln", pre[:2], "lns", lns[:2])]
     row = build_claims(data).set_index("claim_id").loc["cod_sft_gain"]
     assert row["seeds"] == 2 and row["verdict"] == "one seed: indicative"
 

@@ -7,15 +7,19 @@ decide) and `one seed: indicative` (a claim about a model trained here, measured
 MIN_SEEDS seeds: the row shows what the within-model interval says, and never decides). The
 rules, per claim kind (margins and bands are named constants in paper_values.py):
 
-  effect > 0 ("LNS grows less", "angular beats deepest"): reproduced when the interval lies above
-      the claim's negligible band, not reproduced when it lies below 0 or wholly inside the
-      negligible band (-x, x), not testable otherwise
+  effect > x ("LNS grows less", "angular beats deepest"; x the claim's threshold, named in
+      paper_values.py and in each row's claim and reason): reproduced when the interval lies
+      above x, not reproduced when it lies below x, not testable when it straddles x: decided
+      symmetrically, so "not reproduced" is as reachable as "reproduced"
   no rise ("pretrained LLMs: the depth score does not rise with difficulty"), an equivalence
       test over every level: each level-k - easiest-level difference (normalised depth score,
       Bonferroni-adjusted intervals) must lie wholly inside [-margin, margin] to reproduce; one
       lying wholly outside is not reproduced; otherwise not testable (too wide)
-  paper value ("a_l = 1.2 +- 0.3"): reproduced when the interval contains the paper's value, not
-      reproduced otherwise; not testable when the estimate or interval touches a fit bound
+  paper value ("a_l = 1.2 +- 0.3"), an equivalence test: reproduced when the whole interval
+      lies inside the paper's band (its stated uncertainty, or a tolerance stated in
+      paper_values.py where it gives none), not reproduced when it lies wholly outside, not
+      testable when it crosses a band edge (too wide) or the estimate or interval touches a
+      fit bound; an interval merely containing the paper's value decides nothing
   size (`size_verdict`, where the paper states a size: LNS gain per Table 1 in nats, the toy's
       tied / independent exponent ratio ≈ 3, Liu's a_l and a_m): size reproduced when the
       interval lies inside the paper's band, size not reproduced when it lies wholly outside,
@@ -24,9 +28,13 @@ rules, per claim kind (margins and bands are named constants in paper_values.py)
 Seeds: a claim about a model trained here is decided over >= MIN_SEEDS seeds, on the mean of the
 per-seed values with a t-interval over seeds (n - 1 df), which carries the seed-to-seed variance.
 With one seed the row shows that model's own interval (bootstrap, OLS, over layers or n) and with
-two the mean; both are `one seed: indicative`. Models not trained here (published checkpoints,
-published data points) are decided on their own interval. The toy's replicates (one teacher seed
-and fresh students each) are its seeds.
+two the mean; both are `one seed: indicative`. The same gate holds for every claim about models
+trained here: a scaling fit of the project's own sweep counts the sweep's seeds, a fine-tuning
+claim its pretrained parents (one fine-tuning per pretraining seed; fine-tuning seeds of one
+parent are not pretraining seeds). Models not trained here (published checkpoints, published
+data points) are decided on their own interval, which must carry the sampling variance of the
+documents, windows or items it was measured on (never layers as samples). The toy's replicates
+(one teacher seed and fresh students each) are its seeds.
 
 `read_run_data(spec)` reads a run's outputs into `RunData`; `build_claims(data)` is pure, so the
 tests plant tables directly. `compare_claims(a, b)` lists what changed between two tables.
@@ -49,6 +57,7 @@ from . import paper_values as pv
 from .paper_values import COD, CSORDAS, GROMOV, LIU, PAPER_VALUES
 from .verdicts import (
     CONFIDENCE,
+    MIN_SEEDS,
     NOT_TESTABLE,
     Estimate,
     _band_text,
@@ -59,7 +68,7 @@ from .verdicts import (
     verdict_equivalent,
     verdict_positive,
     verdict_size,
-    verdict_value,
+    verdict_within,
     with_seeds,
 )
 
@@ -186,14 +195,6 @@ def half_gap(values: pd.Series) -> float:
     series (> 0: the deeper half is smaller)."""
     shallow, deep = _halves(values)
     return float(np.mean(shallow) - np.mean(deep))
-
-
-def half_gap_over_layers(values: pd.Series) -> Estimate:
-    """half_gap with an interval over the layers of each half (the two means' standard errors):
-    for a measure with one value per layer and no document replicates."""
-    shallow, deep = _halves(values)
-    e = difference(t_interval(shallow, "layers"), t_interval(deep, "layers"))
-    return replace(e, method=f"{e.method} over the layers of each half")
 
 
 def _window_table(windows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
@@ -515,6 +516,9 @@ class RunData:
     map_errors: dict = field(default_factory=dict)  # relative_error.csv frames by pair
     map_ends: dict = field(default_factory=dict)  # pair -> (source, target, target layers)
     fits: dict = field(default_factory=dict)  # name -> (fit.json dict, bounds)
+    # fits of the project's own sweep (models trained here) -> the sweep's seeds per point;
+    # a fit not named here is of published points
+    fit_seeds: dict = field(default_factory=dict)
     toy_fit: dict | None = None
     toy_bounds: tuple | None = None
     # pretrained LMs (not trained here): per model, its analysis replicates (one per document
@@ -537,6 +541,12 @@ def _over_windows(data: RunData, name: str, statistic) -> Estimate:
         data.bootstrap["resamples"],
         data.bootstrap["seed"],
     )
+
+
+def _has_single_windows(data: RunData, name: str) -> bool:
+    """Whether a pruned model's window losses hold its single-layer removals."""
+    windows = data.window_losses.get(name)
+    return windows is not None and bool((windows["strategy"] == "single").any())
 
 
 def _not_learned(data: RunData, members) -> list[str]:
@@ -721,22 +731,38 @@ def sft_gains(base: pd.DataFrame, treat: pd.DataFrame) -> list[Estimate]:
 
 
 def _finetune_claims(data: RunData) -> list[dict]:
+    """cod_sft_gain, decided over pretraining seeds: the claim is about the pretraining norm
+    scheme, so each Pre-LN / LNS parent pair (pretraining seed i with seed i) gives one gain, the
+    mean over the fine-tuning seeds it was fine-tuned with; fine-tuning seeds of one parent pair
+    only make that pair's gain more precise and are never counted as seeds. One parent per
+    scheme: one seed, indicative (the row shows the interval over its fine-tuning runs)."""
     rows = []
     for base, base_members, treat, treat_members in data.finetune_pairs:
         pairs = _seed_pairs(base_members, treat_members)
-        gains = [
-            gain
+        per_parent = [
+            gains
             for b, t in pairs
-            for gain in sft_gains(data.finetune_scores[b], data.finetune_scores[t])
+            if (gains := sft_gains(data.finetune_scores[b], data.finetune_scores[t]))
         ]
-        if not gains:
+        if not per_parent:
             continue
         members = [m for pair in pairs for m in pair]
         blockers = _not_learned(data, members)
-        gain = over_seeds(gains)
+        parent_gains = [
+            replace(
+                t_interval([g.value for g in gains], "fine-tuning runs of one parent pair"),
+                n=1,
+            )
+            for gains in per_parent
+        ]
+        gain = over_seeds(parent_gains)
+        if len(parent_gains) >= MIN_SEEDS:
+            gain = replace(gain, method=f"{gain.method} (pretraining seeds)")
+        runs = sum(len(gains) for gains in per_parent)
         scale = (
-            f"{_scale(data, base_members)}; {len(gains)} fine-tuning runs "
-            f"({len(pairs)} pretrained model{'s' if len(pairs) > 1 else ''} per scheme)"
+            f"{_scale(data, base_members)}; {runs} fine-tuning run{'s' if runs > 1 else ''} "
+            f"of {len(per_parent)} pretrained parent{'s' if len(per_parent) > 1 else ''} per "
+            f"scheme"
         )
         suffix = f":{base}-vs-{treat}" if len(data.finetune_pairs) > 1 else ""
         verdict = verdict_positive(gain, blockers, pv.COD_SFT_GAIN_NEGLIGIBLE)
@@ -745,7 +771,8 @@ def _finetune_claims(data: RunData) -> list[dict]:
                 f"cod_sft_gain{suffix}",
                 COD,
                 f"after the same supervised fine-tuning {treat} stays ahead: mean task accuracy "
-                f"of fine-tuned {treat} - fine-tuned {base} > {pv.COD_SFT_GAIN_NEGLIGIBLE:g}",
+                f"of fine-tuned {treat} - fine-tuned {base} > {pv.COD_SFT_GAIN_NEGLIGIBLE:g}, "
+                f"over pretraining seeds",
                 "cod_sft_gain",
                 gain,
                 scale,
@@ -988,11 +1015,18 @@ def _pretrained_claims(data: RunData) -> list[dict]:
             )
         )
         if name in data.single_layer:
-            drop, what = single_layer_drop(data.single_layer[name])
-            if name in data.window_losses and what == "val loss increase":
-                gap = _over_windows(data, name, delta_p_half_gap)
+            # the documents' sampling variance, paired window by window: the validation loss
+            # increase of every single-layer removal (lm-eval's task scores, when the stage ran
+            # it, carry no per-item replicates here); the layers of a half are no samples
+            if _has_single_windows(data, name):
+                gap, what = _over_windows(data, name, delta_p_half_gap), "val loss increase"
             else:
-                gap = half_gap_over_layers(drop)
+                drop, what = single_layer_drop(data.single_layer[name])
+                gap = Estimate(
+                    half_gap(drop),
+                    method="no interval: needs the pruning stage's window_losses.csv (the "
+                    "layers of each half are not independent samples)",
+                )
             rows.append(
                 _row(
                     f"cod_delta_p_depth:{name}",
@@ -1009,13 +1043,38 @@ def _pretrained_claims(data: RunData) -> list[dict]:
     return rows
 
 
+VALUE_BANDS = {
+    "liu_a_l": (pv.LIU_A_L_BAND, pv.LIU_A_L_BAND_SOURCE),
+    "liu_a_m": (pv.LIU_A_M_BAND, pv.LIU_A_M_BAND_SOURCE),
+    "besiroglu_alpha": (pv.BESIROGLU_ALPHA_BAND, pv.BESIROGLU_ALPHA_BAND_SOURCE),
+}
+# the bands that are sizes the paper states (Besiroglu's is a tolerance of ours: no size row)
 SIZE_BANDS = {"liu_a_l": pv.LIU_A_L_BAND, "liu_a_m": pv.LIU_A_M_BAND}
+
+
+def _fit_seed_blockers(fit: dict, seeds: int) -> list[str]:
+    """Why a fit of the project's own sweep cannot decide even over enough seeds: a bootstrap
+    over points treats the points of one training curve (strongly correlated) and the seeds of
+    one architecture as independent, so its interval does not carry the seed-to-seed
+    variance; resampling architectures (each with all its seeds and points) does."""
+    unit = fit.get("bootstrap", {}).get("unit", "points")
+    if seeds >= MIN_SEEDS and unit != "architectures":
+        return [
+            f"a sweep fit over {seeds} seeds needs a bootstrap over architectures (each with "
+            f"its seeds), not over {unit}: set scaling.fits.<name>.bootstrap.unit: architectures"
+        ]
+    return []
 
 
 def _liu_claims(data: RunData) -> list[dict]:
     rows = []
     for name, (fit, bounds) in data.fits.items():
-        scale = f"{fit.get('n_points_used', '?')} points ({name})"
+        # the project's own sweep is trained here: seeds gate it; published points are not
+        trained = name in data.fit_seeds
+        seeds = data.fit_seeds.get(name, 1)
+        scale = f"{fit.get('n_points_used', '?')} points ({name})" + (
+            f"; sweep trained here, {seeds} seed{'s' if seeds > 1 else ''}" if trained else ""
+        )
         checks = (
             [("a_l", "liu_a_l"), ("a_m", "liu_a_m")]
             if fit.get("law") == "decomposed"
@@ -1025,6 +1084,7 @@ def _liu_claims(data: RunData) -> list[dict]:
             if parameter not in fit.get("estimates", {}):
                 continue
             e, at_bound = fit_parameter(fit, parameter, bounds)
+            e = replace(e, n=seeds)
             blockers = (
                 [f"{parameter} at bound: estimate or interval touches {list(bounds)}"]
                 if at_bound
@@ -1034,18 +1094,22 @@ def _liu_claims(data: RunData) -> list[dict]:
             others = [p for p in fit.get("parameters_at_bounds", []) if p != parameter]
             if others:
                 blockers.append(f"the fit is degenerate: {', '.join(others)} at a bound")
+            if trained:
+                blockers += _fit_seed_blockers(fit, seeds)
             paper = PAPER_VALUES[key]
-            band = SIZE_BANDS.get(key)
+            band, band_source = VALUE_BANDS[key]
+            size_band = SIZE_BANDS.get(key)
             rows.append(
                 _row(
                     f"{key}:{name}",
                     paper.paper,
-                    f"fitted {parameter} matches the paper's {paper.value:g}",
+                    f"fitted {parameter} matches the paper's {paper.value:g}: the whole "
+                    f"interval inside {_band_text(band)} ({band_source})",
                     key,
                     e,
                     scale,
-                    verdict_value(e, paper.value, blockers),
-                    size=(band, _band_text(band), e),
+                    _decide(e, verdict_within(e, band, blockers, band_source), trained, blockers),
+                    size=(size_band, _band_text(size_band), e),
                 )
             )
     if data.toy_fit is not None:
@@ -1297,6 +1361,8 @@ def read_run_data(spec: dict) -> RunData:
         data.map_ends[pair] = (summary["source"], summary["target"], summary["target_layers"])
     for name, fit in spec["fits"].items():
         data.fits[name] = (json.loads(Path(fit["fit"]).read_text()), fit["exponent_bounds"])
+        if fit.get("trained_here"):
+            data.fit_seeds[name] = int(fit["seeds"])
     finetune = spec.get("finetune") or {}
     data.finetune_pairs = [tuple(p) for p in finetune.get("pairs", [])]
     for name, folder in finetune.get("scores", {}).items():

@@ -1,7 +1,8 @@
 """Estimates, intervals and verdicts of the claims table (depthlab.claims): a measured value with
-its interval, t-intervals over seeds, OLS slopes, differences, and the verdict rules (effect > 0
-with a negligible band, equivalence within a margin, a paper value inside the interval, a size
-inside the paper's band). Pure functions of numbers: no tables, no files."""
+its interval, t-intervals over seeds, OLS slopes, differences, and the verdict rules (an effect
+above a threshold, decided symmetrically about it; no difference within a margin; a parameter
+within the paper's band, an equivalence test; a size inside the paper's band). Pure functions of
+numbers: no tables, no files."""
 
 from __future__ import annotations
 
@@ -142,26 +143,24 @@ def _interval_text(e: Estimate) -> str:
     return f"[{e.low:.4g}, {e.high:.4g}]"
 
 
-def verdict_positive(e: Estimate, blockers=(), negligible: float = 0.0) -> tuple[str, str]:
-    """The claim: the effect is > 0, and not negligible: reproduced when the interval lies above
-    `negligible`; not reproduced when it lies below 0 or wholly inside (-negligible,
-    negligible) (a precise null); not testable otherwise."""
+def verdict_positive(e: Estimate, blockers=(), threshold: float = 0.0) -> tuple[str, str]:
+    """The claim: the effect exceeds `threshold` (the size below which it is not the paper's
+    effect; 0 for a bare sign). Decided symmetrically about the threshold, so that "not
+    reproduced" is as reachable as "reproduced": reproduced when the whole interval lies above
+    it, not reproduced when the whole interval lies below it, not testable when the interval
+    straddles it (too wide to decide). Every reason names the threshold."""
     if blockers:
         return NOT_TESTABLE, "; ".join(blockers)
     if not math.isfinite(e.value):
         return NOT_TESTABLE, e.method or "no value"
     if not e.has_interval:
         return NOT_TESTABLE, f"{e.method or 'no interval'} (add seeds)"
-    if e.low > negligible:
-        return REPRODUCED, f"interval {_interval_text(e)} above {negligible:g}"
-    if e.high < 0:
-        return NOT_REPRODUCED, f"interval {_interval_text(e)} below 0"
-    if negligible > 0 and -negligible < e.low and e.high < negligible:
-        return NOT_REPRODUCED, (
-            f"negligible: interval {_interval_text(e)} inside (-{negligible:g}, {negligible:g})"
-        )
+    if e.low > threshold:
+        return REPRODUCED, f"interval {_interval_text(e)} above the threshold {threshold:g}"
+    if e.high < threshold:
+        return NOT_REPRODUCED, f"interval {_interval_text(e)} below the threshold {threshold:g}"
     return NOT_TESTABLE, (
-        f"interval {_interval_text(e)} too wide to decide (negligible band ±{negligible:g})"
+        f"interval {_interval_text(e)} straddles the threshold {threshold:g}: too wide to decide"
     )
 
 
@@ -185,15 +184,26 @@ def verdict_equivalent(estimates: dict, margin: float, blockers=()) -> tuple[str
     return NOT_TESTABLE, f"an interval crosses ±{margin:g}: too wide to decide ({shown})"
 
 
-def verdict_value(e: Estimate, paper_value: float, blockers=()) -> tuple[str, str]:
-    """The claim: the parameter equals the paper's value (inside our interval)."""
+def verdict_within(e: Estimate, band, blockers=(), band_source: str = "") -> tuple[str, str]:
+    """The claim: the parameter has the paper's value, within `band` = (low, high): the paper's
+    stated uncertainty, or a tolerance stated beside the value where the paper gives none
+    (`band_source` says which). An equivalence test, so that a less precise fit is not more
+    likely to reproduce: reproduced when the whole interval lies inside the band, not reproduced
+    when it lies wholly outside, not testable when it crosses a band edge (too wide, or
+    straddling one edge) — an interval containing the paper's value decides nothing alone."""
     if blockers:
         return NOT_TESTABLE, "; ".join(blockers)
     if not e.has_interval:
         return NOT_TESTABLE, e.method or "no interval"
-    if e.low <= paper_value <= e.high:
-        return REPRODUCED, f"{paper_value:g} inside {_interval_text(e)}"
-    return NOT_REPRODUCED, f"{paper_value:g} outside {_interval_text(e)}"
+    lo, hi = band
+    shown = f"band {_band_text(band)}" + (f" ({band_source})" if band_source else "")
+    if lo <= e.low and e.high <= hi:
+        return REPRODUCED, f"interval {_interval_text(e)} inside the {shown}"
+    if e.low > hi or e.high < lo:
+        return NOT_REPRODUCED, f"interval {_interval_text(e)} wholly outside the {shown}"
+    return NOT_TESTABLE, (
+        f"interval {_interval_text(e)} crosses an edge of the {shown}: too wide to decide"
+    )
 
 
 def with_seeds(

@@ -78,8 +78,20 @@ def resolve_claims(resolved: Resolved) -> None:
         )
         if models[m]["kind"] == "pretrain"
     ]
+    sweep = (resolved.config.get("sweeps") or {}).get(
+        (resolved.config.get("scaling") or {}).get("sweep")
+    )
     fits = {
-        name: {"fit": spec["out_json"], "exponent_bounds": spec["fit"]["exponent_bounds"]}
+        name: {
+            "fit": spec["out_json"],
+            "exponent_bounds": spec["fit"]["exponent_bounds"],
+            # a fit of the project's own sweep is about models trained here: seeds gate it
+            **(
+                {"trained_here": True, "seeds": len(sweep.get("seeds") or [0])}
+                if spec["fit"]["source"] == "sweep" and sweep is not None
+                else {}
+            ),
+        }
         for name, spec in resolved.jobs("fit_scaling").items()
     }
     toy = resolved.jobs("fit_toy").get("toy")
