@@ -1,0 +1,159 @@
+#!/usr/bin/env python
+"""Write the results page of a config, docs/results/<config name>.md: the date, the commit, the
+machine (CPU model, cores, memory), Python and torch, the suite's wall time, the claims table and
+the job time of every rule (depthlab.results_page).
+
+Run the suite and record it (run this in a fresh clone: the page says which commit ran):
+
+    python workflow_scripts/record_results.py --configfile config/default.yaml
+
+runs `.venv/bin/snakemake --cores all --configfile config/default.yaml`, timing it, with its
+output also in results/<run_name>/logs/record_results.log. Or record a run that has finished:
+
+    python workflow_scripts/record_results.py --configfile config/default.yaml --finished \\
+        --log suite.log        # a log ending with '<seconds> s wall' or bash's 'real 14m2s'
+
+(`--wall-time SECONDS` instead of --log; with neither, the page gives the span of the run's job
+records only). The machine lines describe the machine this runs on: record where the suite ran.
+"""
+
+import argparse
+import datetime as dt
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_suite(command: list[str], log_path: Path) -> tuple[int, float]:
+    """Run the suite, its output to the terminal and to `log_path`; (exit status, wall s)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for line in process.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+        status = process.wait()
+        wall = time.monotonic() - start
+        # the format wall_time_from_log reads back (--finished --log)
+        log.write(f"{wall:.2f} s wall\n")
+    return status, wall
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--configfile", nargs="+", required=True, metavar="FILE")
+    parser.add_argument("--cores", default="all", help="Snakemake's --cores (default: all)")
+    parser.add_argument(
+        "--finished", action="store_true", help="record the finished run; do not run the suite"
+    )
+    timing = parser.add_mutually_exclusive_group()
+    timing.add_argument("--log", type=Path, help="with --finished: the timed run's log")
+    timing.add_argument("--wall-time", type=float, metavar="SECONDS", help="with --finished")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="with --finished: the run's folder (default: results/<run_name>)",
+    )
+    parser.add_argument(
+        "--command", help="with --finished: the command that ran it, as the page should show it"
+    )
+    parser.add_argument("--out", type=Path, help="the page (default: docs/results/<config>.md)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="plan only: Snakemake's --dry-run (without --finished); write no page",
+    )
+    args = parser.parse_args()
+    if not args.finished and (
+        args.log or args.wall_time is not None or args.results or args.command
+    ):
+        parser.error(
+            "--log, --wall-time, --results and --command describe a finished run: add --finished"
+        )
+
+    from depthlab import results_page as page
+    from depthlab.config import ConfigError, load_config
+
+    try:
+        run_name = load_config(*args.configfile)["run_name"]
+    except ConfigError as error:
+        print(f"error: invalid config: {error}", file=sys.stderr)
+        return 2
+    run_dir = Path("results") / run_name  # as the page names it
+    folder = args.results or ROOT / run_dir
+    out = args.out or page.page_path(args.configfile, ROOT)
+    snakemake = Path(sys.executable).parent / "snakemake"
+    command = [str(snakemake), "--cores", args.cores, "--configfile", *args.configfile]
+    shown = shlex.join([".venv/bin/snakemake", *command[1:]])
+    skipped = 0
+
+    if args.finished:
+        if args.dry_run:
+            print(f"would read {folder}/ and write {out}")
+            return 0
+        if not folder.is_dir():
+            print(f"error: {folder}: no such run folder", file=sys.stderr)
+            return 2
+        shown = args.command or "not given"
+        if args.log:
+            wall = page.wall_time_from_log(args.log.read_text())
+            if wall is None:
+                print(f"error: {args.log}: no wall time line in it", file=sys.stderr)
+                return 2
+            source = f"from its log (`{args.log.name}`)"
+        elif args.wall_time is not None:
+            wall, source = args.wall_time, "as given"
+        else:
+            wall, source = None, "no log given"
+        jobs = page.read_benchmarks(folder / "benchmarks")
+    else:
+        if args.dry_run:
+            return subprocess.run([*command, "--dry-run"], cwd=ROOT).returncode
+        since = time.time() - 1  # file times have coarse resolution on some filesystems
+        status, wall = run_suite(command, folder / "logs" / "record_results.log")
+        if status != 0:
+            print(f"error: the suite failed (exit {status}); no page written", file=sys.stderr)
+            return status
+        source = "timed by record_results.py"
+        every = page.read_benchmarks(folder / "benchmarks")
+        jobs = page.read_benchmarks(folder / "benchmarks", since=since)
+        skipped = len(every) - len(jobs)
+        if not jobs:
+            print(
+                f"error: no job ran ({run_dir} was up to date): delete it for a fresh run, or "
+                "record it as it is with --finished",
+                file=sys.stderr,
+            )
+            return 1
+
+    claims_csv = folder / "claims.csv"
+    run = page.Run(
+        config_files=list(args.configfile),
+        run_dir=str(run_dir),
+        command=shown,
+        wall_s=wall,
+        wall_source=source,
+        date=dt.datetime.now(dt.UTC),
+        machine=page.machine_info(),
+        claims=page.read_claims(claims_csv) if claims_csv.is_file() else [],
+        jobs=jobs,
+        records=page.read_records(folder),
+        skipped_jobs=skipped,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page.render_page(run))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
