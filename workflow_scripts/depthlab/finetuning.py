@@ -8,12 +8,13 @@ loses tokens from its start, the answer from its end. The loss is next-token cro
 answer tokens (and the prompt's too with `train_on_prompt`); padding and masked positions are
 IGNORE targets.
 
-Training reuses depthlab.training's machinery: batches drawn from `default_rng([seed, step])`, so
-resuming needs only the step counter; AdamW without decay on 1-D parameters (make_optimizer);
-warmup + cosine (lr_multiplier); bf16 autocast with eager attention on a CPU
-(training_attention); the resumable state file (save_state / load_state, a weights-only torch
-file) with a run fingerprint, so a state from another run is never resumed; the run record
-(resumed, from which step, processes, total wall time) in the provenance.
+Training runs depthlab.train_loop's loop, shared with pretraining (FinetuneLoop supplies the
+batches and the held-out loss): batches drawn from `default_rng([seed, step])`, so resuming needs
+only the step counter; the resumable state file (a weights-only torch file) with a run
+fingerprint, so a state from another run is never resumed; the run record (resumed, from which
+step, processes, total wall time) in the provenance. From depthlab.training: AdamW without decay
+on 1-D parameters (make_optimizer), warmup + cosine (make_scheduler), bf16 autocast with eager
+attention on a CPU (training_attention).
 
 Output: the fine-tuned model as an ordinary HF folder that loads like its parent (a plain Llama
 parent stays plain Llama; a `DepthlabForCausalLM` parent keeps its modeling file and auto_map;
@@ -23,34 +24,21 @@ loss, lr, wall_s; split val is the held-out task loss) and `provenance.json`.
 
 from __future__ import annotations
 
-import math
 import shutil
 import sys
 import time
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
-import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .atomic_files import atomic_path, write_dataframe
+from .atomic_files import atomic_path
 from .finetune_data import FinetuneError, read_pairs
 from .provenance import Provenance, sha256_path
-from .tracking import Progress
-from .training import (
-    IGNORE,
-    LOG_COLUMNS,
-    load_state,
-    lr_multiplier,
-    make_optimizer,
-    run_fingerprint,
-    run_record,
-    save_state,
-    training_attention,
-)
+from .train_loop import TrainingLoop, run_fingerprint
+from .training import IGNORE, make_optimizer, make_scheduler, training_attention
 
 FINETUNE_METHODS = ("full", "lora")
 
@@ -201,6 +189,54 @@ def _parent_fingerprint(parent: str) -> dict:
     }
 
 
+# --------------------------------------------------------------------------- training
+
+
+class FinetuneLoop(TrainingLoop):
+    """Fine-tuning's part of the shared loop: each step a batch of pairs drawn from (seed, step),
+    the held-out task loss at each evaluation; no tracker (train_log.csv holds the curve)."""
+
+    loss_hint = "lower finetune.train.lr"
+    show_throughput = False
+
+    def __init__(self, name, model, optimizer, scheduler, settings, seed, train, val, **state):
+        """`train`, `val`: (input_ids, labels) as encode_pairs gives them; `state`: state_path,
+        fingerprint, device, process_start."""
+        steps, every = settings.steps, settings.eval_every
+        super().__init__(
+            name,
+            model,
+            optimizer,
+            scheduler,
+            settings,
+            eval_at=[s for s in range(1, steps + 1) if s % every == 0 or s == steps],
+            tokens_per_step=settings.batch_size * settings.seq_len,
+            **state,
+        )
+        self.seed, self.batch_size = seed, settings.batch_size
+        (self.train_inputs, self.train_labels), (self.val_inputs, self.val_labels) = train, val
+        self.autocast_dtype = torch.bfloat16 if settings.precision == "bf16" else None
+
+    def train_loss(self, step: int) -> float:
+        rows = torch.from_numpy(sft_batch(len(self.train_inputs), step, self.seed, self.batch_size))
+        loss = masked_lm_loss(
+            self.model,
+            self.train_inputs[rows].to(self.device),
+            self.train_labels[rows].to(self.device),
+            self.autocast_dtype,
+        )
+        loss.backward()
+        return loss.item()
+
+    def validate(self, step: int) -> float:
+        return task_loss(
+            self.model, self.val_inputs, self.val_labels, self.device, self.autocast_dtype, 64
+        )
+
+    def validated(self, step: int, val: float, tokens_per_s: float) -> None:
+        print(f"[{self.name}] step {step} held-out task loss {val:.4f}", file=sys.stderr)
+
+
 def finetune(
     model_name: str,
     parent: str,
@@ -239,12 +275,9 @@ def finetune(
             f"finetune.train.seq_len: {settings.seq_len} exceeds the {context} positions of "
             f"{parent}"
         )
-    train_inputs, train_labels = encode_pairs(
-        train_pairs, tokenizer, settings.seq_len, settings.train_on_prompt
-    )
+    train = encode_pairs(train_pairs, tokenizer, settings.seq_len, settings.train_on_prompt)
     # the held-out task loss is always on the answers alone: what lm-eval scores
-    val_inputs, val_labels = encode_pairs(val_pairs, tokenizer, settings.seq_len, False)
-    autocast_dtype = torch.bfloat16 if settings.precision == "bf16" else None
+    val = encode_pairs(val_pairs, tokenizer, settings.seq_len, False)
     default_attention = model.config._attn_implementation
     attention = training_attention(settings.precision, torch_device)
     if attention is not None:
@@ -254,13 +287,57 @@ def finetune(
         model = attach_lora(model, settings.lora)
     model.train()
     optimizer = make_optimizer(model, settings)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_multiplier(step, SimpleNamespace(**_schedule(settings)))
+    loop = FinetuneLoop(
+        model_name,
+        model,
+        optimizer,
+        make_scheduler(optimizer, settings),
+        settings,
+        seed,
+        train,
+        val,
+        state_path=Path(state_dir) / "state.pt",
+        fingerprint=_run_fingerprint(parent, revision, data_dir, settings, seed),
+        device=torch_device,
+        process_start=process_start,
     )
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    loop.resume()
+    print(
+        f"[{model_name}] {settings.method} fine-tuning of {parent}: {len(train_pairs)} train / "
+        f"{len(val_pairs)} held-out pairs, {settings.steps} steps x {settings.batch_size} rows x "
+        f"{settings.seq_len} tokens, {trainable / 1e6:.3f}M trainable parameters, device {device}",
+        file=sys.stderr,
+    )
+    if loop.step == 0:
+        loop.log_rows.append([0, 0, "val", loop.validate(0), 0.0, 0.0])
+    loop.run(progress, progress_every)
 
-    state_path = Path(state_dir) / "state.pt"
-    fingerprint = run_fingerprint(
+    if settings.method == "lora":
+        model = model.merge_and_unload()
+    model.eval()
+    model.set_attn_implementation(default_attention)  # the checkpoint loads as its parent did
+    val_losses = [r[3] for r in loop.log_rows if r[2] == "val"]
+    summary = {
+        "method": settings.method,
+        "trainable_parameters": int(trainable),
+        "initial_task_loss": val_losses[0],
+        "final_task_loss": val_losses[-1],
+        "train_pairs": len(train_pairs),
+        "val_pairs": len(val_pairs),
+        "tokens": settings.steps * loop.tokens_per_step,
+    }
+    with atomic_path(out_dir, is_dir=True) as tmp:
+        save_finetuned(model, tokenizer, tmp)
+        loop.write_outputs(tmp, summary, provenance, parent={"path": parent, "revision": revision})
+    loop.discard_state()
+    shutil.rmtree(state_dir, ignore_errors=True)
+    return summary
+
+
+def _run_fingerprint(parent: str, revision, data_dir: Path, settings, seed: int) -> str:
+    """The run's identity: its settings, the parent's files, the pairs and the seed."""
+    return run_fingerprint(
         {
             "settings": settings.__dict__,
             "parent": _parent_fingerprint(parent),
@@ -273,116 +350,3 @@ def finetune(
         },
         1,
     )
-    step, log_rows, wall_offset = 0, [], 0.0
-    earlier_processes, earlier_wall, resumed_from = 0, 0.0, None
-    if state_path.exists():
-        state = load_state(state_path, torch_device)
-        if state["fingerprint"] == fingerprint:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            torch.set_rng_state(state["torch_rng"].cpu())
-            step, log_rows, wall_offset = state["step"], state["log_rows"], state["wall_s"]
-            resumed_from = step
-            earlier_processes = int(state.get("processes", 1))
-            earlier_wall = float(state.get("total_wall_s", state["wall_s"]))
-            print(f"[{model_name}] resumed from step {step} ({state_path})", file=sys.stderr)
-        else:
-            print(
-                f"[{model_name}] ignoring {state_path}: saved by a different run configuration",
-                file=sys.stderr,
-            )
-    print(
-        f"[{model_name}] {settings.method} fine-tuning of {parent}: {len(train_pairs)} train / "
-        f"{len(val_pairs)} held-out pairs, {settings.steps} steps x {settings.batch_size} rows x "
-        f"{settings.seq_len} tokens, {trainable / 1e6:.3f}M trainable parameters, device {device}",
-        file=sys.stderr,
-    )
-    if step == 0:
-        val = task_loss(model, val_inputs, val_labels, torch_device, autocast_dtype, 64)
-        log_rows.append([0, 0, "val", val, 0.0, 0.0])
-    tokens_per_step = settings.batch_size * settings.seq_len
-    started = time.perf_counter()
-    wall = wall_offset
-    bar = Progress(settings.steps, model_name, initial=step, enabled=progress, every=progress_every)
-    while step < settings.steps:
-        rows = torch.from_numpy(sft_batch(len(train_inputs), step, seed, settings.batch_size))
-        loss = masked_lm_loss(
-            model,
-            train_inputs[rows].to(torch_device),
-            train_labels[rows].to(torch_device),
-            autocast_dtype,
-        )
-        loss.backward()
-        step += 1
-        value = loss.item()
-        if not math.isfinite(value):
-            raise FloatingPointError(
-                f"[{model_name}] loss is {value} at step {step}; stopping (lower finetune.train.lr)"
-            )
-        if settings.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        wall = wall_offset + time.perf_counter() - started
-        if step % settings.log_every == 0 or step == settings.steps:
-            log_rows.append([step, step * tokens_per_step, "train", value, lr, round(wall, 3)])
-        if step % settings.eval_every == 0 or step == settings.steps:
-            val = task_loss(model, val_inputs, val_labels, torch_device, autocast_dtype, 64)
-            log_rows.append([step, step * tokens_per_step, "val", val, lr, round(wall, 3)])
-            print(f"[{model_name}] step {step} held-out task loss {val:.4f}", file=sys.stderr)
-        if step % settings.checkpoint_every == 0 and step < settings.steps:
-            save_state(
-                state_path,
-                {
-                    "fingerprint": fingerprint,
-                    "step": step,
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "torch_rng": torch.get_rng_state(),
-                    "log_rows": log_rows,
-                    "wall_s": wall,
-                    "processes": earlier_processes + 1,
-                    "total_wall_s": earlier_wall + time.perf_counter() - process_start,
-                },
-            )
-        bar.update(1, loss=value, lr=lr)
-    bar.close()
-
-    if settings.method == "lora":
-        model = model.merge_and_unload()
-    model.eval()
-    model.set_attn_implementation(default_attention)  # the checkpoint loads as its parent did
-    val_losses = [r[3] for r in log_rows if r[2] == "val"]
-    summary = {
-        "method": settings.method,
-        "trainable_parameters": int(trainable),
-        "initial_task_loss": val_losses[0],
-        "final_task_loss": val_losses[-1],
-        "train_pairs": len(train_pairs),
-        "val_pairs": len(val_pairs),
-        "tokens": settings.steps * tokens_per_step,
-    }
-    with atomic_path(out_dir, is_dir=True) as tmp:
-        save_finetuned(model, tokenizer, tmp)
-        write_dataframe(tmp / "train_log.csv", pd.DataFrame(log_rows, columns=LOG_COLUMNS))
-        record = run_record(resumed_from, earlier_processes, earlier_wall, process_start)
-        summary.update(record)
-        provenance.extra.update(record)
-        provenance.extra["summary"] = summary
-        provenance.extra["parent"] = {"path": parent, "revision": revision}
-        provenance.write(tmp / "provenance.json")
-    state_path.unlink(missing_ok=True)
-    shutil.rmtree(state_dir, ignore_errors=True)
-    return summary
-
-
-def _schedule(settings: FinetuneSettings) -> dict:
-    return {
-        "warmup_steps": settings.warmup_steps,
-        "steps": settings.steps,
-        "min_lr_ratio": settings.min_lr_ratio,
-    }

@@ -24,21 +24,15 @@ TensorBoard and W&B scalars go through depthlab.tracking; event files are writte
 `<state_dir>/tensorboard/` while training (resumed with the state) and moved into the model
 folder with the checkpoint.
 
-The resumable state (`<state_dir>/state.pt`) holds only tensors and plain Python values and is
-read with `torch.load(weights_only=True)`: a state file cannot run code. It also carries how many
-processes the run has taken and their summed wall time, so a resumed run's provenance records
-that it resumed, from which step, and its total time.
-
-Size: one training loop (resume, DDP, precision modes, document layouts, layer statistics),
-read top to bottom like nanoGPT's train.py.
+The loop itself (steps, clipping, AdamW and schedule steps, logs, evaluation, the resumable
+`<state_dir>/state.pt` and the run record) is depthlab.train_loop's, shared with fine-tuning;
+PretrainLoop adds pretraining's batches, DDP, gradient accumulation and layer statistics.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
-import json
 import math
 import os
 import shutil
@@ -56,12 +50,11 @@ from transformers import AutoTokenizer
 
 from . import data as data_lib
 from .atomic_files import atomic_path, write_dataframe
-from .errors import CheckpointError
 from .models import build_model, make_config, save_checkpoint
 from .provenance import Provenance
-from .tracking import Progress, Tracker
+from .tracking import Tracker
+from .train_loop import TrainingLoop, run_fingerprint, save_state
 
-LOG_COLUMNS = ["step", "tokens", "split", "loss", "lr", "wall_s"]
 LAYER_STATS_COLUMNS = ["step", "tokens", "layer", "output_variance", "grad_norm", "total_grad_norm"]
 IGNORE = -100  # padding in a truncate_pad batch: never a target (cross_entropy's ignore_index)
 
@@ -315,54 +308,6 @@ class Distributed:
             dist.destroy_process_group()
 
 
-def run_fingerprint(model_decl: dict, seed: int, data_meta: dict, world_size: int) -> str:
-    """Identifies a training run; a saved state from a different run is never resumed."""
-    blob = json.dumps(
-        {"model": model_decl, "seed": seed, "data": data_meta, "world_size": world_size},
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-STATE_KEYS = (
-    "fingerprint",
-    "step",
-    "model",
-    "optimizer",
-    "scheduler",
-    "torch_rng",
-    "log_rows",
-    "wall_s",
-)  # and "layer_rows" (absent from states saved before layer statistics)
-
-
-def save_state(path: Path, state: dict) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
-
-
-def load_state(path: Path, device) -> dict:
-    """A saved training state, unpickled with weights_only=True (tensors and plain values only).
-    CheckpointError naming the file when it cannot be read that way or lacks a part."""
-    try:
-        state = torch.load(path, map_location=device, weights_only=True)
-    except Exception as error:  # noqa: BLE001 - UnpicklingError, zip errors, EOF, ...
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise CheckpointError(
-            f"{path}: not a training state that loads safely "
-            f"({type(error).__name__}: {first}); delete it to start the run "
-            f"over"
-        ) from None
-    missing = [key for key in STATE_KEYS if not isinstance(state, dict) or key not in state]
-    if missing:
-        raise CheckpointError(
-            f"{path}: not a training state (no {', '.join(missing)}); delete "
-            f"it to start the run over"
-        )
-    return state
-
-
 def load_data_tokenizer(data_dir: str | Path, meta: dict):
     """The data stage's tokenizer; DataError when it is missing, unreadable, or has ids beyond
     meta.json's vocab_size (the embedding is sized from meta.json)."""
@@ -412,6 +357,221 @@ def make_optimizer(model, settings: TrainSettings) -> torch.optim.AdamW:
     )
 
 
+def make_scheduler(optimizer, settings) -> torch.optim.lr_scheduler.LambdaLR:
+    """Warmup + cosine (lr_multiplier) of `settings`' steps, warmup_steps and min_lr_ratio."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_multiplier(step, settings))
+
+
+def load_pretraining_data(data_dir: str | Path, settings: TrainSettings):
+    """meta.json, the train tokens, truncate_pad's document layouts ({} when packed) and the
+    validation batches; DataError when a split is too short for one window."""
+    meta = data_lib.read_meta(data_dir)
+    train_tokens = data_lib.load_tokens(data_dir, "train")  # checked against meta.json
+    val_tokens = data_lib.load_tokens(data_dir, "val")
+    check_split_length(data_dir, "train", train_tokens, settings.seq_len)
+    check_split_length(data_dir, "val", val_tokens, settings.seq_len)
+    layouts = {}
+    if settings.document_layout == "truncate_pad":
+        layouts = {
+            split: {
+                "bounds": document_bounds(tokens, meta["eos_id"]),
+                "bos_id": meta["eos_id"] if meta.get("bos_id") is None else meta["bos_id"],
+            }
+            for split, tokens in (("train", train_tokens), ("val", val_tokens))
+        }
+    val_batches = validation_batches(val_tokens, settings, layouts.get("val"))
+    return meta, train_tokens, layouts, val_batches
+
+
+def pretraining_model(
+    model_name: str, model_decl: dict, settings: TrainSettings, meta, seed, device
+):
+    """The declared model, initialised from `seed`, in the training precision and attention;
+    and the attention implementation it is saved with."""
+    config = make_config(
+        model_decl["architecture"],
+        model_decl["norm_scheme"],
+        vocab_size=meta["vocab_size"],
+        max_positions=settings.seq_len,
+        init_std=settings.init_std,
+        bos_token_id=meta.get("bos_id"),
+        eos_token_id=meta.get("eos_id"),
+        pad_token_id=meta.get("pad_id"),
+    )
+    weight_dtype = torch.bfloat16 if settings.precision == "pure_bf16" else torch.float32
+    model = build_model(config, seed).to(device, dtype=weight_dtype)
+    default_attention = model.config._attn_implementation
+    attention = training_attention(settings.precision, device)
+    if attention is not None:
+        model.set_attn_implementation(attention)
+        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            print(
+                f"[{model_name}] warning: this CPU has no native bf16 matmul (oneDNN); "
+                f"train.precision {settings.precision} will be slower than fp32 here",
+                file=sys.stderr,
+            )
+    return model, default_attention
+
+
+class PretrainLoop(TrainingLoop):
+    """Pretraining's part of the shared loop: each step's global batch (packed windows or
+    truncate_pad documents) split among the DDP ranks and, within a rank, into micro-batches
+    whose gradients accumulate (one all-reduce per step); the validation loss on the fixed val
+    batches with each layer's output variance, and the gradient norms, in layer_rows."""
+
+    extra_rows = ("layer_rows",)
+    loss_hint = "lower train.lr or set train.grad_clip"
+
+    def __init__(self, name, model, optimizer, scheduler, settings, ddp, seed, data, **state):
+        """`data`: (train tokens, layouts, validation batches) as load_pretraining_data gives
+        them; `state`: state_path, fingerprint, process_start."""
+        super().__init__(
+            name,
+            model,
+            optimizer,
+            scheduler,
+            settings,
+            eval_at=evaluation_steps(settings) if ddp.is_main else (),  # only rank 0 evaluates
+            tokens_per_step=settings.tokens_per_step,
+            device=ddp.device,
+            is_main=ddp.is_main,
+            **state,
+        )
+        self.settings, self.ddp, self.seed = settings, ddp, seed
+        self.train_tokens, self.layouts, self.val_batches = data
+        self.autocast_dtype = torch.bfloat16 if settings.precision == "bf16" else None
+        self.train_model = model  # the DDP wrapper once distribute() has run
+        self.grads, self.variance = None, None
+
+    def distribute(self) -> None:
+        """Wrap the model for DDP (after a resume: the wrapper starts every rank from rank 0's
+        weights) and check that micro-batches divide each rank's rows."""
+        settings, ddp = self.settings, self.ddp
+        if ddp.enabled:
+            self.train_model = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[ddp.device.index] if ddp.device.type == "cuda" else None
+            )
+        self.rows_per_rank = settings.batch_size // ddp.world_size
+        self.micro_rows = settings.micro_batch_size or self.rows_per_rank
+        if self.rows_per_rank % self.micro_rows:
+            raise ValueError(
+                f"train.micro_batch_size: {self.micro_rows} does not divide the "
+                f"{self.rows_per_rank} rows each process gets per step"
+            )
+        self.accumulation = self.rows_per_rank // self.micro_rows
+
+    def batch(self, step: int) -> torch.Tensor:
+        settings = self.settings
+        if settings.document_layout == "truncate_pad":
+            layout = self.layouts["train"]
+            return document_batch(
+                self.train_tokens,
+                layout["bounds"],
+                step,
+                self.seed,
+                settings.batch_size,
+                settings.seq_len,
+                layout["bos_id"],
+            )
+        return train_batch(
+            self.train_tokens, step, self.seed, settings.batch_size, settings.seq_len
+        )
+
+    def train_loss(self, step: int) -> float:
+        rank, rows = self.ddp.rank, self.rows_per_rank
+        local = self.batch(step)[rank * rows : (rank + 1) * rows].to(self.device)
+        loss = torch.zeros((), device=self.device)
+        for index, micro in enumerate(local.split(self.micro_rows)):
+            # Gradients are all-reduced once per step, on the last micro-batch.
+            sync = index == self.accumulation - 1 or not self.ddp.enabled
+            with contextlib.nullcontext() if sync else self.train_model.no_sync():
+                micro_loss = (
+                    language_model_loss(self.train_model, micro, self.autocast_dtype)
+                    / self.accumulation
+                )
+                micro_loss.backward()
+            loss += micro_loss.detach()
+        return self.ddp.mean(loss).item()
+
+    def gradients_taken(self, step: int) -> None:
+        self.grads = gradient_norms(self.model)  # as all-reduced, before clipping
+
+    def validate(self, step: int) -> float:
+        with LayerOutputVariance(self.model.model.layers) as variance:
+            val = validation_loss(
+                self.model, self.val_batches, self.device, self.autocast_dtype, variance
+            )
+        self.variance = variance
+        return val
+
+    def validated(self, step: int, val: float, tokens_per_s: float) -> None:
+        self.record_layer_stats(step, self.variance, self.grads)
+        print(
+            f"[{self.name}] step {step} tokens {step * self.tokens_per_step} val_loss {val:.4f} "
+            f"tok/s {tokens_per_s:.0f}",
+            file=sys.stderr,
+        )
+
+    def write_state(self, path: Path, state: dict) -> None:
+        save_state(path, state)  # this module's name, looked up per call so it can be replaced
+
+    def initial_layer_stats(self) -> None:
+        """The initial model's variance profile (no gradient yet)."""
+        with LayerOutputVariance(self.model.model.layers) as variance:
+            validation_loss(
+                self.model, self.val_batches, self.device, self.autocast_dtype, variance
+            )
+        self.record_layer_stats(0, variance, None)
+
+    def record_layer_stats(self, at_step: int, variance: LayerOutputVariance, grads) -> None:
+        layer_norms, total = (
+            grads if grads is not None else ([math.nan] * len(variance.layers), math.nan)
+        )
+        tokens = at_step * self.tokens_per_step
+        for layer, (var, norm) in enumerate(zip(variance.variances(), layer_norms)):
+            self.layer_rows.append([at_step, tokens, layer, var, norm, total])
+            self.tracker.scalars(at_step, {f"output_variance/layer_{layer:02d}": var})
+            if grads is not None:
+                self.tracker.scalars(at_step, {f"grad_norm/layer_{layer:02d}": norm})
+        if grads is not None:
+            self.tracker.scalars(at_step, {"grad_norm/total": total})
+
+
+def open_tracker(tensorboard_dir: Path, tracking: dict, resumed_from, name: str, config: dict):
+    """Rank 0's tracker: TensorBoard events in tensorboard_dir (purged after a resume's step),
+    W&B when `tracking` asks for it."""
+    if tracking.get("tensorboard") and resumed_from is None:
+        # events of an abandoned run must not mix with this one's
+        shutil.rmtree(tensorboard_dir, ignore_errors=True)
+    # steps up to resumed_from are in the state; later ones died with the killed process
+    return Tracker(
+        tensorboard_dir,
+        enabled=bool(tracking.get("tensorboard")),
+        purge_step=resumed_from and resumed_from + 1,
+        wandb=tracking.get("wandb"),
+        run_name=name,
+        run_config={**config, "resumed_from_step": resumed_from},
+    )
+
+
+def write_pretrained(
+    loop: PretrainLoop, tokenizer, out_dir, summary: dict, provenance, tracking, tensorboard_dir
+) -> None:
+    """The checkpoint folder, written atomically: weights, tokenizer, train_log.csv,
+    layer_stats.csv, the TensorBoard events (when on) and provenance.json; then the state and
+    the events' working folder go."""
+    with atomic_path(out_dir, is_dir=True) as tmp:
+        save_checkpoint(loop.model, tokenizer, tmp)
+        write_dataframe(
+            tmp / "layer_stats.csv", pd.DataFrame(loop.layer_rows, columns=LAYER_STATS_COLUMNS)
+        )
+        if tensorboard_dir.is_dir() and tracking.get("tensorboard"):
+            shutil.copytree(tensorboard_dir, tmp / "tensorboard")
+        loop.write_outputs(tmp, summary, provenance)
+    loop.discard_state()
+    shutil.rmtree(tensorboard_dir, ignore_errors=True)
+
+
 def pretrain(
     model_name: str,
     model_decl: dict,
@@ -440,275 +600,72 @@ def pretrain(
             f"train.batch_size: {settings.batch_size} is not divisible by the "
             f"{ddp.world_size} processes"
         )
-    autocast_dtype = torch.bfloat16 if settings.precision == "bf16" else None
-    weight_dtype = torch.bfloat16 if settings.precision == "pure_bf16" else torch.float32
-
-    meta = data_lib.read_meta(data_dir)
-    train_tokens = data_lib.load_tokens(data_dir, "train")  # checked against meta.json
-    val_tokens = data_lib.load_tokens(data_dir, "val")
-    check_split_length(data_dir, "train", train_tokens, settings.seq_len)
-    check_split_length(data_dir, "val", val_tokens, settings.seq_len)
-    layouts = {}
-    if settings.document_layout == "truncate_pad":
-        layouts = {
-            split: {
-                "bounds": document_bounds(tokens, meta["eos_id"]),
-                "bos_id": meta["eos_id"] if meta.get("bos_id") is None else meta["bos_id"],
-            }
-            for split, tokens in (("train", train_tokens), ("val", val_tokens))
-        }
-    val_batches = validation_batches(val_tokens, settings, layouts.get("val"))
+    meta, *data = load_pretraining_data(data_dir, settings)
     tokenizer = load_data_tokenizer(data_dir, meta)  # before training, not after it
-    config = make_config(
-        model_decl["architecture"],
-        model_decl["norm_scheme"],
-        vocab_size=meta["vocab_size"],
-        max_positions=settings.seq_len,
-        init_std=settings.init_std,
-        bos_token_id=meta.get("bos_id"),
-        eos_token_id=meta.get("eos_id"),
-        pad_token_id=meta.get("pad_id"),
+    model, default_attention = pretraining_model(
+        model_name, model_decl, settings, meta, seed, ddp.device
     )
-    model = build_model(config, seed).to(ddp.device, dtype=weight_dtype)
-    default_attention = model.config._attn_implementation
-    attention = training_attention(settings.precision, ddp.device)
-    if attention is not None:
-        model.set_attn_implementation(attention)
-        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-            print(
-                f"[{model_name}] warning: this CPU has no native bf16 matmul (oneDNN); "
-                f"train.precision {settings.precision} will be slower than fp32 here",
-                file=sys.stderr,
-            )
     optimizer = make_optimizer(model, settings)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_multiplier(step, settings)
+    loop = PretrainLoop(
+        model_name,
+        model,
+        optimizer,
+        make_scheduler(optimizer, settings),
+        settings,
+        ddp,
+        seed,
+        data,
+        state_path=Path(state_dir) / "state.pt",
+        fingerprint=run_fingerprint(model_decl, seed, meta, ddp.world_size),
+        process_start=process_start,
     )
-
-    state_path = Path(state_dir) / "state.pt"
-    fingerprint = run_fingerprint(model_decl, seed, meta, ddp.world_size)
-    step, log_rows, layer_rows, wall_offset = 0, [], [], 0.0
-    # Earlier processes of this run (a resume): how many, and their summed wall time up to
-    # their last saved state (time after it was lost with the process).
-    earlier_processes, earlier_wall, resumed_from = 0, 0.0, None
-    if state_path.exists():
-        state = load_state(state_path, ddp.device)
-        if state["fingerprint"] == fingerprint:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            torch.set_rng_state(state["torch_rng"].cpu())
-            step, log_rows, wall_offset = state["step"], state["log_rows"], state["wall_s"]
-            layer_rows = state.get("layer_rows", [])
-            resumed_from = step
-            earlier_processes = int(state.get("processes", 1))  # states saved before the count
-            earlier_wall = float(state.get("total_wall_s", state["wall_s"]))
-            print(f"[{model_name}] resumed from step {step} ({state_path})", file=sys.stderr)
-        else:
-            print(
-                f"[{model_name}] ignoring {state_path}: saved by a different run configuration",
-                file=sys.stderr,
-            )
-
-    train_model = model
-    if ddp.enabled:
-        train_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[ddp.device.index] if ddp.device.type == "cuda" else None
-        )
-    rows_per_rank = settings.batch_size // ddp.world_size
-    micro_rows = settings.micro_batch_size or rows_per_rank
-    if rows_per_rank % micro_rows:
-        raise ValueError(
-            f"train.micro_batch_size: {micro_rows} does not divide the "
-            f"{rows_per_rank} rows each process gets per step"
-        )
-    accumulation = rows_per_rank // micro_rows
-    eval_at = set(evaluation_steps(settings))
+    loop.resume()
+    loop.distribute()
     n_params = sum(p.numel() for p in model.parameters())
     if ddp.is_main:
         print(
-            f"[{model_name}] {model_decl['norm_scheme']} {config.num_hidden_layers}x"
-            f"{config.hidden_size}, {n_params / 1e6:.2f}M params, {settings.steps} steps x "
+            f"[{model_name}] {model_decl['norm_scheme']} {model.config.num_hidden_layers}x"
+            f"{model.config.hidden_size}, {n_params / 1e6:.2f}M params, {settings.steps} steps x "
             f"{settings.tokens_per_step} tokens, device {ddp.device}, threads {threads}, "
             f"world {ddp.world_size}",
             file=sys.stderr,
         )
-
     tensorboard_dir = Path(state_dir) / "tensorboard"
-    tracker = Tracker(None, enabled=False)
     if ddp.is_main:  # only rank 0 logs
-        if tracking.get("tensorboard") and resumed_from is None:
-            # events of an abandoned run must not mix with this one's
-            shutil.rmtree(tensorboard_dir, ignore_errors=True)
-        # steps up to resumed_from are in the state; later ones died with the killed process
-        tracker = Tracker(
-            tensorboard_dir,
-            enabled=bool(tracking.get("tensorboard")),
-            purge_step=resumed_from and resumed_from + 1,
-            wandb=tracking.get("wandb"),
-            run_name=model_name,
-            run_config={
-                "model_name": model_name,
-                "model": model_decl,
-                "data": str(data_dir),
-                "out": str(out_dir),
-                "state_dir": str(state_dir),
-                "seed": seed,
-                "tracking": tracking,
-                "world_size": ddp.world_size,
-                "resumed_from_step": resumed_from,
-            },
+        run_config = {
+            "model_name": model_name,
+            "model": model_decl,
+            "data": str(data_dir),
+            "out": str(out_dir),
+            "state_dir": str(state_dir),
+            "seed": seed,
+            "tracking": tracking,
+            "world_size": ddp.world_size,
+        }
+        loop.tracker = open_tracker(
+            tensorboard_dir, tracking, loop.resumed_from, model_name, run_config
         )
-
-    def record_layer_stats(at_step: int, variance: LayerOutputVariance, grads) -> None:
-        layer_norms, total = (
-            grads if grads is not None else ([math.nan] * len(variance.layers), math.nan)
-        )
-        tokens = at_step * settings.tokens_per_step
-        for layer, (var, norm) in enumerate(zip(variance.variances(), layer_norms)):
-            layer_rows.append([at_step, tokens, layer, var, norm, total])
-            tracker.scalars(at_step, {f"output_variance/layer_{layer:02d}": var})
-            if grads is not None:
-                tracker.scalars(at_step, {f"grad_norm/layer_{layer:02d}": norm})
-        if grads is not None:
-            tracker.scalars(at_step, {"grad_norm/total": total})
-
-    if step == 0 and ddp.is_main:  # the initial model's variance profile
-        with LayerOutputVariance(model.model.layers) as variance:
-            validation_loss(model, val_batches, ddp.device, autocast_dtype, variance)
-        record_layer_stats(0, variance, None)
-
-    started = time.perf_counter()
-    wall = wall_offset
-    bar = Progress(
-        settings.steps,
-        model_name,
-        initial=step,
-        enabled=progress and ddp.is_main,
-        every=tracking.get("progress_every"),
-    )
-    model.train()
-    while step < settings.steps:
-        if settings.document_layout == "truncate_pad":
-            window = document_batch(
-                train_tokens,
-                layouts["train"]["bounds"],
-                step,
-                seed,
-                settings.batch_size,
-                settings.seq_len,
-                layouts["train"]["bos_id"],
-            )
-        else:
-            window = train_batch(train_tokens, step, seed, settings.batch_size, settings.seq_len)
-        local = window[ddp.rank * rows_per_rank : (ddp.rank + 1) * rows_per_rank].to(ddp.device)
-        loss = torch.zeros((), device=ddp.device)
-        for index, micro in enumerate(local.split(micro_rows)):
-            # Gradients are all-reduced once per step, on the last micro-batch.
-            sync = index == accumulation - 1 or not ddp.enabled
-            with contextlib.nullcontext() if sync else train_model.no_sync():
-                micro_loss = language_model_loss(train_model, micro, autocast_dtype) / accumulation
-                micro_loss.backward()
-            loss += micro_loss.detach()
-        mean_loss = ddp.mean(loss).item()
-        step += 1
-        if not math.isfinite(mean_loss):
-            raise FloatingPointError(
-                f"[{model_name}] loss is {mean_loss} at step {step}; "
-                f"stopping (lower train.lr or set train.grad_clip)"
-            )
-        # the gradient that makes update `step`, as all-reduced, before clipping
-        grads = gradient_norms(model) if step in eval_at and ddp.is_main else None
-        if settings.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-
-        wall = wall_offset + time.perf_counter() - started
-        tokens = step * settings.tokens_per_step
-        tokens_per_s = (
-            (step - (resumed_from or 0)) * settings.tokens_per_step / max(wall - wall_offset, 1e-9)
-        )
-        if step % settings.log_every == 0 or step == settings.steps:
-            log_rows.append([step, tokens, "train", mean_loss, lr, round(wall, 3)])
-            tracker.scalars(step, {"loss/train": mean_loss, "lr": lr, "tokens_per_s": tokens_per_s})
-        if step in eval_at and ddp.is_main:  # only rank 0 logs and writes; the others go on
-            with LayerOutputVariance(model.model.layers) as variance:
-                val = validation_loss(model, val_batches, ddp.device, autocast_dtype, variance)
-            log_rows.append([step, tokens, "val", val, lr, round(wall, 3)])
-            tracker.scalars(step, {"loss/val": val})
-            record_layer_stats(step, variance, grads)
-            print(
-                f"[{model_name}] step {step} tokens {tokens} val_loss {val:.4f} "
-                f"tok/s {tokens_per_s:.0f}",
-                file=sys.stderr,
-            )
-        if ddp.is_main and step % settings.checkpoint_every == 0 and step < settings.steps:
-            save_state(
-                state_path,
-                {
-                    "fingerprint": fingerprint,
-                    "step": step,
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "torch_rng": torch.get_rng_state(),
-                    "log_rows": log_rows,
-                    "layer_rows": layer_rows,
-                    "wall_s": wall,
-                    "processes": earlier_processes + 1,
-                    "total_wall_s": earlier_wall + time.perf_counter() - process_start,
-                },
-            )
-            tracker.flush()  # what a resume keeps is on disk with the state
-        bar.update(1, loss=mean_loss, lr=lr, **{"tok/s": tokens_per_s})
-    bar.close()
-    tracker.close()
+        if loop.step == 0:
+            loop.initial_layer_stats()
+    loop.run(progress and ddp.is_main, tracking.get("progress_every"))
+    loop.tracker.close()
 
     summary = {
-        "final_val_loss": next((r[3] for r in reversed(log_rows) if r[2] == "val"), None),
+        "final_val_loss": next((r[3] for r in reversed(loop.log_rows) if r[2] == "val"), None),
         "tokens": settings.steps * settings.tokens_per_step,
-        "tokens_per_s": settings.steps * settings.tokens_per_step / max(wall, 1e-9),
+        "tokens_per_s": settings.steps * settings.tokens_per_step / max(loop.wall, 1e-9),
         "params": n_params,
         "world_size": ddp.world_size,
     }
     if ddp.is_main:
         model.set_attn_implementation(default_attention)  # the checkpoint loads as it always did
-        with atomic_path(out_dir, is_dir=True) as tmp:
-            save_checkpoint(model, tokenizer, tmp)
-            write_dataframe(tmp / "train_log.csv", pd.DataFrame(log_rows, columns=LOG_COLUMNS))
-            write_dataframe(
-                tmp / "layer_stats.csv", pd.DataFrame(layer_rows, columns=LAYER_STATS_COLUMNS)
-            )
-            if tensorboard_dir.is_dir() and tracking.get("tensorboard"):
-                shutil.copytree(tensorboard_dir, tmp / "tensorboard")
-            record = run_record(resumed_from, earlier_processes, earlier_wall, process_start)
-            summary.update(record)
-            provenance.extra.update(record)
-            provenance.extra["summary"] = summary
-            provenance.write(tmp / "provenance.json")
-        state_path.unlink(missing_ok=True)
-        shutil.rmtree(tensorboard_dir, ignore_errors=True)
+        write_pretrained(loop, tokenizer, out_dir, summary, provenance, tracking, tensorboard_dir)
     else:
-        summary.update(run_record(resumed_from, earlier_processes, earlier_wall, process_start))
+        summary.update(loop.record())
     # The DDP wrapper holds the process group: freed after the group is destroyed, on a rank
     # whose peer has already exited, it can hang in gloo's teardown. Free it on every rank first.
-    del train_model
+    loop.train_model = None
     gc.collect()
     ddp.barrier()
     ddp.close()
     return summary
-
-
-def run_record(
-    resumed_from: int | None, earlier_processes: int, earlier_wall: float, process_start: float
-) -> dict:
-    """Whether the run resumed, from which step, its processes and their total wall time."""
-    return {
-        "resumed": resumed_from is not None,
-        "resumed_from_step": resumed_from,
-        "processes": earlier_processes + 1,
-        "total_wall_s": round(earlier_wall + time.perf_counter() - process_start, 3),
-    }
