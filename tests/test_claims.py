@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from depthlab import claims, verdicts
-from depthlab.claims import RunData, build_claims
+from depthlab import claims
+from depthlab.claims import RunData, build_claims, verdicts
+from depthlab.claims.verdicts import INDICATIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Estimate
 from depthlab.config import load_config, resolve
 from depthlab.paper_values import PAPER_VALUES
-from depthlab.verdicts import INDICATIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Estimate
 from local_snakemake import SNAKEMAKE, local_env
 from scipy import stats
 

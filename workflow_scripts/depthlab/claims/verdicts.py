@@ -196,7 +196,7 @@ def verdict_within(e: Estimate, band, blockers=(), band_source: str = "") -> tup
     if not e.has_interval:
         return NOT_TESTABLE, e.method or "no interval"
     lo, hi = band
-    shown = f"band {_band_text(band)}" + (f" ({band_source})" if band_source else "")
+    shown = f"band {band_text(band)}" + (f" ({band_source})" if band_source else "")
     if lo <= e.low and e.high <= hi:
         return REPRODUCED, f"interval {_interval_text(e)} inside the {shown}"
     if e.low > hi or e.high < lo:
@@ -237,5 +237,5 @@ def verdict_size(e: Estimate | None, band, verdict: str) -> str:
     return NOT_TESTABLE
 
 
-def _band_text(band, unit: str = "") -> str:
+def band_text(band, unit: str = "") -> str:
     return "" if band is None else f"[{band[0]:.3g}, {band[1]:.3g}]{unit}"

@@ -1,0 +1,138 @@
+"""The claims table: each testable claim of the four papers, the paper's value, what this run
+measured (with an interval), a verdict on the paper's statement and a verdict on its size.
+
+Verdicts: `reproduced`, `not reproduced`, `not testable at this scale` (with the reason: a model
+that did not learn beyond the unigram loss, a fit parameter at its bound, an interval too wide to
+decide) and `one seed: indicative` (a claim about a model trained here, measured on fewer than
+MIN_SEEDS seeds: the row shows what the within-model interval says, and never decides). The
+rules, per claim kind (margins and bands are named constants in paper_values.py):
+
+  effect > x ("LNS grows less", "angular beats deepest"; x the claim's threshold, named in
+      paper_values.py and in each row's claim and reason): reproduced when the interval lies
+      above x, not reproduced when it lies below x, not testable when it straddles x: decided
+      symmetrically, so "not reproduced" is as reachable as "reproduced"
+  no rise ("pretrained LLMs: the depth score does not rise with difficulty"), an equivalence
+      test over every level: each level-k - easiest-level difference (normalised depth score,
+      Bonferroni-adjusted intervals) must lie wholly inside [-margin, margin] to reproduce; one
+      lying wholly outside is not reproduced; otherwise not testable (too wide)
+  paper value ("a_l = 1.2 +- 0.3"), an equivalence test: reproduced when the whole interval
+      lies inside the paper's band (its stated uncertainty, or a tolerance stated in
+      paper_values.py where it gives none), not reproduced when it lies wholly outside, not
+      testable when it crosses a band edge (too wide) or the estimate or interval touches a
+      fit bound; an interval merely containing the paper's value decides nothing
+  size (`size_verdict`, where the paper states a size: LNS gain per Table 1 in nats, the toy's
+      tied / independent exponent ratio ≈ 3, Liu's a_l and a_m): size reproduced when the
+      interval lies inside the paper's band, size not reproduced when it lies wholly outside,
+      not testable otherwise; "no size stated" where the paper gives none
+
+Seeds: a claim about a model trained here is decided over >= MIN_SEEDS seeds, on the mean of the
+per-seed values with a t-interval over seeds (n - 1 df), which carries the seed-to-seed variance.
+With one seed the row shows that model's own interval (bootstrap, OLS, over layers or n) and with
+two the mean; both are `one seed: indicative`. The same gate holds for every claim about models
+trained here: a scaling fit of the project's own sweep counts the sweep's seeds, a fine-tuning
+claim its pretrained parents (one fine-tuning per pretraining seed; fine-tuning seeds of one
+parent are not pretraining seeds). Models not trained here (published checkpoints, published
+data points) are decided on their own interval, which must carry the sampling variance of the
+documents, windows or items it was measured on (never layers as samples). The toy's replicates
+(one teacher seed and fresh students each) are its seeds.
+
+`read_run_data(spec)` reads a run's outputs into `RunData`; `build_claims(data)` is pure, so the
+tests plant tables directly. `compare_claims(a, b)` lists what changed between two tables.
+
+Layout: `verdicts` holds the number-only estimates and verdict rules, `measures` the
+measurements (pure functions of the stages' tables), `rows` the table's columns and the helpers
+every builder shares; one builder per paper (`cod`, `gromov`, `csordas`, `liu`) and one for the
+published LMs (`pretrained`) keep each claim's measurement and its rule side by side, so a
+reviewer reads one claim's test in one place; `table` assembles and renders the table,
+`run_data` reads a run, `compare` compares two tables.
+"""
+
+from __future__ import annotations
+
+from .. import paper_values as pv
+from .cod import (
+    sft_gains,
+)
+from .compare import (
+    claims_table_path,
+    compare_claims,
+    render_comparison,
+    verdicts_changed,
+)
+from .liu import (
+    SIZE_BANDS,
+    VALUE_BANDS,
+)
+from .measures import (
+    block_choice_gap,
+    block_gap_of_means,
+    bonferroni,
+    deep_layer_gap,
+    deep_layers,
+    delta_p_half_gap,
+    depth_score_trend,
+    final_val_loss,
+    fit_parameter,
+    half_gap,
+    hardest_level_solved,
+    healing_gap_change,
+    healing_gap_of_means,
+    log_variance_slope,
+    map_error_advantage,
+    next_layer_distance,
+    over_shards,
+    single_layer_drop,
+    toy_exponent_gaps,
+    unigram_entropy,
+    window_bootstrap,
+)
+from .rows import (
+    COLUMNS,
+)
+from .run_data import (
+    RunData,
+    input_files,
+    read_run_data,
+)
+from .table import (
+    build_claims,
+    render_markdown,
+)
+
+__all__ = [
+    "pv",
+    "unigram_entropy",
+    "final_val_loss",
+    "log_variance_slope",
+    "deep_layers",
+    "deep_layer_gap",
+    "next_layer_distance",
+    "single_layer_drop",
+    "block_choice_gap",
+    "healing_gap_change",
+    "half_gap",
+    "window_bootstrap",
+    "delta_p_half_gap",
+    "block_gap_of_means",
+    "healing_gap_of_means",
+    "over_shards",
+    "bonferroni",
+    "depth_score_trend",
+    "hardest_level_solved",
+    "map_error_advantage",
+    "fit_parameter",
+    "toy_exponent_gaps",
+    "RunData",
+    "input_files",
+    "read_run_data",
+    "COLUMNS",
+    "build_claims",
+    "render_markdown",
+    "compare_claims",
+    "verdicts_changed",
+    "render_comparison",
+    "claims_table_path",
+    "VALUE_BANDS",
+    "SIZE_BANDS",
+    "sft_gains",
+]

@@ -1,0 +1,129 @@
+"""Csordás et al. rows: linear maps between models and the depth score against problem difficulty."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import paper_values as pv
+from ..paper_values import CSORDAS
+from .measures import (
+    bonferroni,
+    depth_score_trend,
+    hardest_level_solved,
+    map_error_advantage,
+)
+from .rows import (
+    claim_row,
+    decide,
+    not_learned,
+    scale_of,
+)
+from .run_data import RunData
+from .verdicts import (
+    CONFIDENCE,
+    NOT_TESTABLE,
+    Estimate,
+    over_seeds,
+    verdict_equivalent,
+    verdict_positive,
+)
+
+
+def depth_score_row(data: RunData, group: str, members: list, family: str) -> dict:
+    """One depth-score row: the from-scratch statement (Csordás et al.'s MoEUT section: trained
+    on the task, more steps use more depth: slope > negligible) for models trained here on the
+    problems, the pretrained-LLM statement (no rise: every level within the margin of the
+    easiest) for every other model."""
+    blockers = not_learned(data, members) + [
+        r for m in members if (r := hardest_level_solved(data.accuracy[m], family))
+    ]
+    trained = any(m in data.trained for m in members)
+    trends = [
+        depth_score_trend(
+            data.problem_effects[m], family, data.bootstrap["resamples"], data.bootstrap["seed"]
+        )
+        for m in members
+    ]
+    levels = trends[0]["levels"]
+    scores = np.mean([t["scores"] for t in trends], axis=0) if trends[0]["scores"] else []
+    shown = " / ".join(f"{s:.3g}" for s in scores)
+    scale = f"{scale_of(data, members)}; normalised depth score by level {levels}: {shown}"
+    if all(m in data.task_trained for m in members):
+        negligible = pv.CSORDAS_DEPTH_SCORE_SLOPE_NEGLIGIBLE
+        slope = over_seeds([t["slope"] for t in trends])
+        return claim_row(
+            f"csordas_depth_score:{group}:{family}",
+            CSORDAS,
+            f"tests the from-scratch statement (MoEUT section), not the pretrained-LLM "
+            f"one: {group}, trained here on the problems, uses more depth on harder "
+            f"{family} problems: slope of the normalised depth score over all levels "
+            f"> {negligible:g} per level",
+            "csordas_depth_score_scratch",
+            slope,
+            scale,
+            decide(slope, verdict_positive(slope, blockers, negligible), trained, blockers),
+        )
+    margin = pv.CSORDAS_DEPTH_SCORE_MARGIN
+    confidence = bonferroni(CONFIDENCE, max(len(levels) - 1, 1))
+    diffs = {
+        level: over_seeds([t["diffs"][level] for t in trends], confidence)
+        for level in trends[0]["diffs"]
+    }
+    if not diffs:
+        e, verdict = (
+            Estimate(math.nan, method="fewer than 2 difficulty levels", n=len(members)),
+            (NOT_TESTABLE, "fewer than 2 difficulty levels"),
+        )
+    else:
+        # shown: the level whose difference from the easiest is largest in size
+        e = max(diffs.values(), key=lambda d: abs(d.value) if math.isfinite(d.value) else -1)
+        rule = verdict_equivalent({f"level {k}": d for k, d in diffs.items()}, margin, blockers)
+        verdict = decide(e, rule, trained, blockers)
+    return claim_row(
+        f"csordas_depth_score:{group}:{family}",
+        CSORDAS,
+        f"tests the pretrained-LLM statement: {group} on {family}: the depth score does "
+        f"not rise with difficulty: every level - the easiest (normalised) inside "
+        f"±{margin:g}; shown: the largest difference",
+        "csordas_depth_score",
+        e,
+        scale,
+        verdict,
+    )
+
+
+def csordas_claims(data: RunData) -> list[dict]:
+    rows = []
+    negligible = pv.CSORDAS_MAP_ERROR_NEGLIGIBLE
+    for key, pairs in data.map_groups.items():
+        if not all(p in data.map_errors for p in pairs):
+            continue
+        ends = [data.map_ends[p] for p in pairs]
+        models = [m for s, t, _ in ends for m in (s, t)]
+        blockers = not_learned(data, models)
+        trained = any(m in data.trained for m in models)
+        gain = over_seeds([map_error_advantage(data.map_errors[p]) for p in pairs])
+        source, target, _ = ends[0]
+        scale = f"{data.scale.get(source, source)} -> {data.scale.get(target, target)}"
+        rows.append(
+            claim_row(
+                f"csordas_linear_maps:{key}",
+                CSORDAS,
+                f"{key}: mapping each source layer to the target layer at its relative "
+                f"depth beats the best depth-blind map (one target layer for all): "
+                f"mean over source layers of err(s, c*) - err(s, equal depth) > "
+                f"{negligible:g} (relative error)",
+                "csordas_linear_maps",
+                gain,
+                scale,
+                decide(gain, verdict_positive(gain, blockers, negligible), trained, blockers),
+            )
+        )
+    for group, members in data.depth_groups.items():
+        if not all(m in data.problem_effects for m in members):
+            continue
+        for family in sorted(set(data.problem_effects[members[0]]["family"])):
+            rows.append(depth_score_row(data, group, members, family))
+    return rows

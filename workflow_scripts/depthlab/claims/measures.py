@@ -1,0 +1,408 @@
+"""Measurements of the claims table: pure functions of the stages' tables (per-layer series, window
+losses, problem effects, map errors, fits) that return a value or an Estimate."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from .verdicts import (
+    CONFIDENCE,
+    Estimate,
+    difference,
+    ols_slope,
+    t_interval,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Measurements (pure functions of the stages' tables)
+
+
+def unigram_entropy(tokens) -> float:
+    """Entropy (nats) of the empirical token distribution: the loss of the best unigram model on
+    these tokens, so a model at or above it has learned nothing beyond token frequencies."""
+    counts = np.bincount(np.asarray(tokens, dtype=np.int64))
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def final_val_loss(log: pd.DataFrame) -> float:
+    """Validation loss at the largest token count of a train_log.csv frame."""
+    val = log[log["split"] == "val"]
+    if val.empty:
+        return math.nan
+    return float(val.sort_values("tokens", kind="stable")["loss"].iloc[-1])
+
+
+def log_variance_slope(h_var: pd.Series) -> Estimate:
+    """Slope of ln Var(h_l) against l over the residual states l >= 1 (h_0, the embedding
+    output, sits orders of magnitude below and would dominate the fit)."""
+    states = h_var[h_var.index >= 1].sort_index()
+    return ols_slope(states.index.to_numpy(), np.log(states.to_numpy()))
+
+
+def deep_layers(num_layers: int) -> list[int]:
+    """The deeper half of the layers: l >= L // 2."""
+    return list(range(num_layers // 2, num_layers))
+
+
+def deep_layer_gap(base: pd.Series, treat: pd.Series) -> Estimate:
+    """Mean over the deeper half of the layers of treat[l] - base[l] (per-layer series indexed
+    by layer), with a t-interval over those layers."""
+    layers = sorted(set(base.index) & set(treat.index))
+    deep = [l for l in layers if l in deep_layers(len(layers))]
+    return t_interval([float(treat[l] - base[l]) for l in deep], "deep layers")
+
+
+def next_layer_distance(matrix: pd.DataFrame) -> pd.Series:
+    """d(l, l+1) by layer l from an analysis-stage (L+1) x (L+1) angular-distance matrix
+    (angular_distance_all.csv / angular_distance_last.csv: a `layer` column, columns 0..L)."""
+    frame = matrix.set_index("layer") if "layer" in matrix else matrix
+    values = frame.to_numpy(dtype=np.float64)
+    return pd.Series(
+        [values[l, l + 1] for l in range(values.shape[0] - 1)], index=range(values.shape[0] - 1)
+    )
+
+
+def single_layer_drop(single: pd.DataFrame) -> tuple[pd.Series, str]:
+    """Per layer, how much removing it alone hurts: the task-score drop (-delta_score, mean over
+    tasks) when lm-eval scored it, else the validation-loss increase."""
+    if "delta_score" in single and single["delta_score"].notna().any():
+        return -single.groupby("layer")["delta_score"].mean(), "task score drop"
+    return single.groupby("layer")["delta_loss"].first(), "val loss increase"
+
+
+def _unhealed(sweep: pd.DataFrame, strategy: str, healed: bool = False) -> pd.Series:
+    rows = sweep[(sweep["strategy"] == strategy) & (sweep["healed"].astype(str) == str(healed))]
+    return rows.groupby("n")["val_loss"].first()
+
+
+def block_choice_gap(sweep: pd.DataFrame) -> Estimate:
+    """Mean over the removed-layer counts n >= 1 of val_loss(deepest) - val_loss(angular),
+    unhealed (> 0: the angular block choice is better), t-interval over n."""
+    angular, deepest = _unhealed(sweep, "angular"), _unhealed(sweep, "deepest")
+    ns = sorted(n for n in set(angular.index) & set(deepest.index) if n >= 1)
+    return t_interval([deepest[n] - angular[n] for n in ns], "removal counts n")
+
+
+def healing_gap_change(sweep: pd.DataFrame) -> Estimate | None:
+    """Mean over the healed n of |gap unhealed| - |gap healed|, gap = val_loss(deepest) -
+    val_loss(angular) (> 0: healing shrinks the gap), t-interval over n; None when deepest or
+    angular was not healed."""
+    healed = {s: _unhealed(sweep, s, healed=True) for s in ("angular", "deepest")}
+    ns = sorted(set(healed["angular"].index) & set(healed["deepest"].index))
+    if not ns:
+        return None
+    before = {s: _unhealed(sweep, s) for s in ("angular", "deepest")}
+    change = [
+        abs(before["deepest"][n] - before["angular"][n])
+        - abs(healed["deepest"][n] - healed["angular"][n])
+        for n in ns
+    ]
+    return t_interval(change, "healed n")
+
+
+def _halves(values: pd.Series) -> tuple[list[float], list[float]]:
+    """A per-layer series split into the model's shallower and deeper half (deep_layers of a
+    model with max(layer) + 1 layers; a series that omits early layers keeps the model's
+    halves)."""
+    deep = set(deep_layers(int(max(values.index)) + 1))
+    layers = sorted(values.index)
+    return [values[l] for l in layers if l not in deep], [values[l] for l in layers if l in deep]
+
+
+def half_gap(values: pd.Series) -> float:
+    """Mean over the shallower half of the layers minus mean over the deeper half of a per-layer
+    series (> 0: the deeper half is smaller)."""
+    shallow, deep = _halves(values)
+    return float(np.mean(shallow) - np.mean(deep))
+
+
+def _window_table(windows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """window_losses.csv as a (windows x removal sets) loss matrix and the sets' keys: "full",
+    "single:<layer>", "<strategy>:<n>" and, for healed variants, "healed:<strategy>:<n>"."""
+    keys = pd.Series(
+        np.where(
+            windows["strategy"] == "full",
+            "full",
+            np.where(
+                windows["strategy"] == "single",
+                "single:" + windows["removed"].astype(str),
+                windows["strategy"] + ":" + windows["n"].astype(str),
+            ),
+        ),
+        index=windows.index,
+    )
+    if "healed" in windows:
+        healed = windows["healed"].astype(str).str.lower() == "true"
+        keys = keys.where(~healed, "healed:" + keys)
+    table = windows.assign(key=keys).pivot_table(index="window", columns="key", values="loss")
+    return table.to_numpy(dtype=np.float64), list(table.columns)
+
+
+def window_means(windows: pd.DataFrame) -> dict:
+    losses, columns = _window_table(windows)
+    return dict(zip(columns, losses.mean(0)))
+
+
+def window_bootstrap(
+    windows: pd.DataFrame, statistic, resamples: int, seed: int, confidence: float = CONFIDENCE
+) -> Estimate:
+    """statistic(mean loss per removal set, keyed as _window_table says) with a percentile
+    bootstrap over the validation windows (window_losses.csv of the pruning stage): each
+    resample draws windows with replacement and every set's mean is taken over the same draw,
+    so the sets stay paired window by window."""
+    losses, columns = _window_table(windows)
+
+    def value(rows) -> float:
+        return float(statistic(dict(zip(columns, losses[rows].mean(0)))))
+
+    count = losses.shape[0]
+    point = value(np.arange(count))
+    rng = np.random.default_rng(seed)
+    draws = np.array([value(rng.integers(0, count, count)) for _ in range(resamples)])
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(draws, [alpha, 1 - alpha])
+    return Estimate(
+        point,
+        float(low),
+        float(high),
+        f"{confidence:.0%} percentile bootstrap over {count} validation windows "
+        f"({resamples} resamples)",
+        1,
+        float(draws.std(ddof=1)),
+    )
+
+
+def delta_p_half_gap(means: dict) -> float:
+    """half_gap of the single-layer loss increase (per layer: loss without it - full loss)."""
+    singles = {
+        int(key.split(":", 1)[1]): loss - means["full"]
+        for key, loss in means.items()
+        if key.startswith("single:")
+    }
+    return half_gap(pd.Series(singles))
+
+
+def block_gap_of_means(means: dict) -> float:
+    """Mean over n of loss(deepest:n) - loss(angular:n): block_choice_gap on set means."""
+    ns = [
+        key.split(":", 1)[1]
+        for key in means
+        if key.startswith("angular:") and f"deepest:{key.split(':', 1)[1]}" in means
+    ]
+    ns = [n for n in ns if int(n) >= 1]
+    return float(np.mean([means[f"deepest:{n}"] - means[f"angular:{n}"] for n in ns]))
+
+
+def healing_gap_of_means(means: dict) -> float:
+    """healing_gap_change on set means: mean over the n healed for both angular and deepest of
+    |gap before| - |gap after| (NaN when no n was healed for both)."""
+    ns = [
+        key.rsplit(":", 1)[1]
+        for key in means
+        if key.startswith("healed:angular:") and f"healed:deepest:{key.rsplit(':', 1)[1]}" in means
+    ]
+    if not ns:
+        return math.nan
+    return float(
+        np.mean(
+            [
+                abs(means[f"deepest:{n}"] - means[f"angular:{n}"])
+                - abs(means[f"healed:deepest:{n}"] - means[f"healed:angular:{n}"])
+                for n in ns
+            ]
+        )
+    )
+
+
+def over_shards(values: list[float], what: str) -> Estimate:
+    """A pretrained model's measure over its document shards: mean with a t-interval over the
+    shards (the sampling variance of the documents); one shard: no interval."""
+    return t_interval(values, f"document shards ({what})")
+
+
+def bonferroni(confidence: float, comparisons: int) -> float:
+    """Per-interval confidence so that `comparisons` intervals hold together at `confidence`."""
+    return 1 - (1 - confidence) / max(comparisons, 1)
+
+
+def depth_score_trend(
+    effects: pd.DataFrame, family: str, resamples: int, seed: int, confidence: float = CONFIDENCE
+) -> dict:
+    """The depth score (normalised: / (L - 1)) of every difficulty level of one family of
+    problem_effects.csv, as differences from the easiest level and as the OLS slope over all
+    levels, each with a percentile bootstrap over problems within each level. The differences'
+    intervals are Bonferroni-adjusted (they are judged together). Returns {"levels": [levels],
+    "scores": [normalised scores], "diffs": {level: Estimate}, "slope": Estimate}; empty "diffs"
+    with fewer than 2 levels."""
+    from ..depth_score import depth_score
+
+    rows = effects[effects["family"] == family]
+    table = rows.pivot_table(
+        index=["level", "problem"], columns="skipped", values="output_effect"
+    ).dropna()
+    levels = sorted(table.index.get_level_values("level").unique())
+    result = {
+        "levels": levels,
+        "scores": [],
+        "diffs": {},
+        "slope": Estimate(math.nan, method="fewer than 2 difficulty levels"),
+    }
+    if len(levels) < 2:
+        return result
+    arrays = [table.xs(level, level="level").to_numpy() for level in levels]
+    norm = max(table.shape[1] - 1, 1)
+    x = np.asarray(levels, dtype=np.float64)
+
+    def stats_of(samples):
+        scores = np.asarray([depth_score(a.mean(axis=0)) / norm for a in samples])
+        slope = float(np.polyfit(x, scores, 1)[0]) if np.all(np.isfinite(scores)) else math.nan
+        return scores, scores[1:] - scores[0], slope
+
+    scores, diffs, slope = stats_of(arrays)
+    rng = np.random.default_rng(seed)
+    boot_diffs, boot_slopes = [], []
+    for _ in range(resamples):
+        _, d, s = stats_of([a[rng.integers(0, len(a), len(a))] for a in arrays])
+        if np.all(np.isfinite(d)) and math.isfinite(s):
+            boot_diffs.append(d)
+            boot_slopes.append(s)
+    result["scores"] = [float(s) for s in scores]
+    if not boot_diffs:
+        result["diffs"] = {
+            lv: Estimate(float(d), method="bootstrap failed") for lv, d in zip(levels[1:], diffs)
+        }
+        result["slope"] = Estimate(slope, method="bootstrap failed")
+        return result
+    boot_diffs = np.asarray(boot_diffs)
+    adjusted = bonferroni(confidence, len(levels) - 1)
+    for i, level in enumerate(levels[1:]):
+        low, high = np.quantile(boot_diffs[:, i], [(1 - adjusted) / 2, (1 + adjusted) / 2])
+        result["diffs"][level] = Estimate(
+            float(diffs[i]),
+            float(low),
+            float(high),
+            f"{adjusted:.3g} bootstrap over problems ({resamples} resamples; {confidence:.0%} "
+            f"jointly over {len(levels) - 1} differences), level {level} - level {levels[0]}",
+        )
+    low, high = np.quantile(boot_slopes, [(1 - confidence) / 2, (1 + confidence) / 2])
+    result["slope"] = Estimate(
+        slope,
+        float(low),
+        float(high),
+        f"{confidence:.0%} bootstrap over problems ({resamples} "
+        f"resamples), OLS slope over levels {levels}",
+    )
+    return result
+
+
+def hardest_level_solved(accuracy: pd.DataFrame, family: str) -> str | None:
+    """None when the hardest level's accuracy is above chance (one-sided binomial test at 5%);
+    otherwise the reason the depth score there says nothing about using depth."""
+    from scipy import stats
+
+    rows = accuracy[accuracy["family"] == family].sort_values("level")
+    if rows.empty:
+        return f"no accuracy for family {family}"
+    hard = rows.iloc[-1]
+    correct = int(round(hard["accuracy"] * hard["problems"]))
+    test = stats.binomtest(
+        correct, int(hard["problems"]), float(hard["chance"]), alternative="greater"
+    )
+    if test.pvalue < 0.05:
+        return None
+    return (
+        f"level {hard['level']} accuracy {hard['accuracy']:.2f} is not above chance "
+        f"{hard['chance']:.2f}"
+    )
+
+
+def map_error_advantage(errors: pd.DataFrame) -> Estimate:
+    """How much better the equal-relative-depth map is than the best depth-blind map, from the
+    linear-maps stage's relative_error.csv (one row per source layer s and target layer t):
+    per source layer, err(s, c*) - err(s, eq(s)), where c* is the one target layer that is best
+    for all source layers together (lowest mean error: a map that ignores the source's depth,
+    chosen in hindsight, so the baseline is favoured) and eq(s) the target layer nearest the
+    source's relative depth; mean with a t-interval over source layers (> 0: depth matters)."""
+    grid = errors.pivot_table(index="source_layer", columns="target_layer", values="relative_error")
+    source_depth = errors.groupby("source_layer")["source_depth"].first()
+    target_depth = errors.groupby("target_layer")["target_depth"].first()
+    constant = int(grid.mean(axis=0).idxmin())
+    gains = []
+    for s in grid.index:
+        equal = int((target_depth - source_depth[s]).abs().idxmin())
+        gains.append(float(grid.loc[s, constant] - grid.loc[s, equal]))
+    e = t_interval(gains, "source layers")
+    return replace(e, method=f"{e.method}; best depth-blind target layer {constant}")
+
+
+def fit_parameter(fit: dict, name: str, bounds, tolerance: float = 1e-6) -> tuple[Estimate, bool]:
+    """A fitted parameter with its bootstrap interval, and whether the estimate or the interval
+    touches the exponent bounds (or the fit reports it at a bound)."""
+    interval = fit.get("intervals", {}).get(name, {})
+    confidence = fit.get("bootstrap", {}).get("confidence", CONFIDENCE)
+    e = Estimate(
+        float(fit["estimates"][name]),
+        float(interval.get("low", math.nan)),
+        float(interval.get("high", math.nan)),
+        f"{confidence:.0%} bootstrap ({fit.get('bootstrap', {}).get('resamples')} "
+        f"resamples, {fit.get('bootstrap', {}).get('unit', 'points')})",
+    )
+    lo, hi = bounds
+    slack = tolerance * (hi - lo)
+    touches = [
+        v
+        for v in (e.value, e.low, e.high)
+        if math.isfinite(v) and (v <= lo + slack or v >= hi - slack)
+    ]
+    return e, bool(touches) or name in fit.get("parameters_at_bounds", [])
+
+
+def _replicates(fit_row: dict) -> dict:
+    """{replicate: (a, a_se)} of one toy fit row (fit.json `fits` entry): its per-replicate fits
+    (`replicates`), or the row itself as replicate 0 when it has none."""
+    reps = fit_row.get("replicates") or [
+        {"replicate": 0, "a": fit_row["a"], "a_se": fit_row.get("a_se", math.nan)}
+    ]
+    return {
+        int(r.get("replicate", i)): (float(r["a"]), float(r.get("a_se") or math.nan))
+        for i, r in enumerate(reps)
+    }
+
+
+def toy_exponent_gaps(fit: dict, bounds=None) -> dict:
+    """Per temperature, over the toy's replicates (teacher seed i of both kinds, each with its
+    own students: the toy's seeds), paired by replicate: ([a_tied - a_indep per replicate,
+    each with the normal interval of its two fit standard errors], [a_tied / a_indep per
+    replicate], reasons it cannot be judged (an exponent at its bound))."""
+    result = {}
+    rows = fit.get("fits", [])
+    for temperature in sorted({float(r["temperature"]) for r in rows}):
+        kinds = {
+            r["teacher_kind"]: _replicates(r)
+            for r in rows
+            if float(r["temperature"]) == temperature
+        }
+        if not {"tied", "independent"} <= set(kinds):
+            continue
+        tied, indep = kinds["tied"], kinds["independent"]
+        paired = sorted(set(tied) & set(indep))
+        blockers = []
+        if bounds is not None and fit.get("form") == "power_offset":
+            lo, hi = bounds
+            for kind, reps in kinds.items():
+                if any(a <= lo + 1e-6 or a >= hi - 1e-6 for a, _ in reps.values()):
+                    blockers.append(f"{kind} exponent at its bound {[lo, hi]}")
+        gaps = [
+            difference(Estimate(tied[r][0], se=tied[r][1]), Estimate(indep[r][0], se=indep[r][1]))
+            for r in paired
+        ]
+        ratios = [
+            Estimate(tied[r][0] / indep[r][0] if indep[r][0] > 0 else math.nan) for r in paired
+        ]
+        result[temperature] = (gaps, ratios, blockers)
+    return result

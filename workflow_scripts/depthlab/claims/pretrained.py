@@ -1,0 +1,116 @@
+"""Rows about published pretrained LMs (not trained here): each paper's statement tested on the
+model's own document shards and validation windows."""
+
+from __future__ import annotations
+
+from .. import paper_values as pv
+from ..paper_values import COD, CSORDAS
+from .measures import (
+    delta_p_half_gap,
+    half_gap,
+    log_variance_slope,
+    over_shards,
+    single_layer_drop,
+)
+from .rows import (
+    claim_row,
+    decide,
+    has_single_windows,
+    over_windows,
+)
+from .run_data import RunData
+from .verdicts import (
+    Estimate,
+    verdict_positive,
+)
+
+
+def pretrained_claims(data: RunData) -> list[dict]:
+    """The papers' statements about pretrained LMs, tested on each model not trained here: its
+    hidden-state measures per document shard (intervals over shards carry the sampling variance
+    of the documents) and, when pruned, its single-layer removal table."""
+    rows = []
+    for name, replicates in data.pretrained.items():
+        scale = data.pretrained_scale.get(name, name)
+
+        def positive(e, negligible):
+            return decide(e, verdict_positive(e, [], negligible), False, [])
+
+        frames = [frame for frame, _, _ in replicates]
+        h_var = [f[f["measure"] == "h_var"].set_index("layer")["value"] for f in frames]
+        growth = over_shards([log_variance_slope(v).value for v in h_var], "OLS slope each")
+        rows.append(
+            claim_row(
+                f"cod_variance_growth:{name}",
+                COD,
+                f"{name}: ln Var(h_l) rises with depth l (slope > "
+                f"{pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g} per layer), the Pre-LN growth the paper "
+                f"describes in pretrained LLMs",
+                "cod_variance_growth",
+                growth,
+                scale,
+                positive(growth, pv.COD_VARIANCE_SLOPE_NEGLIGIBLE),
+            )
+        )
+        tokens = sorted({t for _, _, t in replicates})
+        closer = over_shards([half_gap(d) for _, d, _ in replicates], "half means each")
+        rows.append(
+            claim_row(
+                f"cod_deep_identity:{name}",
+                COD,
+                f"{name}: deep layers are closer to identity: mean d(l, l+1) over the "
+                f"shallower half - over the deeper half > {pv.COD_ANGULAR_NEGLIGIBLE:g} "
+                f"({' / '.join(tokens)})",
+                "cod_angular_distance",
+                closer,
+                scale,
+                positive(closer, pv.COD_ANGULAR_NEGLIGIBLE),
+            )
+        )
+        # layer 0 reads the embedding, whose small norm makes its ratio unbounded (17 in
+        # SmolLM2-135M): one such layer would decide the comparison alone
+        contribution = [
+            f[(f["measure"] == "block_rel_norm") & (f["layer"] >= 1)].set_index("layer")["value"]
+            for f in frames
+        ]
+        less = over_shards([half_gap(c) for c in contribution], "half means each")
+        rows.append(
+            claim_row(
+                f"csordas_second_half:{name}",
+                CSORDAS,
+                f"{name}: the second half contributes less: mean ||h_(l+1) - h_l|| / ||h_l|| "
+                f"over layers 1.. of the first half - over the second half > "
+                f"{pv.CSORDAS_HALF_CONTRIBUTION_NEGLIGIBLE:g}",
+                "csordas_second_half",
+                less,
+                scale,
+                positive(less, pv.CSORDAS_HALF_CONTRIBUTION_NEGLIGIBLE),
+            )
+        )
+        if name in data.single_layer:
+            # the documents' sampling variance, paired window by window: the validation loss
+            # increase of every single-layer removal (lm-eval's task scores, when the stage ran
+            # it, carry no per-item replicates here); the layers of a half are no samples
+            if has_single_windows(data, name):
+                gap, what = over_windows(data, name, delta_p_half_gap), "val loss increase"
+            else:
+                drop, what = single_layer_drop(data.single_layer[name])
+                gap = Estimate(
+                    half_gap(drop),
+                    method="no interval: needs the pruning stage's window_losses.csv (the "
+                    "layers of each half are not independent samples)",
+                )
+            rows.append(
+                claim_row(
+                    f"cod_delta_p_depth:{name}",
+                    COD,
+                    f"{name}: removing one deep layer hurts less than removing a shallow one: "
+                    f"mean {what} over the shallower half - over the deeper half > "
+                    f"{pv.COD_DELTA_P_NEGLIGIBLE:g}",
+                    "cod_delta_p",
+                    gap,
+                    scale,
+                    positive(gap, pv.COD_DELTA_P_NEGLIGIBLE),
+                )
+            )
+    return rows
