@@ -51,6 +51,7 @@ import yaml
 from torch import nn
 
 from .architectures import ModelAdapter, adapt
+from .engine_budgets import LOSS_CHUNK_ELEMENTS
 from .errors import PruningError, UnsupportedModelError
 from .placement import materialised_state_dict
 
@@ -326,12 +327,6 @@ def export_pruned(
 
 
 # --------------------------------------------------------------------------- loss
-
-
-# Logits per chunk of positions: 2^25 float32 logits = 128 MiB (128 positions of a 262,144-word
-# head, 680 of a 49k one); cross_entropy's log-softmax holds about as much again. Smaller chunks
-# re-read the head's weights more often: on CPU 2^24 was ~20% slower than full logits, 2^25 ~5%.
-LOSS_CHUNK_ELEMENTS = 1 << 25
 
 
 def _vocab_size(adapter: ModelAdapter) -> int:

@@ -35,13 +35,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .engine_budgets import TASK_CHOICES
 from .errors import TaskFileError
 
 TASK_KINDS = ("word_order", "continuation")
 TASK_PREFIX = "depthlab_"
 # Longest choice, in tokens per word (BPE on docstrings: most words take 1-3 tokens).
 MAX_TOKENS_PER_WORD = 3
-CHOICES = 4
+CHOICES = TASK_CHOICES
 METRICS = ("acc", "acc_norm")
 _WORD = re.compile(r"\S+")
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .engine_budgets import LOGIT_CHUNK_ELEMENTS
+
 STATE_MEASURES = ("h_norm", "h_mean", "h_var")  # per state l = 0..L
 LAYER_MEASURES = (  # per layer l = 0..L-1
     "attn_rel_norm",
@@ -70,8 +72,6 @@ MEASURE_LABELS = {
 
 ACCUMULATE = torch.float64
 TINY = 1e-300
-# (L+1) x tokens x vocab logits per logit-lens chunk: cache-sized on CPU, large on GPU
-LOGIT_CHUNK_ELEMENTS = {"cpu": 1 << 21, "cuda": 1 << 28}
 ALL_TOKEN_CHUNK = 4096  # tokens per Gram chunk of the all-token distance
 
 

@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from .architectures import ModelAdapter, adapt, resolve_model_path
+from .engine_budgets import SWEEP_CACHE_MIB
 from .errors import PruningError, UnsupportedModelError
 from .layer_removal import (
     LOSS_CHUNK_ELEMENTS,
@@ -456,7 +457,7 @@ class LossSweep:
         self,
         model: nn.Module,
         windows: Sequence[torch.Tensor],
-        cache_mib: float = 512.0,
+        cache_mib: float = SWEEP_CACHE_MIB,
         chunk_elements: int = LOSS_CHUNK_ELEMENTS,
         loss_tokens: int | None = None,
     ):

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from ..job_costs import PRECISION_DTYPE
 from ..model_shapes import Shape, folder_shape, gguf_shape, hub_shape, pretrain_shape
-from ..resource_plan import PRECISION_DTYPE
 from .models import declared_checkpoint_folder, gguf_sources
 
 if TYPE_CHECKING:
