@@ -231,6 +231,8 @@ def test_machine_info_from_planted_proc_files(tmp_path):
         ("Finished job 0.\n74 of 74 steps (100%) done\n842.41 s wall\ndone\n", 842.41),
         ("...\nreal\t14m2.410s\nuser\t1m0.000s\nsys\t0m1.000s\n", 842.41),
         ("real 0m5.5s\n12.0 s wall\n", 12.0),  # the last timing wins
+        ("32 of 32 steps (100%) done\nElapsed time: 0:07:34.759769\n", 454.759769),
+        ("Elapsed time: 1 day, 2:00:00\n", 93600.0),
         ("74 of 74 steps (100%) done\n", None),
     ],
 )
@@ -250,8 +252,11 @@ def test_page_name_is_the_config_stem():
 
 
 def test_record_results_script_reads_a_finished_run(tmp_path):
-    """The script end to end (--finished): the page from a planted run folder and log."""
+    """The script end to end (--finished): the page from a planted run folder and log, its
+    figure copied beside it."""
     run_dir = plant_run(tmp_path / "run")
+    (run_dir / "figures").mkdir()
+    (run_dir / "figures" / "loss_curves.png").write_bytes(b"planted png")
     log = tmp_path / "suite.log"
     log.write_text("74 of 74 steps (100%) done\n100.25 s wall\n")
     out = tmp_path / "page.md"
@@ -282,6 +287,32 @@ def test_record_results_script_reads_a_finished_run(tmp_path):
     assert "100.2 s (1 min 40 s), from its log (`suite.log`)" in text
     assert "`.venv/bin/snakemake --cores 2`" in text
     assert "| **total** | 6 | 377.5 | | |" in text
+    assert (tmp_path / "page" / "loss_curves.png").read_bytes() == b"planted png"
+    assert "![loss_curves.png](page/loss_curves.png)" in text
+
+
+def test_record_results_script_names_a_missing_figure(tmp_path):
+    run_dir = plant_run(tmp_path / "run")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "workflow_scripts/record_results.py",
+            "--configfile",
+            "config/test.yaml",
+            "--finished",
+            "--results",
+            str(run_dir),
+            "--figure",
+            "nope.png",
+            "--out",
+            str(tmp_path / "page.md"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and "nope.png: no such figure" in result.stderr
+    assert not (tmp_path / "page.md").exists()
 
 
 def test_record_results_script_refuses_timing_without_finished(tmp_path):

@@ -11,7 +11,7 @@ runs `.venv/bin/snakemake --cores all --configfile config/default.yaml`, timing 
 output also in results/<run_name>/logs/record_results.log. Or record a run that has finished:
 
     python workflow_scripts/record_results.py --configfile config/default.yaml --finished \\
-        --log suite.log        # a log ending with '<seconds> s wall' or bash's 'real 14m2s'
+        --log suite.log   # ends with '<seconds> s wall', bash's 'real 14m2s' or 'Elapsed time:'
 
 (`--wall-time SECONDS` instead of --log; with neither, the page gives the span of the run's job
 records only). The machine lines describe the machine this runs on: record where the suite ran.
@@ -20,6 +20,7 @@ records only). The machine lines describe the machine this runs on: record where
 import argparse
 import datetime as dt
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -65,6 +66,14 @@ def main() -> int:
     )
     parser.add_argument(
         "--command", help="with --finished: the command that ran it, as the page should show it"
+    )
+    parser.add_argument(
+        "--figure",
+        nargs="*",
+        default=["loss_curves.png"],
+        metavar="FILE",
+        help="figures of results/<run>/figures/ to copy beside the page and show on it "
+        "(default: loss_curves.png, the README's figure); none: --figure",
     )
     parser.add_argument("--out", type=Path, help="the page (default: docs/results/<config>.md)")
     parser.add_argument(
@@ -150,6 +159,16 @@ def main() -> int:
         skipped_jobs=skipped,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
+    # the figures beside the page (a copy of each, replacing the last run's)
+    figures = out.parent / out.stem
+    for name in args.figure:
+        source = folder / "figures" / name
+        if not source.is_file():
+            print(f"error: {source}: no such figure", file=sys.stderr)
+            return 2
+        figures.mkdir(exist_ok=True)
+        shutil.copyfile(source, figures / name)
+        run.figures.append(f"{out.stem}/{name}")
     out.write_text(page.render_page(run))
     print(f"wrote {out}")
     return 0

@@ -285,8 +285,9 @@ def duration(seconds: float) -> str:
 
 def wall_time_from_log(text: str) -> float | None:
     """The wall time a timed run's log ends with: `/usr/bin/time -f '%e s wall'` ('842.41 s
-    wall', what record_results.py writes too) or bash's `time` ('real 14m2.410s'); the last one
-    wins (a log appended to by several runs)."""
+    wall', what record_results.py writes too), bash's `time` ('real 14m2.410s') or Snakemake's
+    own last line ('Elapsed time: 0:14:02.410000', from its first job to its last, less than
+    the command's time); the last one wins (a log appended to by several runs)."""
     found = None
     for line in text.splitlines():
         line = line.strip()
@@ -294,6 +295,11 @@ def wall_time_from_log(text: str) -> float | None:
             found = float(m.group(1))
         elif m := re.fullmatch(r"real\s+(?:(\d+)m)?(\d+(?:\.\d+)?)s", line):
             found = int(m.group(1) or 0) * 60 + float(m.group(2))
+        elif m := re.fullmatch(
+            r"Elapsed time: (?:(\d+) days?, )?(\d+):(\d+):(\d+(?:\.\d+)?)", line
+        ):
+            days, hours, minutes, seconds = m.groups()
+            found = ((int(days or 0) * 24 + int(hours)) * 60 + int(minutes)) * 60 + float(seconds)
     return found
 
 
@@ -316,6 +322,7 @@ class Run:
     jobs: list[JobTime]
     records: RunRecords
     skipped_jobs: int = 0  # benchmark files older than this invocation (jobs that did not run)
+    figures: list[str] = field(default_factory=list)  # copies beside the page, relative to it
 
 
 def page_name(config_files: list[str]) -> str:
@@ -411,4 +418,9 @@ def render_page(run: Run) -> str:
         "",
         rule_table(rule_times(run.jobs)) if run.jobs else "No benchmark files in this run.\n",
     ]
+    if run.figures:
+        lines += ["## Figures", ""]
+        for figure in run.figures:
+            name = Path(figure).name
+            lines += [f"![{name}]({figure})", "", f"`{run.run_dir}/figures/{name}`", ""]
     return "\n".join(lines)
