@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 from depthlab.config import ConfigError, load_config, merge_fit_spec, resolve
+from depthlab.config.stages.scaling import DEFAULT_EXPONENT_BOUNDS
 from depthlab.power_law_fitter import FitSettings, resample_indices
 from depthlab.pretrain_runs import non_embedding_params
 from depthlab.scaling_fits import (
@@ -429,6 +430,12 @@ def test_scaling_config_errors_name_the_key():
     config["scaling"]["sweep"] = "no_such_sweep"
     with pytest.raises(ConfigError, match=r"scaling\.sweep"):
         resolve(config, ROOT)
+
+
+def test_the_config_default_exponent_bounds_are_the_fitters():
+    # written twice (the config package does not import scipy): a fit that sets no bounds is
+    # fitted and judged within the same ones
+    assert DEFAULT_EXPONENT_BOUNDS == FitSettings().exponent_bounds
 
 
 torch.set_num_threads(1)

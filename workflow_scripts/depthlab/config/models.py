@@ -192,24 +192,33 @@ def check_pretrain_model(name: str, model: dict, defaults: dict, processes: int)
             f"{key}.architecture.deepnorm_variant: has no effect for "
             f"norm_scheme {model['norm_scheme']} (only deepnorm)"
         )
-    model["train"] = {**defaults, **(model.get("train") or {})}
+    own = model.get("train") or {}
+    model["train"] = {**defaults, **own}
     train = model["train"]
+
+    def set_by(*fields: str) -> str:
+        # the model's effective setting leads the message; a value it takes from the pretrain
+        # defaults is named there too, as that is the key to edit
+        inherited = [f"pretrain.{field}" for field in fields if field not in own]
+        return f" (set by {', '.join(inherited)})" if inherited else ""
+
     if train["warmup_steps"] > train["steps"]:
         raise ConfigError(
             f"{key}.train.warmup_steps: {train['warmup_steps']} exceeds steps {train['steps']}"
+            + set_by("warmup_steps", "steps")
         )
     rows = train["batch_size"]
     if rows % processes:
         raise ConfigError(
             f"{key}.train.batch_size: {rows} is not divisible by the {processes} "
-            f"processes of resources.pretrain (gpu / processes)"
+            f"processes of resources.pretrain (gpu / processes)" + set_by("batch_size")
         )
     micro = train["micro_batch_size"]
     if micro is not None and (rows // processes) % micro:
         raise ConfigError(
             f"{key}.train.micro_batch_size: {micro} does not divide the "
             f"{rows // processes} rows each process gets per step (batch_size "
-            f"{rows} over {processes} process(es))"
+            f"{rows} over {processes} process(es))" + set_by("micro_batch_size", "batch_size")
         )
 
 
@@ -278,7 +287,9 @@ def local_path(path: str, base_dir: Path) -> str | None:
     if os.path.exists(expanded):
         return expanded
     candidate = base_dir / expanded
-    if not os.path.isabs(expanded) and candidate.exists():
+    # os.path.exists, not Path.exists: a name too long for the file system is not there
+    # (Path.exists raises OSError for it)
+    if not os.path.isabs(expanded) and os.path.exists(candidate):
         return os.path.relpath(candidate)
     return None
 
@@ -317,6 +328,22 @@ def corpus_models(resolved: Resolved) -> list:
     return [name for name, m in resolved.models.items() if m.get("data", "corpus") == "corpus"]
 
 
+def undeclared_model(resolved: Resolved, key: str, name: str) -> ConfigError:
+    """The error for `key` naming model `name` that nothing declares. A name of a sweep's form
+    (<sweep>_l<depth>_m<width>) also gets the sweep's depths and widths, the keys that would
+    declare it (a depth dropped from a sweep leaves references to its models)."""
+    message = (
+        f"{key}: '{name}' is not a declared model (declared: {', '.join(sorted(resolved.models))})"
+    )
+    for sweep_name, sweep in (resolved.config.get("sweeps") or {}).items():
+        if re.fullmatch(rf"{re.escape(sweep_name)}_l\d+_m\d+(_s\d+)?", name):
+            message += (
+                f"; sweeps.{sweep_name}.depths {sweep['depths']} and "
+                f"sweeps.{sweep_name}.widths {sweep['widths']} make its models"
+            )
+    return ConfigError(message)
+
+
 def declared_models(resolved: Resolved, names, key: str) -> list:
     """A stage's model list, checked, with a seeded model's base name standing for all its
     seeds (null: every model that reads the corpus)."""
@@ -330,10 +357,7 @@ def declared_models(resolved: Resolved, names, key: str) -> list:
         elif name in groups:
             expanded.extend(groups[name])
         else:
-            raise ConfigError(
-                f"{key}[{index}]: '{name}' is not a declared model "
-                f"(declared: {', '.join(sorted(resolved.models))})"
-            )
+            raise undeclared_model(resolved, f"{key}[{index}]", name)
     return list(dict.fromkeys(expanded))
 
 

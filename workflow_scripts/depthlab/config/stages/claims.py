@@ -6,6 +6,7 @@ from ..models import corpus_models, data_folder, has_lm_head, model_layers, seed
 from ..resolved import Resolved
 from .depth_use import seeded_pairs
 from .finetune import finetune_claim_inputs
+from .scaling import DEFAULT_EXPONENT_BOUNDS
 
 
 def resolve_claims(resolved: Resolved) -> None:
@@ -84,7 +85,7 @@ def resolve_claims(resolved: Resolved) -> None:
     fits = {
         name: {
             "fit": spec["out_json"],
-            "exponent_bounds": spec["fit"]["exponent_bounds"],
+            "exponent_bounds": list(spec["fit"].get("exponent_bounds", DEFAULT_EXPONENT_BOUNDS)),
             # a fit of the project's own sweep is about models trained here: seeds gate it
             **(
                 {"trained_here": True, "seeds": len(sweep.get("seeds") or [0])}

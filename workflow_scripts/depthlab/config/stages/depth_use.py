@@ -17,6 +17,7 @@ from ..models import (
     model_location,
     reads_special_tokens,
     seed_groups,
+    undeclared_model,
 )
 from ..paths import check_name, seed_model_name
 from ..resolved import Resolved, library_check, require_resources
@@ -232,7 +233,7 @@ def seeded_pairs(resolved: Resolved, pairs: dict) -> list:
             elif name in groups:
                 by_seed[end] = {resolved.models[m]["seed"]: m for m in groups[name]}
             else:
-                raise ConfigError(f"{key}.{end}: '{name}' is not a declared model")
+                raise undeclared_model(resolved, f"{key}.{end}", name)
         seeded = [by_seed[end] for end in ("source", "target") if None not in by_seed[end]]
         if not seeded:
             expanded.append((key, pair, dict(ends)))

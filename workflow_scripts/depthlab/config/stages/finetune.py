@@ -67,7 +67,16 @@ def resolve_finetune(resolved: Resolved) -> None:
     tasks_dir = None
     if data["source"] == "tasks":
         tasks = data["tasks"]
-        # the schema checks train_examples / eval_examples; the rest as build_lm_tasks does
+        # the schema checks the values of train_examples / eval_examples, here one per kind
+        # (validate_task_settings would name its own `examples` key); the rest as
+        # build_lm_tasks does
+        for field in ("train_examples", "eval_examples"):
+            for kind in tasks["kinds"]:
+                if kind not in tasks[field]:
+                    raise ConfigError(
+                        f"finetune.data.tasks.{field}.{kind}: required for each task of "
+                        f"finetune.data.tasks.kinds"
+                    )
         library_check(
             validate_task_settings,
             {**tasks, "examples": tasks["train_examples"]},
@@ -76,14 +85,14 @@ def resolve_finetune(resolved: Resolved) -> None:
         library_check(
             validate_task_names, lm_eval["tasks"], tasks["kinds"], "finetune.lm_eval.tasks"
         )
-        longest = tasks["context_tokens"] + MAX_TOKENS_PER_WORD * max(
-            tasks["words"][kind] for kind in tasks["kinds"]
-        )
+        widest = max(tasks["kinds"], key=lambda kind: tasks["words"][kind])
+        longest = tasks["context_tokens"] + MAX_TOKENS_PER_WORD * tasks["words"][widest]
         if longest > train["seq_len"]:
             raise ConfigError(
                 f"finetune.train.seq_len: {train['seq_len']} tokens cannot hold "
                 f"finetune.data.tasks.context_tokens {tasks['context_tokens']} plus a choice of up "
-                f"to {longest - tasks['context_tokens']} tokens"
+                f"to {longest - tasks['context_tokens']} tokens (the choice: "
+                f"finetune.data.tasks.words.{widest}, {tasks['words'][widest]} words)"
             )
         tasks_dir = finetune_data_dir(resolved)
     elif not lm_eval["harness_tasks"]:

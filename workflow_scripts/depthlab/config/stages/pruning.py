@@ -105,14 +105,15 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
             )
         model = resolved.models[name]
         if model["kind"] == "pretrain":
-            longest = tasks["context_tokens"] + MAX_TOKENS_PER_WORD * max(
-                tasks["words"].get(kind, 1) for kind in tasks["kinds"]
-            )
+            widest = max(tasks["kinds"], key=lambda kind: tasks["words"].get(kind, 1))
+            words = tasks["words"].get(widest, 1)
+            longest = tasks["context_tokens"] + MAX_TOKENS_PER_WORD * words
             if longest > model["train"]["seq_len"]:
                 raise ConfigError(
                     f"pruning.tasks.context_tokens: {tasks['context_tokens']} context tokens plus "
                     f"a choice of up to {longest - tasks['context_tokens']} tokens exceed the "
-                    f"{model['train']['seq_len']} positions '{name}' was trained on"
+                    f"{model['train']['seq_len']} positions '{name}' was trained on (the "
+                    f"choice: pruning.tasks.words.{widest}, {words} words)"
                 )
         check_positions(
             resolved, name, settings["val"]["seq_len"], overrides.key(name, "val", "seq_len")

@@ -10,6 +10,16 @@ from ..models import local_file
 from ..resolved import Resolved
 
 NESTED_FIT_KEYS = ("start_grid", "bootstrap", "validation", "columns")
+# FitSettings.exponent_bounds, for a fit that sets none (not imported: the fitter needs scipy,
+# and this package is imported while Snakemake builds the DAG)
+DEFAULT_EXPONENT_BOUNDS = (0.0, 5.0)
+
+
+def _set_by(fit: dict, *fields: str) -> str:
+    """' (set by scaling.fit.<field>)' for the fields the fit takes from the defaults, so an
+    error about a fit also names the key to edit."""
+    inherited = [f"scaling.fit.{field}" for field in fields if field not in fit]
+    return f" (set by {', '.join(inherited)})" if inherited else ""
 
 
 def merge_fit_spec(defaults: dict, fit: dict, name: str = "<name>") -> dict:
@@ -18,14 +28,17 @@ def merge_fit_spec(defaults: dict, fit: dict, name: str = "<name>") -> dict:
     for key in NESTED_FIT_KEYS:
         if isinstance(defaults.get(key), dict) and isinstance(fit.get(key), dict):
             merged[key] = {**defaults[key], **fit[key]}
-    lo, hi = merged.get("exponent_bounds", (0.0, 5.0))
+    lo, hi = merged.get("exponent_bounds", DEFAULT_EXPONENT_BOUNDS)
     if not lo < hi:
         raise ConfigError(
             f"scaling.fits.{name}.exponent_bounds: {[lo, hi]} is not an interval "
             f"(low < high); check scaling.fit.exponent_bounds too"
         )
     if merged.get("law") != "decomposed" and merged.get("depth_offset"):
-        raise ConfigError(f"scaling.fits.{name}.depth_offset: only applies to the decomposed law")
+        raise ConfigError(
+            f"scaling.fits.{name}.depth_offset: only applies to the decomposed law, not "
+            f"{merged.get('law')!r}" + _set_by(fit, "depth_offset", "law")
+        )
     return merged
 
 
@@ -35,7 +48,9 @@ LAW_COLUMNS = {
 }
 
 
-def _check_points_csv(path: str, columns: dict, law: str, key: str) -> None:
+def _check_points_csv(path: str, columns: dict, law: str, key: str, own: dict) -> None:
+    """`own`: the fit's own columns (the others come from scaling.fit.columns or are the
+    canonical names)."""
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             header = next(csv.reader(handle), [])
@@ -44,9 +59,11 @@ def _check_points_csv(path: str, columns: dict, law: str, key: str) -> None:
     for canonical in LAW_COLUMNS[law]:
         column = (columns or {}).get(canonical, canonical)
         if column not in header:
+            inherited = canonical not in own and canonical in (columns or {})
             raise ConfigError(
                 f"scaling.fits.{key.split('.')[2]}.columns.{canonical}: column "
                 f"'{column}' is not in {path} (columns: {', '.join(header)})"
+                + (f" (set by scaling.fit.columns.{canonical})" if inherited else "")
             )
 
 
@@ -57,7 +74,8 @@ def resolve_scaling(resolved: Resolved, base_dir: Path) -> None:
     paths, config = resolved.paths, resolved.config
     sweep = scaling.get("sweep")
     if sweep is not None and sweep not in (config.get("sweeps") or {}):
-        raise ConfigError(f"scaling.sweep: '{sweep}' is not a declared sweep")
+        declared = ", ".join(config.get("sweeps") or {}) or "none"
+        raise ConfigError(f"scaling.sweep: '{sweep}' is not a declared sweep (sweeps: {declared})")
     sweep_models = [
         name for name, m in resolved.models.items() if sweep is not None and m.get("sweep") == sweep
     ]
@@ -79,13 +97,17 @@ def resolve_scaling(resolved: Resolved, base_dir: Path) -> None:
             if not sweep_models:
                 raise ConfigError(
                     f"scaling.fits.{name}.source: 'sweep' needs scaling.sweep to "
-                    f"name a declared sweep with models"
+                    f"name a declared sweep with models" + _set_by(fit, "source")
                 )
             points = paths.sweep_points
         else:
-            points = local_file(spec["source"], base_dir, f"scaling.fits.{name}.source")
+            key = f"scaling.fits.{name}.source"
+            try:
+                points = local_file(spec["source"], base_dir, key)
+            except ConfigError as error:
+                raise ConfigError(f"{error}{_set_by(fit, 'source')}") from None
             _check_points_csv(
-                points, spec.get("columns"), spec["law"], f"scaling.fits.{name}.source"
+                points, spec.get("columns"), spec["law"], key, fit.get("columns") or {}
             )
         outputs = [paths.fit(name), paths.fit_samples(name)]
         resolved.add(
