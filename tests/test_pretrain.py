@@ -352,6 +352,32 @@ def test_bf16_on_a_cpu_trains_with_eager_attention_and_saves_the_default(
     assert loaded.config._attn_implementation == "sdpa"
 
 
+@pytest.mark.parametrize("native", [False, True])
+def test_auto_precision_is_bf16_only_where_the_cpu_multiplies_bf16_natively(
+    tmp_path, test_config, data_dir, monkeypatch, native
+):
+    """precision auto trains exactly as the precision it resolves to on this machine (fp32 on an
+    AVX2-only CPU, whose emulated bf16 matmuls are ~60x slower; bf16 where oneDNN has bf16
+    kernels), and the provenance record says which one ran."""
+    from depthlab import training
+
+    monkeypatch.setattr(training.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: native)
+    expected = "bf16" if native else "fp32"
+    assert training.effective_precision("auto", "cpu") == expected
+    assert training.effective_precision("fp32", "cpu") == "fp32"  # a declared value stays
+    assert training.effective_precision("pure_bf16", "cpu") == "pure_bf16"
+    logs = {}
+    for precision in ("auto", expected):
+        model = tiny_model(test_config, steps=4, eval_every=2, precision=precision)
+        out = tmp_path / precision
+        pretrain("tiny", model, data_dir, out, tmp_path / f"s_{precision}", 0, 1, progress=False)
+        logs[precision] = pd.read_csv(out / "train_log.csv").drop(columns="wall_s")
+        provenance = json.loads((out / "provenance.json").read_text())
+        assert provenance["config"]["precision_used"] == expected
+        assert provenance["config"]["train"]["precision"] == precision  # as declared
+    pd.testing.assert_frame_equal(logs["auto"], logs[expected])
+
+
 def test_truncate_pad_rows_are_one_document_each_cut_and_padded():
     eos, bos = 1, 2
     tokens = np.array([5, 6, eos, 7, eos, 8, 9, 10, 11, eos], dtype=np.uint16)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,13 @@ from .atomic_files import atomic_path
 from .finetune_data import FinetuneError, read_pairs
 from .provenance import Provenance, sha256_path
 from .train_loop import TrainingLoop, run_fingerprint
-from .training import IGNORE, make_optimizer, make_scheduler, training_attention
+from .training import (
+    IGNORE,
+    effective_precision,
+    make_optimizer,
+    make_scheduler,
+    training_attention,
+)
 
 FINETUNE_METHODS = ("full", "lora")
 
@@ -258,9 +264,13 @@ def finetune(
 
     process_start = time.perf_counter()
     data_dir = Path(data_dir)
+    settings = replace(settings, precision=effective_precision(settings.precision, device))
     provenance = Provenance(
         "finetune",
-        config=provenance_config or {"model_name": model_name},
+        config={
+            **(provenance_config or {"model_name": model_name}),
+            "precision_used": settings.precision,
+        },
         inputs=[p for p in (parent, data_dir) if Path(p).exists()],
         seed=seed,
     )

@@ -23,9 +23,15 @@ ACTIVATION_BYTES = 34  # per token, layer and hidden unit in 16-bit (Korthikanti
 TRAIN_STATE_BYTES = {  # per parameter: weights + gradients + AdamW's two moments
     "pure_bf16": 2 + 2 + 2 + 2,
     "bf16": 4 + 4 + 4 + 4,  # autocast over fp32 weights
+    "auto": 4 + 4 + 4 + 4,  # bf16 on every GPU the plan sizes for
     "fp32": 4 + 4 + 4 + 4,
 }
-PRECISION_DTYPE = {"pure_bf16": "bfloat16", "bf16": "bfloat16", "fp32": "float32"}
+PRECISION_DTYPE = {
+    "pure_bf16": "bfloat16",
+    "bf16": "bfloat16",
+    "auto": "bfloat16",  # a GPU multiplies bf16 natively: auto trains in bf16 there
+    "fp32": "float32",
+}
 # The stages' memory budgets (depthlab.engine_budgets, which the engines read too)
 LOGIT_LENS_CHUNK = LOGIT_CHUNK_ELEMENTS["cuda"]
 LOSS_CHUNK = LOSS_CHUNK_ELEMENTS

@@ -14,7 +14,10 @@ a CPU, attention runs as transformers' eager attention (bf16 matmuls, softmax in
 SDPA: the CPU's bf16 flash-attention backward is several times slower than its fp32 one at small
 widths and ate the whole bf16 matmul gain (bench/bench_pretrain_throughput.py measures both). On
 a GPU, SDPA stays (its bf16 kernels are the fast ones). The checkpoint is saved with the model's
-default attention, so nothing downstream sees the choice.
+default attention, so nothing downstream sees the choice. auto = bf16 where the device
+multiplies bf16 natively (a GPU with bf16; a CPU whose oneDNN has bf16 kernels, AVX512-BF16 or
+AMX), else fp32: an AVX2-only CPU emulates bf16 matmuls about 60x slower than fp32 ones. The
+precision a run used is in its provenance record (config.precision_used).
 
 At each evaluation the main rank also records, per decoder layer, the variance of the layer's
 output over the validation tokens (the Curse-of-Depth quantity, pre-final-norm, like h_l in
@@ -38,7 +41,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +187,22 @@ def validation_batches(
     starts = np.linspace(0, len(tokens) - width, count).astype(np.int64)
     windows = np.stack([tokens[s : s + width] for s in starts]).astype(np.int64)
     return list(torch.from_numpy(windows).split(settings.batch_size))
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bf16 natively: a CUDA GPU with bf16, or a CPU whose oneDNN
+    has bf16 kernels (elsewhere torch emulates them, far slower than fp32)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def effective_precision(precision: str, device: torch.device | str) -> str:
+    """The precision a run trains in: `auto` resolved on this machine (bf16 where the device
+    multiplies bf16 natively, else fp32); any other value as declared."""
+    if precision != "auto":
+        return precision
+    return "bf16" if native_bf16(torch.device(device)) else "fp32"
 
 
 def training_attention(precision: str, device: torch.device) -> str | None:
@@ -592,8 +611,12 @@ def pretrain(
     settings = TrainSettings.from_dict(model_decl["train"])
     ddp = Distributed()
     torch.set_num_threads(max(1, threads // ddp.world_size))
+    settings = replace(settings, precision=effective_precision(settings.precision, ddp.device))
     provenance = Provenance(
-        "pretrain", config={"model_name": model_name, **model_decl}, inputs=[data_dir], seed=seed
+        "pretrain",
+        config={"model_name": model_name, **model_decl, "precision_used": settings.precision},
+        inputs=[data_dir],
+        seed=seed,
     )
     if settings.batch_size % ddp.world_size:
         raise ValueError(
