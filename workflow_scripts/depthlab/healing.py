@@ -135,6 +135,100 @@ def accumulated_loss(model, window: torch.Tensor, micro_batch_size: int | None) 
     return total
 
 
+def _check_healable(pruned, settings: HealSettings) -> None:
+    """PruningError when the adapters cannot train on `pruned` as configured."""
+    _check_targets(pruned, settings)
+    if has_offloaded_weights(pruned):
+        raise PruningError(
+            "pruning.healing: the pruned model has weights offloaded to the CPU or disk "
+            "(device_map / max_memory), where peft can neither train nor merge adapters; give "
+            "the job GPUs that hold the model"
+        )
+    context = getattr(pruned.config, "max_position_embeddings", None)
+    if context is not None and settings.seq_len > context:
+        raise PruningError(
+            f"pruning.healing.seq_len: {settings.seq_len} exceeds the model's "
+            f"context of {context} positions"
+        )
+
+
+def _adapter_base(pruned, settings: HealSettings, device: str):
+    """The model the adapters train against: `pruned` itself (LoRA) or its 4-bit copy (QLoRA),
+    with gradient checkpointing when configured."""
+    base = _quantised_copy(pruned, device) if settings.method == "qlora" else pruned
+    if settings.method == "qlora":
+        from peft import prepare_model_for_kbit_training
+
+        base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
+    if settings.gradient_checkpointing:
+        # non-reentrant: the frozen base's inputs need no requires_grad for the adapters' grads
+        base.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
+        )
+    return base
+
+
+def _optimizer(model, settings: HealSettings) -> tuple:
+    """(AdamW over the adapters, its warmup + cosine (or constant) schedule)."""
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=settings.lr,
+        weight_decay=settings.weight_decay,
+    )
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(settings))
+
+
+def _train_adapters(
+    model, optimizer, scheduler, train_tokens, settings, seed, inputs_at, progress, tracker
+) -> list[float]:
+    """settings.steps optimizer steps on random train windows; the loss of each step. Closes
+    `progress` and `tracker` when done."""
+    losses = []
+    for step in range(settings.steps):
+        window = train_batch(train_tokens, step, seed, settings.batch_size, settings.seq_len).to(
+            inputs_at
+        )
+        loss = accumulated_loss(model, window, settings.micro_batch_size)
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        progress.update(1, loss=losses[-1], lr=lr)
+        tracker.scalars(step + 1, {"heal/loss": losses[-1], "heal/lr": lr})
+    progress.close()
+    tracker.close()
+    return losses
+
+
+def _merge_adapters(model, pruned, settings: HealSettings):
+    """The adapters merged into the full-precision pruned weights (QLoRA's moved onto `pruned`
+    first), in eval mode with every parameter frozen."""
+    from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+
+    if settings.method == "qlora":
+        adapters = get_peft_model_state_dict(model)
+        model = get_peft_model(pruned, _lora_config(settings))
+        set_peft_model_state_dict(model, adapters)
+    merged = model.merge_and_unload().eval()
+    if settings.gradient_checkpointing:
+        merged.activation_checkpointing_disable()
+    for parameter in merged.parameters():
+        parameter.requires_grad_(False)
+    return merged
+
+
+def _heal_record(settings: HealSettings, trainable: int, seconds: float, losses: list) -> dict:
+    return {
+        "method": settings.method,
+        "steps": settings.steps,
+        "trainable_parameters": int(trainable),
+        "train_seconds": round(seconds, 3),
+        "first_train_loss": losses[0] if losses else None,
+        "last_train_loss": float(np.mean(losses[-max(1, len(losses) // 10) :])) if losses else None,
+    }
+
+
 def heal(
     pruned,
     train_tokens: np.ndarray,
@@ -155,43 +249,17 @@ def heal(
     with config `run_config`."""
     # peft is imported when a model is healed, not with this module (config-time validation
     # and stages without healing import it)
-    from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+    from peft import get_peft_model
 
-    _check_targets(pruned, settings)
-    if has_offloaded_weights(pruned):
-        raise PruningError(
-            "pruning.healing: the pruned model has weights offloaded to the CPU or disk "
-            "(device_map / max_memory), where peft can neither train nor merge adapters; give "
-            "the job GPUs that hold the model"
-        )
-    context = getattr(pruned.config, "max_position_embeddings", None)
-    if context is not None and settings.seq_len > context:
-        raise PruningError(
-            f"pruning.healing.seq_len: {settings.seq_len} exceeds the model's "
-            f"context of {context} positions"
-        )
+    _check_healable(pruned, settings)
     torch.manual_seed(seed)
-    base = _quantised_copy(pruned, device) if settings.method == "qlora" else pruned
-    if settings.method == "qlora":
-        from peft import prepare_model_for_kbit_training
-
-        base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
-    if settings.gradient_checkpointing:
-        # non-reentrant: the frozen base's inputs need no requires_grad for the adapters' grads
-        base.activation_checkpointing_enable(
-            activation_checkpointing_kwargs={"use_reentrant": False}
-        )
+    base = _adapter_base(pruned, settings, device)
     model = get_peft_model(base, _lora_config(settings))
     inputs_at = input_device(base)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=settings.lr,
-        weight_decay=settings.weight_decay,
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(settings))
+    optimizer, scheduler = _optimizer(model, settings)
     model.train()
-    losses, start = [], time.perf_counter()
+    start = time.perf_counter()
     progress = Progress(
         settings.steps,
         "healing",
@@ -206,38 +274,12 @@ def heal(
         run_name=run_name,
         run_config=run_config,
     )
-    for step in range(settings.steps):
-        window = train_batch(train_tokens, step, seed, settings.batch_size, settings.seq_len).to(
-            inputs_at
-        )
-        loss = accumulated_loss(model, window, settings.micro_batch_size)
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
-        progress.update(1, loss=losses[-1], lr=lr)
-        tracker.scalars(step + 1, {"heal/loss": losses[-1], "heal/lr": lr})
-    progress.close()
-    tracker.close()
+    losses = _train_adapters(
+        model, optimizer, scheduler, train_tokens, settings, seed, inputs_at, progress, tracker
+    )
     seconds = time.perf_counter() - start
-    if settings.method == "qlora":
-        adapters = get_peft_model_state_dict(model)
-        model = get_peft_model(pruned, _lora_config(settings))
-        set_peft_model_state_dict(model, adapters)
-    merged = model.merge_and_unload().eval()
-    if settings.gradient_checkpointing:
-        merged.activation_checkpointing_disable()
-    for parameter in merged.parameters():
-        parameter.requires_grad_(False)
-    record = {
-        "method": settings.method,
-        "steps": settings.steps,
-        "trainable_parameters": int(trainable),
-        "train_seconds": round(seconds, 3),
-        "first_train_loss": losses[0] if losses else None,
-        "last_train_loss": float(np.mean(losses[-max(1, len(losses) // 10) :])) if losses else None,
-    }
+    merged = _merge_adapters(model, pruned, settings)
+    record = _heal_record(settings, trainable, seconds, losses)
     if log:
         log(
             f"healed ({settings.method}, {settings.steps} steps, {trainable} adapter "

@@ -414,16 +414,10 @@ def _encode(tokenizer, text: str) -> list[int]:
     return ids
 
 
-def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict:
-    """Write the problem folder atomically (see the module docstring); returns meta."""
-    validate_problem_settings(spec, where="problems")
-    local = [
-        cfg["dataset"]["path"]
-        for name, cfg in spec["families"].items()
-        if name in DATASET_FAMILIES and cfg["dataset"]["source"] == "jsonl"
-    ]
-    provenance = Provenance("depth_use.problems", config=spec, inputs=local, seed=seed)
-    synthetic = _synthetic_only(spec)
+def _evaluation_set(spec: dict, synthetic: dict, seed: int) -> tuple[list[dict], dict]:
+    """(evaluation problems, {dataset family: its dataset record}): the synthetic families'
+    first, then each natural-text and dataset family in the spec's order, each continuing the
+    (family, level) generator index where the previous one stopped."""
     evaluation, datasets = [], {}
     if synthetic["families"]:
         evaluation = evaluation_problems(synthetic, seed)
@@ -443,6 +437,12 @@ def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict
             raise ProblemError(str(error)) from None
         evaluation += problems
         offset += len(cfg["levels"])
+    return evaluation, datasets
+
+
+def _problems_meta(spec: dict, evaluation: list[dict], datasets: dict) -> dict:
+    """meta.json's `problems` entry: the file, its counts and each family's chance accuracy
+    (per level for a natural-text family)."""
     chance = {
         f: (
             {int(k): addition_chance(int(k), cfg["terms"]) for k in cfg["levels"]}
@@ -451,31 +451,74 @@ def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict
         )
         for f, cfg in spec["families"].items()
     }
-    problems_meta = {
+    return {
         "file": PROBLEMS_FILE,
         "count": len(evaluation),
         "per_level": spec["eval_per_level"],
         "chance": chance,
         **({"datasets": datasets} if datasets else {}),
     }
-    if not synthetic["families"]:
-        with atomic_path(out_dir, is_dir=True) as tmp:
-            with open(tmp / PROBLEMS_FILE, "w", encoding="utf-8") as handle:
-                handle.writelines(json.dumps(p) + "\n" for p in evaluation)
-            meta = {
-                "format": "evaluation problems only (problems.jsonl): dataset and "
-                "natural-text families have no training data",
-                "source": {
-                    "kind": "evaluation_problems",
-                    "families": spec["families"],
-                    "seed": seed,
-                },
-                "problems": problems_meta,
-            }
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-            provenance.extra["meta"] = {"problems": problems_meta}
-            provenance.write(tmp / "provenance.json")
-        return meta
+
+
+def _write_problems(folder, evaluation: list[dict]) -> None:
+    with open(folder / PROBLEMS_FILE, "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(p) + "\n" for p in evaluation)
+
+
+def _write_evaluation_only(
+    out_dir, spec: dict, seed: int, evaluation: list[dict], problems_meta: dict, provenance
+) -> dict:
+    """A set without a synthetic family: problems.jsonl, meta.json, provenance.json."""
+    with atomic_path(out_dir, is_dir=True) as tmp:
+        _write_problems(tmp, evaluation)
+        meta = {
+            "format": "evaluation problems only (problems.jsonl): dataset and "
+            "natural-text families have no training data",
+            "source": {
+                "kind": "evaluation_problems",
+                "families": spec["families"],
+                "seed": seed,
+            },
+            "problems": problems_meta,
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        provenance.extra["meta"] = {"problems": problems_meta}
+        provenance.write(tmp / "provenance.json")
+    return meta
+
+
+def _write_split(folder, split: str, problems: list[dict], tokenizer, dtype) -> dict:
+    """`<split>.bin` of whole problems ("prompt answer"), each followed by eos (val also
+    val.jsonl), as the data stage writes it; returns the split's meta.json entry."""
+    eos = tokenizer.eos_token_id
+    texts = [f"{p['prompt']} {p['answer']}" for p in problems]
+    flat = []
+    for text in texts:
+        flat += _encode(tokenizer, text) + [eos]
+    array = np.asarray(flat, dtype=dtype)
+    array.tofile(folder / f"{split}.bin")
+    if split == "val":
+        with open(folder / "val.jsonl", "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps({"text": t}) + "\n" for t in texts)
+    return {
+        "documents": len(texts),
+        "tokens": len(flat),
+        "bytes": sum(len(t.encode()) for t in texts),
+        "sha256": hashlib.sha256(array.tobytes()).hexdigest(),
+    }
+
+
+def _write_training_set(
+    out_dir,
+    spec: dict,
+    synthetic: dict,
+    seed: int,
+    evaluation: list[dict],
+    problems_meta: dict,
+    provenance,
+) -> dict:
+    """A set with synthetic families: the data stage's folder (tokenizer, train/val token
+    files, val.jsonl, meta.json) plus problems.jsonl."""
     tokenizer = build_tokenizer()
     weights = spec.get("level_weights", "uniform")
     splits = {
@@ -485,33 +528,18 @@ def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict
         ),
     }
     dtype = token_dtype(len(tokenizer))
-    eos = tokenizer.eos_token_id
-    counts = {}
     with atomic_path(out_dir, is_dir=True) as tmp:
         tokenizer.save_pretrained(tmp / "tokenizer")
-        for split, problems in splits.items():
-            texts = [f"{p['prompt']} {p['answer']}" for p in problems]
-            flat = []
-            for text in texts:
-                flat += _encode(tokenizer, text) + [eos]
-            array = np.asarray(flat, dtype=dtype)
-            array.tofile(tmp / f"{split}.bin")
-            counts[split] = {
-                "documents": len(texts),
-                "tokens": len(flat),
-                "bytes": sum(len(t.encode()) for t in texts),
-                "sha256": hashlib.sha256(array.tobytes()).hexdigest(),
-            }
-            if split == "val":
-                with open(tmp / "val.jsonl", "w", encoding="utf-8") as handle:
-                    handle.writelines(json.dumps({"text": t}) + "\n" for t in texts)
-        with open(tmp / PROBLEMS_FILE, "w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(p) + "\n" for p in evaluation)
+        counts = {
+            split: _write_split(tmp, split, problems, tokenizer, dtype)
+            for split, problems in splits.items()
+        }
+        _write_problems(tmp, evaluation)
         meta = {
             "format": "flat token ids per split, each document followed by eos_id",
             "dtype": dtype.name,
             "vocab_size": len(tokenizer),
-            "eos_id": eos,
+            "eos_id": tokenizer.eos_token_id,
             "bos_id": tokenizer.bos_token_id,
             "pad_id": tokenizer.pad_token_id,
             "splits": counts,
@@ -530,6 +558,25 @@ def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict
         provenance.extra["meta"] = {k: meta[k] for k in ("splits", "problems")}
         provenance.write(tmp / "provenance.json")
     return meta
+
+
+def write_problem_set(spec: dict, out_dir: str | os.PathLike, seed: int) -> dict:
+    """Write the problem folder atomically (see the module docstring); returns meta."""
+    validate_problem_settings(spec, where="problems")
+    local = [
+        cfg["dataset"]["path"]
+        for name, cfg in spec["families"].items()
+        if name in DATASET_FAMILIES and cfg["dataset"]["source"] == "jsonl"
+    ]
+    provenance = Provenance("depth_use.problems", config=spec, inputs=local, seed=seed)
+    synthetic = _synthetic_only(spec)
+    evaluation, datasets = _evaluation_set(spec, synthetic, seed)
+    problems_meta = _problems_meta(spec, evaluation, datasets)
+    if not synthetic["families"]:
+        return _write_evaluation_only(out_dir, spec, seed, evaluation, problems_meta, provenance)
+    return _write_training_set(
+        out_dir, spec, synthetic, seed, evaluation, problems_meta, provenance
+    )
 
 
 def run(spec: dict) -> dict:

@@ -252,10 +252,9 @@ def split_tokens(spec: dict, tokenizer, split: str) -> tuple[np.ndarray, dict]:
     return model_tokens(spec["data"], split, tokenizer, caps[f"{split}_tokens"])
 
 
-def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
-    """Load the model and its inputs (phase `load`), then the removal set of every strategy and
-    n and the validation loss of each, single layers included (phase `loss_sweep`)."""
-    name = spec["model_name"]
+def _analysis_inputs(spec: dict) -> tuple[Path, Path | None]:
+    """The analysis stage's angular-distance matrix and (block_influence only) its measures.csv;
+    PruningError naming the one that is missing."""
     distance_path = Path(spec["analysis"]) / "angular_distance_last.csv"
     if not distance_path.is_file():
         raise PruningError(
@@ -269,6 +268,68 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
                 f"analysis: {measures_path} does not exist (block_influence reads its "
                 f"cos_adjacent rows; run the analysis stage on this model first)"
             )
+    return distance_path, measures_path
+
+
+def _load_prunable(spec: dict, device: str) -> tuple:
+    """(model, tokenizer, number of layers) of the spec's model, checked prunable and against
+    the pruning settings."""
+    model = load_model(
+        spec["model"],
+        dtype=spec["dtype"],
+        device=device,
+        revision=spec["revision"],
+        **spec_placement(spec),
+    )
+    tokenizer = load_tokenizer(spec["model"], revision=spec["revision"])
+    adapter = adapt(model)
+    check_prunable(adapter, name=spec["model_name"], where="pruning.models")
+    validate_pruning_settings(spec, adapter.num_layers)
+    return model, tokenizer, adapter.num_layers
+
+
+def _analysis_tables(distance_path: Path, measures_path: Path | None, L: int) -> tuple:
+    """(angular-distance matrix, per-layer cos_adjacent or None), checked against L layers."""
+    distance = read_distance_matrix(distance_path)
+    if distance.shape[0] != L + 1:
+        raise PruningError(
+            f"{distance_path}: a {distance.shape[0]}x{distance.shape[0]} matrix "
+            f"for a model of {L} layers (expected {L + 1}x{L + 1})"
+        )
+    cos_adjacent = read_cos_adjacent(measures_path, L) if measures_path is not None else None
+    return distance, cos_adjacent
+
+
+def _removal_sets(
+    spec: dict, n_values: list[int], L: int, distance, cos_adjacent, sweep: LossSweep, log
+) -> tuple[dict, list[dict]]:
+    """(removal set per (strategy, n), greedy path records). Greedy grows one layer at a time up
+    to the largest n (or pruning.greedy_max_n): no greedy set beyond."""
+    removals: dict[tuple[str, int], tuple[int, ...]] = {}
+    for strategy in spec["strategies"]:
+        for n in n_values:
+            if strategy == "angular":
+                removals[("angular", n)] = angular_removal(distance, n)
+            elif strategy == "deepest":
+                removals[("deepest", n)] = deepest_removal(L, n)
+            elif strategy == "block_influence":
+                removals[("block_influence", n)] = block_influence_removal(cos_adjacent, n)
+    greedy_records = []
+    if "greedy" in spec["strategies"]:
+        greedy_records = greedy_path(
+            sweep.losses, L, greedy_steps(n_values, spec.get("greedy_max_n")), log=log
+        )
+        for record in greedy_records:
+            if record["n"] in n_values:
+                removals[("greedy", record["n"])] = record["removed"]
+    return removals, greedy_records
+
+
+def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
+    """Load the model and its inputs (phase `load`), then the removal set of every strategy and
+    n and the validation loss of each, single layers included (phase `loss_sweep`)."""
+    name = spec["model_name"]
+    distance_path, measures_path = _analysis_inputs(spec)
     lm_settings = spec["lm_eval"]
     if lm_settings["enabled"] and spec["tasks"] is not None:
         check_task_folder(spec["tasks"], lm_settings["tasks"], "pruning.tasks")
@@ -282,25 +343,8 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
             if p is not None
         ],
     )
-    model = load_model(
-        spec["model"],
-        dtype=spec["dtype"],
-        device=device,
-        revision=spec["revision"],
-        **spec_placement(spec),
-    )
-    tokenizer = load_tokenizer(spec["model"], revision=spec["revision"])
-    adapter = adapt(model)
-    check_prunable(adapter, name=name, where="pruning.models")
-    L = adapter.num_layers
-    validate_pruning_settings(spec, L)
-    distance = read_distance_matrix(distance_path)
-    if distance.shape[0] != L + 1:
-        raise PruningError(
-            f"{distance_path}: a {distance.shape[0]}x{distance.shape[0]} matrix "
-            f"for a model of {L} layers (expected {L + 1}x{L + 1})"
-        )
-    cos_adjacent = read_cos_adjacent(measures_path, L) if measures_path is not None else None
+    model, tokenizer, L = _load_prunable(spec, device)
+    distance, cos_adjacent = _analysis_tables(distance_path, measures_path, L)
     n_values = grid(spec["n_grid"], L)
     val = spec["val"]
     val_tokens, val_source = split_tokens(spec, tokenizer, "val")
@@ -310,28 +354,9 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
     sweep = LossSweep(model, windows, loss_tokens=val.get("loss_tokens"))
     clock.lap("load")
 
-    # removal sets per strategy and n; greedy grows one layer at a time up to the largest n
-    # (or pruning.greedy_max_n): no greedy set beyond
-    removals: dict[tuple[str, int], tuple[int, ...]] = {}
-    for strategy in spec["strategies"]:
-        for n in n_values:
-            if strategy == "angular":
-                removals[("angular", n)] = angular_removal(distance, n)
-            elif strategy == "deepest":
-                removals[("deepest", n)] = deepest_removal(L, n)
-            elif strategy == "block_influence":
-                removals[("block_influence", n)] = block_influence_removal(cos_adjacent, n)
-    greedy_records = []
-    if "greedy" in spec["strategies"]:
-        greedy_records = greedy_path(
-            sweep.losses,
-            L,
-            greedy_steps(n_values, spec.get("greedy_max_n")),
-            log=lambda m: log(f"[{name}] {m}"),
-        )
-        for record in greedy_records:
-            if record["n"] in n_values:
-                removals[("greedy", record["n"])] = record["removed"]
+    removals, greedy_records = _removal_sets(
+        spec, n_values, L, distance, cos_adjacent, sweep, lambda m: log(f"[{name}] {m}")
+    )
     singles = [(l,) for l in range(L)]
     sets = [()] + singles + list(removals.values())
     losses = dict(zip(sets, sweep.losses(sets)))

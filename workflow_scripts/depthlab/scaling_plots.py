@@ -66,24 +66,10 @@ def published_text(name: str, published: dict) -> str:
     return f"{name} = {value:g}" + (f" ± {spread:g}" if spread else "") + f" ({source})"
 
 
-def plot_scaling_fit(
-    record: dict, samples: pd.DataFrame, title: str = "", published: dict | None = None
-):
-    """Three panels: loss against depth (or N) with every other term held at its reference value,
-    residuals of log loss, and the bootstrap distribution of the depth (or N) exponent.
-    `published`: {exponent: (value, spread or None, source)} drawn beside the measurement."""
-    published = published or {}
-    law = LAWS[record["law"]]
-    est = record["estimates"]
-    points = pd.DataFrame(record["points"])
-    refs = record["feature_refs"]
-    focus, coef, expo, label = FOCUS[law.name]
-    offset = record.get("depth_offset", 0.0) if focus == "depth" else 0.0
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-
-    # (a) Partial-residual collapse: move each point to the reference width/data (or data),
-    # keeping its own depth (or N), so every point should sit on the fitted curve.
+def _collapsed_points(record: dict, law, points: pd.DataFrame, focus: str) -> tuple:
+    """(loss of each point with every term but the focus one moved to its reference value, the
+    fitted loss at the reference apart from the focus term): the partial-residual collapse."""
+    est, refs = record["estimates"], record["feature_refs"]
     adjusted = points["loss"].to_numpy(float).copy()
     at_reference = est.get(law.floor, 0.0)
     for feature, c, a in zip(law.features, law.coefficients, law.exponents):
@@ -92,17 +78,26 @@ def plot_scaling_fit(
         values = points[feature].to_numpy(float)
         adjusted += _term(est, c, a, np.array([refs[feature]])) - _term(est, c, a, values)
         at_reference += float(_term(est, c, a, np.array([refs[feature]]))[0])
+    return adjusted, at_reference
+
+
+def _collapse_panel(fig, ax, record: dict, law, points: pd.DataFrame, published: dict) -> None:
+    """(a) Partial-residual collapse: each point moved to the reference width/data (or data),
+    keeping its own depth (or N), so every point should sit on the fitted curve; the paper's
+    exponent drawn through the same reference point for the slope comparison."""
+    est, refs = record["estimates"], record["feature_refs"]
+    focus, coef, expo, label = FOCUS[law.name]
+    offset = record.get("depth_offset", 0.0) if focus == "depth" else 0.0
+    adjusted, at_reference = _collapsed_points(record, law, points, focus)
     x = points[focus].to_numpy(float)
     colour_by = points["width"] if focus == "depth" else points["tokens"]
-    scatter = axes[0].scatter(
+    scatter = ax.scatter(
         x, adjusted, c=np.log10(colour_by.to_numpy(float)), s=14, cmap="viridis", alpha=0.8
     )
-    fig.colorbar(
-        scatter, ax=axes[0], label="log10 width m" if focus == "depth" else "log10 tokens D"
-    )
+    fig.colorbar(scatter, ax=ax, label="log10 width m" if focus == "depth" else "log10 tokens D")
     grid = np.geomspace(x.min(), x.max(), 200)
     curve = at_reference + _term(est, coef, expo, grid - offset)
-    axes[0].plot(
+    ax.plot(
         grid,
         curve,
         "k-",
@@ -110,14 +105,13 @@ def plot_scaling_fit(
         label="fit: " + exponent_text(record, expo) + (f", offset {offset:g}" if offset else ""),
     )
     if expo in published:
-        # the paper's exponent through the same reference point, for the slope comparison
         anchor = np.sqrt(x.min() * x.max())
         term_at_anchor = float(_term(est, coef, expo, np.array([anchor - offset]))[0])
         paper_curve = (
             at_reference
             + term_at_anchor * ((grid - offset) / (anchor - offset)) ** -published[expo][0]
         )
-        axes[0].plot(
+        ax.plot(
             grid,
             paper_curve,
             ls="--",
@@ -125,36 +119,40 @@ def plot_scaling_fit(
             lw=1.5,
             label="paper: " + published_text(expo, published),
         )
-    axes[0].set_xscale("log")
+    ax.set_xscale("log")
     if focus == "depth":
         nice = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
-        plain_log_ticks(axes[0].xaxis, [t for t in nice if x.min() <= t <= x.max()] or None)
+        plain_log_ticks(ax.xaxis, [t for t in nice if x.min() <= t <= x.max()] or None)
     held = ", ".join(f"{f} = {refs[f]:.3g}" for f in law.features if f != focus)
-    axes[0].set_title(f"loss vs {label} at {held}", fontsize=9)
-    axes[0].set_xlabel(label)
-    axes[0].set_ylabel("loss (other terms moved to the reference)")
-    axes[0].legend(fontsize=7)
+    ax.set_title(f"loss vs {label} at {held}", fontsize=9)
+    ax.set_xlabel(label)
+    ax.set_ylabel("loss (other terms moved to the reference)")
+    ax.legend(fontsize=7)
 
-    # (b) Residuals of log loss against the prediction.
-    axes[1].scatter(points["predicted"], points["residual_log"], s=12, alpha=0.8)
-    axes[1].axhline(0.0, color="k", lw=1)
-    axes[1].set_xlabel("predicted loss")
-    axes[1].set_ylabel("log L - log L_hat")
-    axes[1].set_title(
+
+def _residual_panel(ax, record: dict, points: pd.DataFrame) -> None:
+    """(b) Residuals of log loss against the prediction."""
+    ax.scatter(points["predicted"], points["residual_log"], s=12, alpha=0.8)
+    ax.axhline(0.0, color="k", lw=1)
+    ax.set_xlabel("predicted loss")
+    ax.set_ylabel("log L - log L_hat")
+    ax.set_title(
         f"residuals ({record['objective']}, n = {record['n_points_used']}, "
         f"RMSE {record['rmse_log']:.3g})",
         fontsize=9,
     )
 
-    # (c) Bootstrap distribution of the focus exponent, the published value beside it.
+
+def _bootstrap_panel(ax, record: dict, samples: pd.DataFrame, expo: str, published: dict):
+    """(c) Bootstrap distribution of the focus exponent, the published value beside it."""
     if expo in samples.columns and len(samples):
-        axes[2].hist(samples[expo].dropna(), bins=40, color="tab:blue", alpha=0.8)
+        ax.hist(samples[expo].dropna(), bins=40, color="tab:blue", alpha=0.8)
         interval = record["intervals"].get(expo)
         if interval:
             for edge in (interval["low"], interval["high"]):
-                axes[2].axvline(edge, color="k", ls="--", lw=1)
-        axes[2].axvline(
-            est[expo],
+                ax.axvline(edge, color="k", ls="--", lw=1)
+        ax.axvline(
+            record["estimates"][expo],
             color="k",
             lw=2,
             label="estimate " + exponent_text(record, expo).split(" = ", 1)[1],
@@ -162,32 +160,51 @@ def plot_scaling_fit(
         if expo in published:
             value, spread, _ = published[expo]
             if spread:
-                axes[2].axvspan(value - spread, value + spread, color="tab:red", alpha=0.15)
-            axes[2].axvline(
+                ax.axvspan(value - spread, value + spread, color="tab:red", alpha=0.15)
+            ax.axvline(
                 value,
                 color="tab:red",
                 lw=2,
                 ls="--",
                 label="paper " + published_text(expo, published).split(" = ", 1)[1],
             )
-        axes[2].legend(fontsize=7)
+        ax.legend(fontsize=7)
     boot = record["bootstrap"]
-    axes[2].set_title(
+    ax.set_title(
         f"bootstrap of {expo} ({boot['resamples']} resamples of "
         f"{boot['unit']}, {int(boot['confidence'] * 100)}% interval dashed)",
         fontsize=9,
     )
-    axes[2].set_xlabel(expo)
+    ax.set_xlabel(expo)
 
+
+def _suptitle(record: dict, law, title: str, published: dict) -> str:
+    """The law, every measured exponent with its interval, and the published ones beside."""
+    boot = record["bootstrap"]
     measured = "; ".join(exponent_text(record, name) for name in law.exponents)
     shown = [name for name in law.exponents if name in published]
     paper = "; ".join(published_text(name, published).rsplit(" (", 1)[0] for name in shown)
     papers = ", ".join(dict.fromkeys(published[name][2] for name in shown))
-    fig.suptitle(
+    return (
         f"{title}: {law.equation} fitted on log loss\nmeasured "
         f"({int(boot['confidence'] * 100)}% bootstrap interval): {measured}"
-        + (f"\npaper ({papers}): {paper}" if paper else ""),
-        fontsize=10,
+        + (f"\npaper ({papers}): {paper}" if paper else "")
     )
+
+
+def plot_scaling_fit(
+    record: dict, samples: pd.DataFrame, title: str = "", published: dict | None = None
+):
+    """Three panels: loss against depth (or N) with every other term held at its reference value,
+    residuals of log loss, and the bootstrap distribution of the depth (or N) exponent.
+    `published`: {exponent: (value, spread or None, source)} drawn beside the measurement."""
+    published = published or {}
+    law = LAWS[record["law"]]
+    points = pd.DataFrame(record["points"])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    _collapse_panel(fig, axes[0], record, law, points, published)
+    _residual_panel(axes[1], record, points)
+    _bootstrap_panel(axes[2], record, samples, FOCUS[law.name][2], published)
+    fig.suptitle(_suptitle(record, law, title, published), fontsize=10)
     fig.tight_layout()
     return fig
