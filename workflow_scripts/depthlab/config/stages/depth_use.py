@@ -26,38 +26,79 @@ from .analysis import text_set_texts
 DEPTH_USE_FIGURES = ("skip_effects", "output_effect", "depth_score", "linear_maps")
 
 
+# The skip and linear-map settings every job passes on as given (per_model may override skip's)
+SKIP_SETTINGS = (
+    "max_samples",
+    "max_length",
+    "batch_size",
+    "variants",
+    "layers",
+    "no_skip_front",
+    "future_positions",
+    "future_min_position",
+    "max_rows",
+)
+LINEAR_MAP_SETTINGS = (
+    "max_documents",
+    "max_length",
+    "batch_size",
+    "skip_first",
+    "val_fraction",
+    "test_fraction",
+    "alphas",
+    "max_memory_mb",
+    "error",
+)
+
+
 def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
     depth_use = resolved.config.get("depth_use")
     if not depth_use:
         return
-    from ...problem_sets import validate_problem_settings
-    from ...stage_settings import validate_intervention_settings, validate_linear_map_settings
+    require_resources(resolved.config, "depth_use")
+    problems = _add_problems(resolved, depth_use["problems"], base_dir)
+    skip_folders = _add_skip_interventions(resolved, depth_use, bool(problems), base_dir)
+    map_folders = _add_linear_maps(resolved, depth_use, base_dir)
+    _add_depth_use_figures(resolved, skip_folders, map_folders)
 
-    paths, config = resolved.paths, resolved.config
-    require_resources(config, "depth_use")
-    problems = depth_use["problems"]
-    if problems:
-        library_check(validate_problem_settings, problems, "depth_use.problems")
-        problems = copy.deepcopy(problems)
-        local_datasets = []
-        for family, settings in problems["families"].items():
-            dataset = settings.get("dataset") or {}
-            if dataset.get("source") == "jsonl":  # a local dataset file, found as text sets are
-                dataset["path"] = local_file(
-                    dataset["path"], base_dir, f"depth_use.problems.families.{family}.dataset.path"
-                )
-                local_datasets.append(dataset["path"])  # an edited file rebuilds the set
-        resolved.add(
-            "make_problems",
-            "problems",
-            {"out": paths.problems, "seed": config["seed"], **problems},
-            outputs=[paths.problems],
-            inputs={"datasets": local_datasets},
-        )
+
+def _add_problems(resolved: Resolved, problems: dict, base_dir: Path) -> dict:
+    """make_problems, when the config asks for problems; returns the problems section as the
+    job gets it (local dataset paths resolved)."""
+    if not problems:
+        return problems
+    from ...problem_sets import validate_problem_settings
+
+    library_check(validate_problem_settings, problems, "depth_use.problems")
+    problems = copy.deepcopy(problems)
+    local_datasets = []
+    for family, settings in problems["families"].items():
+        dataset = settings.get("dataset") or {}
+        if dataset.get("source") == "jsonl":  # a local dataset file, found as text sets are
+            dataset["path"] = local_file(
+                dataset["path"], base_dir, f"depth_use.problems.families.{family}.dataset.path"
+            )
+            local_datasets.append(dataset["path"])  # an edited file rebuilds the set
+    resolved.add(
+        "make_problems",
+        "problems",
+        {"out": resolved.paths.problems, "seed": resolved.config["seed"], **problems},
+        outputs=[resolved.paths.problems],
+        inputs={"datasets": local_datasets},
+    )
+    return problems
+
+
+def _add_skip_interventions(
+    resolved: Resolved, depth_use: dict, has_problems: bool, base_dir: Path
+) -> list:
+    """One skip_interventions job per skipped or depth-scored model; returns their folders."""
+    from ...stage_settings import validate_intervention_settings
+
     skip, score = depth_use["skip"], depth_use["depth_score"]
     skip_models = declared_models(resolved, skip["models"], "depth_use.skip.models")
     score_models = declared_models(resolved, score["models"], "depth_use.depth_score.models")
-    if score_models and not problems:
+    if score_models and not has_problems:
         raise ConfigError(
             "depth_use.depth_score.models: a depth score needs problems (depth_use.problems)"
         )
@@ -75,24 +116,7 @@ def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
             if name in skip_models
             else f"depth_use.depth_score.models[{score_models.index(name)}]"
         )
-        settings = {
-            **{
-                k: skip[k]
-                for k in (
-                    "max_samples",
-                    "max_length",
-                    "batch_size",
-                    "variants",
-                    "layers",
-                    "no_skip_front",
-                    "future_positions",
-                    "future_min_position",
-                    "max_rows",
-                )
-            },
-            **overrides.of(name),
-        }
-        scored = name in score_models
+        settings = {**{k: skip[k] for k in SKIP_SETTINGS}, **overrides.of(name)}
         library_check(
             validate_intervention_settings,
             {**settings, "depth_score_variant": score["variant"]},
@@ -105,40 +129,58 @@ def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
             settings["max_length"],
             overrides.key(name, "max_length"),
         )
-        texts = text_set_texts(
-            resolved, skip["text_set"], base_dir, "depth_use.skip.text_set", model=name
-        )
-        model = resolved.models[name]
-        out = paths.skip(name)
-        skip_folders.append(out)
-        resolved.add(
-            "skip_interventions",
-            name,
-            {
-                "model_name": name,
-                "model_path": model_location(resolved, name),
-                "revision": model.get("revision"),
-                "out": out,
-                "texts": texts,
-                "text_field": (config.get("analysis") or {}).get("text_field", "text"),
-                "text_set": skip["text_set"],
-                **settings,
-                "seed": config["seed"],
-                "problems": f"{paths.problems}/problems.jsonl" if scored else None,
-                "add_special_tokens": reads_special_tokens(model),
-                "depth_score_variant": score["variant"],
-                "prepend_bos": score["prepend_bos"],
-                "bootstrap": score["bootstrap"],
-                "dtype": model.get("dtype", depth_use["dtype"]),
-                "device": depth_use["device"],
-            },
-            outputs=[out],
-            inputs={
-                "model": resolved.model_inputs(name),
-                "texts": [texts["input"]] if texts["input"] else [],
-                "problems": [paths.problems] if scored else [],
-            },
-        )
+        skip_folders.append(_add_skip_job(resolved, name, settings, name in score_models, base_dir))
+    return skip_folders
+
+
+def _add_skip_job(
+    resolved: Resolved, name: str, settings: dict, scored: bool, base_dir: Path
+) -> str:
+    """One model's skip_interventions job (with the depth score when `scored`); returns its
+    folder."""
+    paths, config = resolved.paths, resolved.config
+    depth_use = config["depth_use"]
+    skip, score = depth_use["skip"], depth_use["depth_score"]
+    texts = text_set_texts(
+        resolved, skip["text_set"], base_dir, "depth_use.skip.text_set", model=name
+    )
+    model = resolved.models[name]
+    out = paths.skip(name)
+    resolved.add(
+        "skip_interventions",
+        name,
+        {
+            "model_name": name,
+            "model_path": model_location(resolved, name),
+            "revision": model.get("revision"),
+            "out": out,
+            "texts": texts,
+            "text_field": (config.get("analysis") or {}).get("text_field", "text"),
+            "text_set": skip["text_set"],
+            **settings,
+            "seed": config["seed"],
+            "problems": f"{paths.problems}/problems.jsonl" if scored else None,
+            "add_special_tokens": reads_special_tokens(model),
+            "depth_score_variant": score["variant"],
+            "prepend_bos": score["prepend_bos"],
+            "bootstrap": score["bootstrap"],
+            "dtype": model.get("dtype", depth_use["dtype"]),
+            "device": depth_use["device"],
+        },
+        outputs=[out],
+        inputs={
+            "model": resolved.model_inputs(name),
+            "texts": [texts["input"]] if texts["input"] else [],
+            "problems": [paths.problems] if scored else [],
+        },
+    )
+    return out
+
+
+def _add_linear_maps(resolved: Resolved, depth_use: dict, base_dir: Path) -> list:
+    """One linear_maps job per (seeded) pair; returns their folders."""
+    from ...stage_settings import validate_linear_map_settings
+
     maps = depth_use["linear_maps"]
     library_check(validate_linear_map_settings, maps, "depth_use.linear_maps")
     map_folders = []
@@ -151,58 +193,60 @@ def resolve_depth_use(resolved: Resolved, base_dir: Path) -> None:
             check_positions(
                 resolved, ends[end], maps["max_length"], "depth_use.linear_maps.max_length"
             )
-        texts = text_set_texts(
-            resolved,
-            maps["text_set"],
-            base_dir,
-            "depth_use.linear_maps.text_set",
-            model=ends["source"],
-        )
-        out = paths.linear_map(pair)
-        map_folders.append(out)
-        source, target = resolved.models[ends["source"]], resolved.models[ends["target"]]
-        resolved.add(
-            "linear_maps",
-            pair,
-            {
-                "pair": pair,
-                "source_name": ends["source"],
-                "source_path": model_location(resolved, ends["source"]),
-                "target_name": ends["target"],
-                "target_path": model_location(resolved, ends["target"]),
-                "source_revision": source.get("revision"),
-                "target_revision": target.get("revision"),
-                "out": out,
-                "texts": texts,
-                "text_field": (config.get("analysis") or {}).get("text_field", "text"),
-                "add_special_tokens": reads_special_tokens(source),
-                "target_add_special_tokens": reads_special_tokens(target),
-                "alignment": alignment,
-                **{
-                    k: maps[k]
-                    for k in (
-                        "max_documents",
-                        "max_length",
-                        "batch_size",
-                        "skip_first",
-                        "val_fraction",
-                        "test_fraction",
-                        "alphas",
-                        "max_memory_mb",
-                        "error",
-                    )
-                },
-                "dtype": depth_use["dtype"],
-                "device": depth_use["device"],
-            },
-            outputs=[out],
-            inputs={
-                "models": resolved.model_inputs(ends["source"])
-                + resolved.model_inputs(ends["target"]),
-                "texts": [texts["input"]] if texts["input"] else [],
-            },
-        )
-    fmt = config["figures"]["format"]
+        map_folders.append(_add_linear_map_job(resolved, pair, ends, alignment, base_dir))
+    return map_folders
+
+
+def _add_linear_map_job(
+    resolved: Resolved, pair: str, ends: dict, alignment: str, base_dir: Path
+) -> str:
+    """One pair's linear_maps job; returns its folder."""
+    paths, config = resolved.paths, resolved.config
+    depth_use = config["depth_use"]
+    maps = depth_use["linear_maps"]
+    texts = text_set_texts(
+        resolved,
+        maps["text_set"],
+        base_dir,
+        "depth_use.linear_maps.text_set",
+        model=ends["source"],
+    )
+    out = paths.linear_map(pair)
+    source, target = resolved.models[ends["source"]], resolved.models[ends["target"]]
+    resolved.add(
+        "linear_maps",
+        pair,
+        {
+            "pair": pair,
+            "source_name": ends["source"],
+            "source_path": model_location(resolved, ends["source"]),
+            "target_name": ends["target"],
+            "target_path": model_location(resolved, ends["target"]),
+            "source_revision": source.get("revision"),
+            "target_revision": target.get("revision"),
+            "out": out,
+            "texts": texts,
+            "text_field": (config.get("analysis") or {}).get("text_field", "text"),
+            "add_special_tokens": reads_special_tokens(source),
+            "target_add_special_tokens": reads_special_tokens(target),
+            "alignment": alignment,
+            **{k: maps[k] for k in LINEAR_MAP_SETTINGS},
+            "dtype": depth_use["dtype"],
+            "device": depth_use["device"],
+        },
+        outputs=[out],
+        inputs={
+            "models": resolved.model_inputs(ends["source"]) + resolved.model_inputs(ends["target"]),
+            "texts": [texts["input"]] if texts["input"] else [],
+        },
+    )
+    return out
+
+
+def _add_depth_use_figures(resolved: Resolved, skip_folders: list, map_folders: list) -> None:
+    """plot_depth_use: the figures over every skip and linear-map folder."""
+    paths = resolved.paths
+    fmt = resolved.config["figures"]["format"]
     figures = {figure: paths.figure(f"depth_use/{figure}", fmt) for figure in DEPTH_USE_FIGURES}
     resolved.add(
         "plot_depth_use",

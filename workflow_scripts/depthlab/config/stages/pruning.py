@@ -43,14 +43,26 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
     pruning = resolved.config.get("pruning")
     if not pruning:
         return
-    from ...lm_tasks import MAX_TOKENS_PER_WORD, validate_task_names, validate_task_settings
-    from ...stage_settings import (
-        check_loss_tokens,
-        validate_auto_depth_settings,
-        validate_pruning_settings,
+    _check_pruning_section(resolved.config, pruning)
+    names = declared_models(resolved, pruning["models"], "pruning.models")
+    _add_lm_tasks(resolved, pruning["tasks"])
+    shared = _shared_settings(pruning)
+    overrides = ModelOverrides(
+        resolved, "pruning", pruning.get("per_model") or {}, names, "pruning.models"
     )
+    for index, name in enumerate(names):
+        key = f"pruning.models[{index}]"
+        settings = merge(shared, overrides.of(name))
+        _check_pruned_model(resolved, name, key, settings, overrides)
+        _add_model_jobs(resolved, name, settings)
+    _add_pruning_figures(resolved, names)
 
-    paths, config = resolved.paths, resolved.config
+
+def _check_pruning_section(config: dict, pruning: dict) -> None:
+    """The checks of the section as a whole: its resources, task set and auto-depth choice."""
+    from ...lm_tasks import validate_task_names, validate_task_settings
+    from ...stage_settings import validate_auto_depth_settings
+
     require_resources(config, "pruning")
     tasks = pruning["tasks"]
     library_check(validate_task_settings, tasks, "pruning.tasks")
@@ -60,9 +72,11 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
             validate_task_names, lm_eval["tasks"], tasks["kinds"], "pruning.lm_eval.tasks"
         )
     library_check(validate_auto_depth_settings, pruning, "pruning")
-    names = declared_models(resolved, pruning["models"], "pruning.models")
-    text_set = pruning["text_set"]
-    analysis_jobs = resolved.jobs("analyse_model")
+
+
+def _add_lm_tasks(resolved: Resolved, tasks: dict) -> None:
+    """build_lm_tasks: the LM task set every pruned model is scored on."""
+    paths = resolved.paths
     resolved.add(
         "build_lm_tasks",
         "tasks",
@@ -74,10 +88,15 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
                 key: tasks[key]
                 for key in ("kinds", "examples", "words", "context_tokens", "max_per_document")
             },
-            "seed": config["seed"],
+            "seed": resolved.config["seed"],
         },
         outputs=[paths.lm_tasks],
     )
+
+
+def _shared_settings(pruning: dict) -> dict:
+    """The measurement settings every prune_model job starts from (before per_model)."""
+    lm_eval = pruning["lm_eval"]
     shared = {key: pruning[key] for key in PRUNING_SETTINGS}
     shared["lm_eval"] = {k: v for k, v in lm_eval.items() if k != "metric"}
     # optional: omitted means null (config/schema.yaml), no greedy cap; val.loss_tokens likewise
@@ -87,136 +106,158 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
     shared["retokenize"] = {**RETOKENIZE_DEFAULT, **(pruning.get("retokenize") or {})}
     if lm_eval["n_grid"] == "inherit":  # the job gets the grid itself (null: every n)
         shared["lm_eval"]["n_grid"] = pruning["n_grid"]
-    overrides = ModelOverrides(
-        resolved, "pruning", pruning.get("per_model") or {}, names, "pruning.models"
+    return shared
+
+
+def _check_pruned_model(
+    resolved: Resolved, name: str, key: str, settings: dict, overrides: ModelOverrides
+) -> None:
+    """One pruned model's checks: an LM head, the run's corpus, positions for every sequence
+    its measurements score, the grids against its depth and the analysis the angular choice
+    reads."""
+    from ...stage_settings import check_loss_tokens, validate_pruning_settings
+
+    if not has_lm_head(resolved, name):
+        raise ConfigError(
+            f"{key}: model '{name}' has no LM head (a bare encoder); layer "
+            f"removal is scored by validation loss and lm-eval, which need one"
+        )
+    if name not in corpus_models(resolved):
+        raise ConfigError(
+            f"{key}: model '{name}' is not trained on the run's corpus, which "
+            f"the validation loss and tasks are built from"
+        )
+    model = resolved.models[name]
+    if model["kind"] == "pretrain":
+        _check_task_length(resolved.config["pruning"]["tasks"], model, name)
+    check_positions(
+        resolved, name, settings["val"]["seq_len"], overrides.key(name, "val", "seq_len")
     )
-    for index, name in enumerate(names):
-        key = f"pruning.models[{index}]"
-        settings = merge(shared, overrides.of(name))
-        if not has_lm_head(resolved, name):
-            raise ConfigError(
-                f"{key}: model '{name}' has no LM head (a bare encoder); layer "
-                f"removal is scored by validation loss and lm-eval, which need one"
-            )
-        if name not in corpus_models(resolved):
-            raise ConfigError(
-                f"{key}: model '{name}' is not trained on the run's corpus, which "
-                f"the validation loss and tasks are built from"
-            )
-        model = resolved.models[name]
-        if model["kind"] == "pretrain":
-            widest = max(tasks["kinds"], key=lambda kind: tasks["words"].get(kind, 1))
-            words = tasks["words"].get(widest, 1)
-            longest = tasks["context_tokens"] + MAX_TOKENS_PER_WORD * words
-            if longest > model["train"]["seq_len"]:
-                raise ConfigError(
-                    f"pruning.tasks.context_tokens: {tasks['context_tokens']} context tokens plus "
-                    f"a choice of up to {longest - tasks['context_tokens']} tokens exceed the "
-                    f"{model['train']['seq_len']} positions '{name}' was trained on (the "
-                    f"choice: pruning.tasks.words.{widest}, {words} words)"
-                )
+    library_check(
+        check_loss_tokens,
+        settings["val"],
+        overrides.key(name, "val", "loss_tokens"),
+        overrides.key(name, "val", "seq_len"),
+    )
+    if settings["healing"]["enabled"]:
         check_positions(
-            resolved, name, settings["val"]["seq_len"], overrides.key(name, "val", "seq_len")
+            resolved,
+            name,
+            settings["healing"].get("seq_len", 0),
+            overrides.key(name, "healing", "seq_len"),
         )
-        library_check(
-            check_loss_tokens,
-            settings["val"],
-            overrides.key(name, "val", "loss_tokens"),
-            overrides.key(name, "val", "seq_len"),
+    if settings["speed"]["enabled"]:
+        speed = settings["speed"]
+        check_positions(
+            resolved,
+            name,
+            speed.get("prompt_length", 0) + speed.get("new_tokens", 0),
+            overrides.key(name, "speed", "new_tokens"),
         )
-        if settings["healing"]["enabled"]:
-            check_positions(
-                resolved,
-                name,
-                settings["healing"].get("seq_len", 0),
-                overrides.key(name, "healing", "seq_len"),
-            )
-        if settings["speed"]["enabled"]:
-            speed = settings["speed"]
-            check_positions(
-                resolved,
-                name,
-                speed.get("prompt_length", 0) + speed.get("new_tokens", 0),
-                overrides.key(name, "speed", "new_tokens"),
-            )
-        layers = model_layers(resolved, name, key)
-        if layers is not None:
-            library_check(validate_pruning_settings, settings, layers, "pruning")
-        if f"{text_set}/{name}" not in analysis_jobs:
-            raise ConfigError(
-                f"{key}: the angular block choice needs the analysis of '{name}' "
-                f"on text set '{text_set}' (pruning.text_set); add it to "
-                f"analysis.models / analysis.text_sets"
-            )
-        out = paths.pruning(name)
-        if model["kind"] == "pretrain":
-            # it reads the run's own ids: the re-encoding caps cannot change its job
-            settings = {k: v for k, v in settings.items() if k != "retokenize"}
+    layers = model_layers(resolved, name, key)
+    if layers is not None:
+        library_check(validate_pruning_settings, settings, layers, "pruning")
+    text_set = resolved.config["pruning"]["text_set"]
+    if f"{text_set}/{name}" not in resolved.jobs("analyse_model"):
+        raise ConfigError(
+            f"{key}: the angular block choice needs the analysis of '{name}' "
+            f"on text set '{text_set}' (pruning.text_set); add it to "
+            f"analysis.models / analysis.text_sets"
+        )
+
+
+def _check_task_length(tasks: dict, model: dict, name: str) -> None:
+    """A model trained here must hold the longest task: its context plus the widest choice."""
+    from ...lm_tasks import MAX_TOKENS_PER_WORD
+
+    widest = max(tasks["kinds"], key=lambda kind: tasks["words"].get(kind, 1))
+    words = tasks["words"].get(widest, 1)
+    longest = tasks["context_tokens"] + MAX_TOKENS_PER_WORD * words
+    if longest > model["train"]["seq_len"]:
+        raise ConfigError(
+            f"pruning.tasks.context_tokens: {tasks['context_tokens']} context tokens plus "
+            f"a choice of up to {longest - tasks['context_tokens']} tokens exceed the "
+            f"{model['train']['seq_len']} positions '{name}' was trained on (the "
+            f"choice: pruning.tasks.words.{widest}, {words} words)"
+        )
+
+
+def _add_model_jobs(resolved: Resolved, name: str, settings: dict) -> None:
+    """One model's jobs: prune_model (the measurements), choose_depth and, when the config
+    exports, export_pruned."""
+    paths, config = resolved.paths, resolved.config
+    pruning, text_set = config["pruning"], config["pruning"]["text_set"]
+    model = resolved.models[name]
+    out = paths.pruning(name)
+    if model["kind"] == "pretrain":
+        # it reads the run's own ids: the re-encoding caps cannot change its job
+        settings = {k: v for k, v in settings.items() if k != "retokenize"}
+    resolved.add(
+        "prune_model",
+        name,
+        {
+            "model_name": name,
+            "model_kind": model["kind"],
+            "model": model_location(resolved, name),
+            "analysis": paths.analysis(text_set, name),
+            "data": paths.data,
+            "tasks": paths.lm_tasks,
+            "datasets_cache": paths.datasets_cache(name),
+            "out": out,
+            "seed": config["seed"],
+            **settings,
+            "revision": model.get("revision"),
+            "dtype": model.get("dtype", settings["dtype"]),
+            # healing's curves; without healing the tracking settings cannot change the job
+            **({"tracking": tracking_settings(config)} if settings["healing"]["enabled"] else {}),
+        },
+        outputs=[out, paths.datasets_cache(name)],
+        inputs={
+            "model": resolved.model_inputs(name),
+            "analysis": [paths.analysis(text_set, name)],
+            "data": [paths.data],
+            "tasks": [paths.lm_tasks],
+        },
+    )
+    resolved.add(
+        "choose_depth",
+        name,
+        {
+            "model_name": name,
+            "pruning": out,
+            "auto_depth": pruning["auto_depth"],
+            "metric": pruning["lm_eval"]["metric"],
+            "out": paths.auto_depth(name),
+        },
+        outputs=[paths.auto_depth(name)],
+        inputs={"pruning": [out]},
+    )
+    if pruning["export"]:
         resolved.add(
-            "prune_model",
+            "export_pruned",
             name,
             {
                 "model_name": name,
-                "model_kind": model["kind"],
                 "model": model_location(resolved, name),
-                "analysis": paths.analysis(text_set, name),
-                "data": paths.data,
-                "tasks": paths.lm_tasks,
-                "datasets_cache": paths.datasets_cache(name),
-                "out": out,
-                "seed": config["seed"],
-                **settings,
                 "revision": model.get("revision"),
                 "dtype": model.get("dtype", settings["dtype"]),
-                # healing's curves; without healing the tracking settings cannot change the job
-                **(
-                    {"tracking": tracking_settings(config)}
-                    if settings["healing"]["enabled"]
-                    else {}
-                ),
+                "pruning": out,
+                "auto_depth": paths.auto_depth(name),
+                "export": pruning["export"],
+                "out": paths.pruned_models(name),
             },
-            outputs=[out, paths.datasets_cache(name)],
+            outputs=[paths.pruned_models(name)],
             inputs={
                 "model": resolved.model_inputs(name),
-                "analysis": [paths.analysis(text_set, name)],
-                "data": [paths.data],
-                "tasks": [paths.lm_tasks],
+                "pruning": [out],
+                "auto_depth": [paths.auto_depth(name)],
             },
         )
-        resolved.add(
-            "choose_depth",
-            name,
-            {
-                "model_name": name,
-                "pruning": out,
-                "auto_depth": pruning["auto_depth"],
-                "metric": lm_eval["metric"],
-                "out": paths.auto_depth(name),
-            },
-            outputs=[paths.auto_depth(name)],
-            inputs={"pruning": [out]},
-        )
-        if pruning["export"]:
-            resolved.add(
-                "export_pruned",
-                name,
-                {
-                    "model_name": name,
-                    "model": model_location(resolved, name),
-                    "revision": model.get("revision"),
-                    "dtype": model.get("dtype", settings["dtype"]),
-                    "pruning": out,
-                    "auto_depth": paths.auto_depth(name),
-                    "export": pruning["export"],
-                    "out": paths.pruned_models(name),
-                },
-                outputs=[paths.pruned_models(name)],
-                inputs={
-                    "model": resolved.model_inputs(name),
-                    "pruning": [out],
-                    "auto_depth": [paths.auto_depth(name)],
-                },
-            )
+
+
+def _add_pruning_figures(resolved: Resolved, names: list) -> None:
+    """plot_pruning: the figures over every pruned model."""
+    paths, config = resolved.paths, resolved.config
     fmt = config["figures"]["format"]
     figures = {figure: paths.figure(f"pruning/{figure}", fmt) for figure in PRUNING_FIGURES}
     resolved.add(
@@ -225,7 +266,7 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
         {
             "prunings": {name: paths.pruning(name) for name in names},
             "labels": {name: _seeded_label(resolved.models[name], name) for name in names},
-            "metric": lm_eval["metric"],
+            "metric": config["pruning"]["lm_eval"]["metric"],
             "chance": 0.25,
             "run_name": config["run_name"],
             "figures": figures,
