@@ -13,9 +13,11 @@ validation split from `--adamw-lrs` (the time of every tried learning rate count
 a sweep; with one learning rate only that one run is timed).
 
 Default pair: the default run's depth_width_l4_m96 -> depth_width_l16_m96 on its val.jsonl when
-they exist, else two random-weight pre-LN models (4 and 16 layers, width 96) on random tokens.
+they exist, else (or with --random) two random-weight pre-LN models (4 and 16 layers, width 96)
+on random tokens. --source, --target and --texts replace the default run's paths; a path given
+that does not exist is an error, never a fall-back to the random pair.
 
-    python bench/bench_linear_maps.py [--source DIR --target DIR --texts val.jsonl]
+    python bench/bench_linear_maps.py [--source DIR --target DIR --texts val.jsonl | --random]
         [--documents 290] [--adamw-steps 300] [--adamw-lrs 3e-3] [--threads 1]
 """
 
@@ -33,18 +35,51 @@ sys.path.insert(0, str(ROOT / "workflow_scripts"))
 DEFAULT_RUN = ROOT / "results" / "default"
 
 
-def cached_states(args):
-    """{split: (source states (L_a+1, n, d), target states (L_b+1, n, d))}, float32."""
+DEFAULT_INPUTS = {
+    "source": DEFAULT_RUN / "models" / "depth_width_l4_m96",
+    "target": DEFAULT_RUN / "models" / "depth_width_l16_m96",
+    "texts": DEFAULT_RUN / "data" / "val.jsonl",
+}
+
+
+def inputs(args, parser) -> dict | None:
+    """{source, target, texts} paths, or None for the random-weight pair. A path given on the
+    command line must exist (a typo would otherwise benchmark random models without a word);
+    the default run's are used when all three exist, unless --random."""
+    given = {name: getattr(args, name) for name in DEFAULT_INPUTS if getattr(args, name)}
+    if args.random:
+        if given:
+            parser.error(f"--random takes no --{', --'.join(given)}")
+        return None
+    paths = {name: Path(given.get(name, default)) for name, default in DEFAULT_INPUTS.items()}
+    missing = [
+        name
+        for name, path in paths.items()
+        if not (path.is_file() if name == "texts" else path.is_dir())
+    ]
+    if given:
+        for name in sorted(missing, key=lambda name: name not in given):  # given ones first
+            what = "file" if name == "texts" else "model folder"
+            if name in given:
+                parser.error(f"--{name}: {paths[name]} is not a {what}")
+            parser.error(
+                f"--{name}: not given, and the default run's {paths[name]} is not a {what}"
+            )
+        return paths
+    return None if missing else paths
+
+
+def cached_states(args, paths):
+    """{split: (source states (L_a+1, n, d), target states (L_b+1, n, d))}, float32, of the
+    models and texts of `paths` (None: the random-weight pair on random tokens)."""
     import torch
     from depthlab.architectures import adapt, load_model, load_tokenizer
     from depthlab.data import iter_jsonl_texts
     from depthlab.linear_maps import split_of, stream_states
     from depthlab.residual_stream import iter_token_batches
 
-    source = args.source or DEFAULT_RUN / "models" / "depth_width_l4_m96"
-    target = args.target or DEFAULT_RUN / "models" / "depth_width_l16_m96"
-    texts = args.texts or DEFAULT_RUN / "data" / "val.jsonl"
-    if Path(source).is_dir() and Path(target).is_dir() and Path(texts).is_file():
+    if paths is not None:
+        source, target, texts = paths["source"], paths["target"], paths["texts"]
         models = [adapt(load_model(str(source))), adapt(load_model(str(target)))]
         tokenizer = load_tokenizer(str(source))
         documents = list(itertools.islice(iter_jsonl_texts(texts), args.documents))
@@ -145,9 +180,12 @@ def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--source")
-    parser.add_argument("--target")
-    parser.add_argument("--texts")
+    parser.add_argument("--source", help="model folder (default: the default run's)")
+    parser.add_argument("--target", help="model folder (default: the default run's)")
+    parser.add_argument("--texts", help="jsonl of texts (default: the default run's val.jsonl)")
+    parser.add_argument(
+        "--random", action="store_true", help="the random-weight pair, whatever is on disk"
+    )
     parser.add_argument("--documents", type=int, default=290)
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 1e-4, 1e-3, 1e-2, 1e-1])
     parser.add_argument("--adamw-steps", type=int, default=300)
@@ -155,12 +193,13 @@ def main():
     parser.add_argument("--adamw-batch", type=int, default=512)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    paths = inputs(args, parser)
 
     import numpy as np
     import torch
 
     torch.set_num_threads(args.threads)
-    states, names = cached_states(args)
+    states, names = cached_states(args, paths)
     tokens = {split: int(states[split][0].shape[1]) for split in states}
     start = time.perf_counter()
     closed = closed_form(states, args.alphas)

@@ -25,7 +25,9 @@ random token ids when the default run's outputs are absent.
         [--model DIR] [--texts val.jsonl] [--variants ...] [--batch-size 16] [--device cuda]
 
 --random LxW or --model benchmark one custom case instead (e.g. on a GPU, where batching, not
-arithmetic, is what the reference loop lacks).
+arithmetic, is what the reference loop lacks). A --model or --texts path that does not exist is
+an error, never a fall-back to a random model or random tokens; --texts needs --model (a random
+model has no tokenizer).
 """
 
 import argparse
@@ -246,6 +248,15 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    # a given path must exist: a typo would otherwise benchmark a random model without a word
+    if args.model and args.random:
+        parser.error("--model and --random: one custom case, give one of them")
+    if args.model and not Path(args.model).is_dir():
+        parser.error(f"--model: {args.model} is not a model folder")
+    if args.texts and not args.model:
+        parser.error("--texts needs --model (a random model reads random token ids)")
+    if args.texts and not Path(args.texts).is_file():
+        parser.error(f"--texts: {args.texts} is not a file")
 
     import torch
 

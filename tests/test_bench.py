@@ -5,14 +5,16 @@ The benchmarks are not imported by the workflow or by any other test, so nothing
 when a name they import moves or a signature changes. Each script runs as its users run it (a
 subprocess of this interpreter, one thread) with its own size options turned down to seconds; the
 test asserts it exits 0 and still prints the line(s) it exists for (the ratio, the comparison).
-The sizes make the printed numbers meaningless: only that they are printed is checked.
+The sizes make the timings meaningless: only that they are printed is checked; the differences
+between a fast path and its reference are not, and must be small (SMALL). A path given to a
+benchmark that does not exist is refused, naming it, before anything runs.
 compare_results.py runs on two tiny results folders built here: an equal pair (timing column
 aside) and one with a changed number. test_every_bench_script_has_a_smoke_case makes a new
 bench script without a case here fail.
 
 Left out for time: bench_analysis.py's memory part (--skip-memory: six fresh processes, ~40 s),
-the default-run inputs of bench_linear_maps.py and bench_skip_interventions.py (results/default/
-is forced absent or bypassed, so the random-weight fallbacks run whatever is on disk).
+the default-run inputs of bench_linear_maps.py and bench_skip_interventions.py (--random: the
+random-weight models run whatever results/default/ holds).
 """
 
 import os
@@ -28,8 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 NUMBER = r"-?\d+(\.\d+)?(e[-+]\d+)?"
 
-# script[:case]: (arguments, regexes each of which must match a whole line of the output);
-# "{absent}" in an argument is a path that does not exist
+# script[:case]: (arguments, regexes each of which must match a whole line of the output)
 SMOKE = {
     "bench_pretrain_throughput.py": (
         ["--steps", "2", "--repeats", "1"],
@@ -66,9 +67,8 @@ SMOKE = {
         ],
     ),
     "bench_linear_maps.py": (
-        # an absent texts file: the random-weight pair, even where results/default/ exists
-        ["--texts", "{absent}", "--alphas", "0", "1e-2", "--adamw-steps", "2"]
-        + ["--adamw-batch", "64"],
+        # --random: the random-weight pair, even where results/default/ exists
+        ["--random", "--alphas", "0", "1e-2", "--adamw-steps", "2", "--adamw-batch", "64"],
         [
             rf"closed form \(alphas .*\): {NUMBER} s, mean held-out relative error {NUMBER}",
             rf"AdamW per pair .*: {NUMBER} s, mean held-out relative error {NUMBER}",
@@ -108,6 +108,22 @@ SMOKE = {
     ),
 }
 COMPARE = "compare_results.py"  # its own tests below: it needs two results folders
+# case: (a regex of one output line whose group "value" is a fast path's difference from its
+# reference, the largest allowed). The sweep's losses (~8.4 nats) repeat a rebuilt copy's layer
+# calls: 0.0 measured, 1e-5 is the bench's own 1e-6 relative, a wrong removal set moves a loss by
+# far more. The batched skip effects are float32 sums in another order than the one-prompt
+# loop: 6e-7 measured (relative); a wrong position or layer is O(1), bf16 arithmetic ~1e-2.
+SMALL = {
+    "bench_pruning_sweep.py": (
+        rf"distinct removal sets: \d+; .*\(max \|diff\| (?P<value>{NUMBER})\)",
+        1e-5,
+    ),
+    "bench_skip_interventions.py": (
+        rf"\[custom\] largest relative difference of the effects \(float32\): "
+        rf"(?P<value>{NUMBER})",
+        1e-4,
+    ),
+}
 
 
 def run_bench(script: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -136,10 +152,47 @@ def test_every_bench_script_has_a_smoke_case():
 @pytest.mark.parametrize("case", sorted(SMOKE))
 def test_bench_script_runs(case, tmp_path):
     script, args, patterns = case.split(":")[0], *SMOKE[case]
-    args = [arg.replace("{absent}", str(tmp_path / "absent")) for arg in args]
     done = run_bench(script, args, tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     assert_lines(done.stdout, patterns)
+    if case in SMALL:
+        pattern, largest = SMALL[case]
+        values = [
+            float(match["value"])
+            for match in map(re.compile(pattern).fullmatch, done.stdout.splitlines())
+            if match
+        ]
+        assert values and max(values) <= largest, (pattern, values, done.stdout[-4000:])
+
+
+# case: (script, arguments, the option refused); "{absent}" is a path that does not exist,
+# "{folder}" one that does (the test's folder)
+MISSING_PATHS = {
+    "linear maps source": ("bench_linear_maps.py", ["--source", "{absent}"], "--source"),
+    "linear maps target": (
+        "bench_linear_maps.py",
+        ["--source", "{folder}", "--target", "{absent}"],
+        "--target",
+    ),
+    "linear maps texts": ("bench_linear_maps.py", ["--texts", "{absent}"], "--texts"),
+    "skip model": ("bench_skip_interventions.py", ["--model", "{absent}"], "--model"),
+    "skip texts": (
+        "bench_skip_interventions.py",
+        ["--model", "{folder}", "--texts", "{absent}"],
+        "--texts",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSING_PATHS))
+def test_a_given_path_that_does_not_exist_is_refused_naming_it(case, tmp_path):
+    # never a silent fall-back to random models: their numbers would pass for the asked ones
+    script, args, option = MISSING_PATHS[case]
+    absent = tmp_path / "absent" / "val.jsonl"
+    done = run_bench(script, [arg.format(absent=absent, folder=tmp_path) for arg in args], tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr  # argparse's usage error
+    assert f"error: {option}: {absent} is not a" in done.stderr, done.stderr
+    assert done.stdout == ""
 
 
 def results_folder(root: Path) -> Path:
