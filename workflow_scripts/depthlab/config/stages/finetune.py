@@ -57,49 +57,72 @@ def resolve_finetune(resolved: Resolved) -> None:
     settings = resolved.config.get("finetune")
     if not settings or not settings["models"]:
         return
-    from ...lm_tasks import MAX_TOKENS_PER_WORD, validate_task_names, validate_task_settings
-
-    config, paths = resolved.config, resolved.paths
-    require_resources(config, "finetune")
-    data, train, lm_eval = settings["data"], settings["train"], settings["lm_eval"]
+    require_resources(resolved.config, "finetune")
+    train = settings["train"]
     if train["method"] == "lora" and not settings.get("lora"):
         raise ConfigError("finetune.lora: required with finetune.train.method lora")
-    tasks_dir = None
+    tasks_dir = _check_finetune_data(resolved, settings)
+    names = _finetuned_parents(resolved, settings)
+    data_dir = _add_finetune_data(resolved, settings["data"])
+    train_spec = {key: train[key] for key in FINETUNE_SETTINGS_KEYS}
+    train_spec["lora"] = settings.get("lora") if train["method"] == "lora" else None
+    progress_every = tracking_settings(resolved.config)["progress_every"]
+    labels = {}
+    for parent in names:
+        labels[parent] = resolved.models[parent].get("norm_scheme", parent)
+        finetuned = _add_finetuned_models(resolved, parent, train_spec, progress_every, data_dir)
+        _add_evaluation(resolved, parent, finetuned, tasks_dir, data_dir)
+    _add_finetune_figure(resolved, names, labels)
+
+
+def _check_finetune_data(resolved: Resolved, settings: dict) -> str | None:
+    """The data source's checks; returns the offline task folder the evaluation reads (None for
+    a hf_dataset source, which builds none)."""
+    data, lm_eval = settings["data"], settings["lm_eval"]
     if data["source"] == "tasks":
-        tasks = data["tasks"]
-        # the schema checks the values of train_examples / eval_examples, here one per kind
-        # (validate_task_settings would name its own `examples` key); the rest as
-        # build_lm_tasks does
-        for field in ("train_examples", "eval_examples"):
-            for kind in tasks["kinds"]:
-                if kind not in tasks[field]:
-                    raise ConfigError(
-                        f"finetune.data.tasks.{field}.{kind}: required for each task of "
-                        f"finetune.data.tasks.kinds"
-                    )
-        library_check(
-            validate_task_settings,
-            {**tasks, "examples": tasks["train_examples"]},
-            "finetune.data.tasks",
-        )
-        library_check(
-            validate_task_names, lm_eval["tasks"], tasks["kinds"], "finetune.lm_eval.tasks"
-        )
-        widest = max(tasks["kinds"], key=lambda kind: tasks["words"][kind])
-        longest = tasks["context_tokens"] + MAX_TOKENS_PER_WORD * tasks["words"][widest]
-        if longest > train["seq_len"]:
-            raise ConfigError(
-                f"finetune.train.seq_len: {train['seq_len']} tokens cannot hold "
-                f"finetune.data.tasks.context_tokens {tasks['context_tokens']} plus a choice of up "
-                f"to {longest - tasks['context_tokens']} tokens (the choice: "
-                f"finetune.data.tasks.words.{widest}, {tasks['words'][widest]} words)"
-            )
-        tasks_dir = finetune_data_dir(resolved)
-    elif not lm_eval["harness_tasks"]:
+        _check_task_data(data["tasks"], lm_eval, settings["train"])
+        return finetune_data_dir(resolved)
+    if not lm_eval["harness_tasks"]:
         raise ConfigError(
             "finetune.lm_eval.harness_tasks: name lm-eval tasks to score on (a hf_dataset source "
             "builds no offline tasks)"
         )
+    return None
+
+
+def _check_task_data(tasks: dict, lm_eval: dict, train: dict) -> None:
+    """The task source's settings, its task names and its longest task against train.seq_len."""
+    from ...lm_tasks import MAX_TOKENS_PER_WORD, validate_task_names, validate_task_settings
+
+    # the schema checks the values of train_examples / eval_examples, here one per kind
+    # (validate_task_settings would name its own `examples` key); the rest as
+    # build_lm_tasks does
+    for field in ("train_examples", "eval_examples"):
+        for kind in tasks["kinds"]:
+            if kind not in tasks[field]:
+                raise ConfigError(
+                    f"finetune.data.tasks.{field}.{kind}: required for each task of "
+                    f"finetune.data.tasks.kinds"
+                )
+    library_check(
+        validate_task_settings,
+        {**tasks, "examples": tasks["train_examples"]},
+        "finetune.data.tasks",
+    )
+    library_check(validate_task_names, lm_eval["tasks"], tasks["kinds"], "finetune.lm_eval.tasks")
+    widest = max(tasks["kinds"], key=lambda kind: tasks["words"][kind])
+    longest = tasks["context_tokens"] + MAX_TOKENS_PER_WORD * tasks["words"][widest]
+    if longest > train["seq_len"]:
+        raise ConfigError(
+            f"finetune.train.seq_len: {train['seq_len']} tokens cannot hold "
+            f"finetune.data.tasks.context_tokens {tasks['context_tokens']} plus a choice of up "
+            f"to {longest - tasks['context_tokens']} tokens (the choice: "
+            f"finetune.data.tasks.words.{widest}, {tasks['words'][widest]} words)"
+        )
+
+
+def _finetuned_parents(resolved: Resolved, settings: dict) -> list:
+    """The declared parents, each a causal LM that holds train.seq_len positions."""
     names = declared_models(resolved, settings["models"], "finetune.models")
     for index, name in enumerate(names):
         if not has_lm_head(resolved, name):
@@ -107,8 +130,13 @@ def resolve_finetune(resolved: Resolved) -> None:
                 f"finetune.models[{index}]: model '{name}' has no LM head (a bare encoder); "
                 f"supervised fine-tuning trains and scores a causal LM"
             )
-        check_positions(resolved, name, train["seq_len"], "finetune.train.seq_len")
+        check_positions(resolved, name, settings["train"]["seq_len"], "finetune.train.seq_len")
+    return names
 
+
+def _add_finetune_data(resolved: Resolved, data: dict) -> str:
+    """build_finetune_data; returns its folder."""
+    paths = resolved.paths
     data_dir = finetune_data_dir(resolved)
     resolved.add(
         "build_finetune_data",
@@ -118,73 +146,88 @@ def resolve_finetune(resolved: Resolved) -> None:
             "data": paths.data,
             "tasks": data.get("tasks") if data["source"] == "tasks" else None,
             "hf_dataset": data.get("hf_dataset") if data["source"] == "hf_dataset" else None,
-            "seed": config["seed"],
+            "seed": resolved.config["seed"],
             "out": data_dir,
         },
         outputs=[data_dir],
         inputs={"data": [paths.data] if data["source"] == "tasks" else []},
     )
-    train_spec = {key: train[key] for key in FINETUNE_SETTINGS_KEYS}
-    train_spec["lora"] = settings.get("lora") if train["method"] == "lora" else None
-    progress_every = tracking_settings(config)["progress_every"]
-    labels = {}
-    for parent in names:
-        model = resolved.models[parent]
-        labels[parent] = model.get("norm_scheme", parent)
-        finetuned = {}
-        for seed in settings["seeds"]:
-            name = finetuned_name(parent, seed)
-            if name in resolved.models:
-                raise ConfigError(
-                    f"finetune.models: fine-tuned model name '{name}' is also a declared model"
-                )
-            out = finetuned_model_dir(resolved, name)
-            resolved.add(
-                "finetune_model",
-                name,
-                {
-                    "model_name": name,
-                    "parent_name": parent,
-                    "parent": model_location(resolved, parent),
-                    "revision": model.get("revision"),
-                    "data": data_dir,
-                    "train": train_spec,
-                    "seed": seed,
-                    "device": settings["device"],
-                    "progress_every": progress_every,
-                    "out": out,
-                    "state_dir": finetune_state_dir(resolved, name),
-                },
-                outputs=[out, finetune_state_dir(resolved, name)],
-                inputs={"parent": resolved.model_inputs(parent), "data": [data_dir]},
+    return data_dir
+
+
+def _add_finetuned_models(
+    resolved: Resolved, parent: str, train_spec: dict, progress_every: int, data_dir: str
+) -> dict:
+    """One finetune_model job per fine-tuning seed of `parent`; returns {name: {path, seed}}."""
+    settings = resolved.config["finetune"]
+    model = resolved.models[parent]
+    finetuned = {}
+    for seed in settings["seeds"]:
+        name = finetuned_name(parent, seed)
+        if name in resolved.models:
+            raise ConfigError(
+                f"finetune.models: fine-tuned model name '{name}' is also a declared model"
             )
-            finetuned[name] = {"path": out, "seed": seed}
-        out = finetune_eval_dir(resolved, parent)
+        out = finetuned_model_dir(resolved, name)
         resolved.add(
-            "evaluate_finetuned",
-            parent,
+            "finetune_model",
+            name,
             {
+                "model_name": name,
                 "parent_name": parent,
                 "parent": model_location(resolved, parent),
                 "revision": model.get("revision"),
-                "finetuned": finetuned,
-                "tasks": tasks_dir,
-                "lm_eval": lm_eval,
-                "datasets_cache": f"{finetune_root(resolved)}/.datasets_cache/{parent}",
-                "dtype": settings["dtype"],
+                "data": data_dir,
+                "train": train_spec,
+                "seed": seed,
                 "device": settings["device"],
-                "seed": config["seed"],
+                "progress_every": progress_every,
                 "out": out,
+                "state_dir": finetune_state_dir(resolved, name),
             },
-            outputs=[out],
-            inputs={
-                "parent": resolved.model_inputs(parent),
-                "finetuned": [entry["path"] for entry in finetuned.values()],
-                "data": [data_dir],
-            },
+            outputs=[out, finetune_state_dir(resolved, name)],
+            inputs={"parent": resolved.model_inputs(parent), "data": [data_dir]},
         )
-    fmt = config["figures"]["format"]
-    figure = paths.figure("finetuning", fmt)
+        finetuned[name] = {"path": out, "seed": seed}
+    return finetuned
+
+
+def _add_evaluation(
+    resolved: Resolved, parent: str, finetuned: dict, tasks_dir: str | None, data_dir: str
+) -> None:
+    """evaluate_finetuned: the parent and its fine-tuned models on the same tasks."""
+    settings = resolved.config["finetune"]
+    model = resolved.models[parent]
+    out = finetune_eval_dir(resolved, parent)
+    resolved.add(
+        "evaluate_finetuned",
+        parent,
+        {
+            "parent_name": parent,
+            "parent": model_location(resolved, parent),
+            "revision": model.get("revision"),
+            "finetuned": finetuned,
+            "tasks": tasks_dir,
+            "lm_eval": settings["lm_eval"],
+            "datasets_cache": f"{finetune_root(resolved)}/.datasets_cache/{parent}",
+            "dtype": settings["dtype"],
+            "device": settings["device"],
+            "seed": resolved.config["seed"],
+            "out": out,
+        },
+        outputs=[out],
+        inputs={
+            "parent": resolved.model_inputs(parent),
+            "finetuned": [entry["path"] for entry in finetuned.values()],
+            "data": [data_dir],
+        },
+    )
+
+
+def _add_finetune_figure(resolved: Resolved, names: list, labels: dict) -> None:
+    """plot_finetuning: every parent's scores before and after."""
+    config = resolved.config
+    figure = resolved.paths.figure("finetuning", config["figures"]["format"])
     resolved.add(
         "plot_finetuning",
         "finetuning",
