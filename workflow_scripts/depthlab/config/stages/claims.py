@@ -14,33 +14,35 @@ def resolve_claims(resolved: Resolved) -> None:
     groups trained on the corpus outside sweeps are compared when their architecture and
     training match; every pruned, depth-scored and linearly mapped model, every fit and the toy
     fit contribute their own claims."""
-    paths, models, groups = resolved.paths, resolved.models, seed_groups(resolved)
-
-    def group_of(name):
-        return models[name].get("seed_group", name)
-
-    def scheme_groups(scheme):
-        return [
-            g
-            for g, members in groups.items()
-            if all(
-                models[m]["kind"] == "pretrain"
-                and models[m].get("norm_scheme") == scheme
-                and "sweep" not in models[m]
-                and m in corpus_models(resolved)
-                for m in members
-            )
-        ]
-
-    cod_pairs = [
-        [base, groups[base], treat, groups[treat]]
-        for base in scheme_groups("pre_ln")
-        for treat in scheme_groups("lns")
-        if all(
-            models[groups[base][0]][k] == models[groups[treat][0]][k]
-            for k in ("architecture", "train")
+    sources = _claim_sources(resolved)
+    if not any(
+        sources[key]
+        for key in (
+            "cod_pairs",
+            "pretrained",
+            "pruned",
+            "scored",
+            "maps",
+            "fits",
+            "toy",
+            "finetune",
         )
-    ]
+    ):
+        return
+    spec = _claims_spec(resolved, sources)
+    resolved.add(
+        "make_claims",
+        "claims",
+        spec,
+        outputs=[spec["out_csv"], spec["out_md"]],
+        inputs=_claims_inputs(resolved, spec, sources),
+    )
+
+
+def _claim_sources(resolved: Resolved) -> dict:
+    """Every output the claims read, by kind, and the pretrain models whose folders they read."""
+    paths, models = resolved.paths, resolved.models
+    cod_pairs = _cod_pairs(resolved)
     analysis = resolved.config.get("analysis") or {}
     text_set = (resolved.config.get("pruning") or {}).get(
         "text_set", next(iter(analysis.get("text_sets") or {}), None)
@@ -59,12 +61,7 @@ def resolve_claims(resolved: Resolved) -> None:
         if spec["problems"]
     }
     maps = {pair: paths.linear_map(pair) for pair in resolved.jobs("linear_maps")}
-    map_groups = {}
-    if maps:
-        for key, pair, _ in seeded_pairs(
-            resolved, resolved.config["depth_use"]["linear_maps"]["pairs"]
-        ):
-            map_groups.setdefault(key.rsplit(".", 1)[1], []).append(pair)
+    map_groups = _map_groups(resolved) if maps else {}
     map_ends = [
         e
         for spec in resolved.jobs("linear_maps").values()
@@ -79,10 +76,66 @@ def resolve_claims(resolved: Resolved) -> None:
         )
         if models[m]["kind"] == "pretrain"
     ]
+    return {
+        "cod_pairs": cod_pairs,
+        "analysed": analysed,
+        "pretrained": pretrained,
+        "pruned": pruned,
+        "scored": scored,
+        "maps": maps,
+        "map_groups": map_groups,
+        "finetune": finetune,
+        "read": read,
+        "fits": _fits(resolved),
+        "toy": resolved.jobs("fit_toy").get("toy"),
+    }
+
+
+def _cod_pairs(resolved: Resolved) -> list:
+    """[base, members, treatment, members] for each Pre-LN and LNS seed group trained here on
+    the corpus outside sweeps whose architecture and training match."""
+    models, groups = resolved.models, seed_groups(resolved)
+
+    def scheme_groups(scheme):
+        return [
+            g
+            for g, members in groups.items()
+            if all(
+                models[m]["kind"] == "pretrain"
+                and models[m].get("norm_scheme") == scheme
+                and "sweep" not in models[m]
+                and m in corpus_models(resolved)
+                for m in members
+            )
+        ]
+
+    return [
+        [base, groups[base], treat, groups[treat]]
+        for base in scheme_groups("pre_ln")
+        for treat in scheme_groups("lns")
+        if all(
+            models[groups[base][0]][k] == models[groups[treat][0]][k]
+            for k in ("architecture", "train")
+        )
+    ]
+
+
+def _map_groups(resolved: Resolved) -> dict:
+    """{configured pair: its (seeded) linear-map pairs}."""
+    map_groups = {}
+    for key, pair, _ in seeded_pairs(
+        resolved, resolved.config["depth_use"]["linear_maps"]["pairs"]
+    ):
+        map_groups.setdefault(key.rsplit(".", 1)[1], []).append(pair)
+    return map_groups
+
+
+def _fits(resolved: Resolved) -> dict:
+    """{fit: its output and the exponent bounds it is checked against} for every scaling fit."""
     sweep = (resolved.config.get("sweeps") or {}).get(
         (resolved.config.get("scaling") or {}).get("sweep")
     )
-    fits = {
+    return {
         name: {
             "fit": spec["out_json"],
             "exponent_bounds": list(spec["fit"].get("exponent_bounds", DEFAULT_EXPONENT_BOUNDS)),
@@ -95,51 +148,58 @@ def resolve_claims(resolved: Resolved) -> None:
         }
         for name, spec in resolved.jobs("fit_scaling").items()
     }
-    toy = resolved.jobs("fit_toy").get("toy")
-    if not (cod_pairs or pretrained or pruned or scored or maps or fits or toy or finetune):
-        return
-    bootstrap = ((resolved.config.get("depth_use") or {}).get("depth_score") or {}).get(
+
+
+def _claims_spec(resolved: Resolved, sources: dict) -> dict:
+    """make_claims' spec: the sources with the pretrain models' folders, the seed groups, the
+    bootstrap and the table's outputs."""
+    paths, models, config = resolved.paths, resolved.models, resolved.config
+    read, toy, finetune = sources["read"], sources["toy"], sources["finetune"]
+
+    def group_of(name):
+        return models[name].get("seed_group", name)
+
+    bootstrap = ((config.get("depth_use") or {}).get("depth_score") or {}).get(
         "bootstrap", {"resamples": 1000}
     )
-    spec = {
-        "run_name": resolved.config["run_name"],
+    return {
+        "run_name": config["run_name"],
         "models": {m: {"dir": paths.model(m), "data": data_folder(resolved, m)} for m in read},
         "data": sorted({data_folder(resolved, m) for m in read}),
-        "cod_pairs": cod_pairs,
-        "analysis": analysed,
-        "pretrained": pretrained,
-        "pruning": pruned,
-        "pruning_groups": _grouped(pruned, group_of),
-        "depth_score": scored,
-        "depth_groups": _grouped(scored, group_of),
-        "linear_maps": maps,
-        "map_groups": map_groups,
-        "fits": fits,
+        "cod_pairs": sources["cod_pairs"],
+        "analysis": sources["analysed"],
+        "pretrained": sources["pretrained"],
+        "pruning": sources["pruned"],
+        "pruning_groups": _grouped(sources["pruned"], group_of),
+        "depth_score": sources["scored"],
+        "depth_groups": _grouped(sources["scored"], group_of),
+        "linear_maps": sources["maps"],
+        "map_groups": sources["map_groups"],
+        "fits": sources["fits"],
         "toy": {"fit": toy["out_json"], "exponent_bounds": toy["exponent_bounds"]} if toy else None,
         # only with the stage on: a config without it keeps its claims spec (no rerun)
         **({"finetune": finetune} if finetune else {}),
-        "bootstrap": {"resamples": bootstrap["resamples"], "seed": resolved.config["seed"]},
+        "bootstrap": {"resamples": bootstrap["resamples"], "seed": config["seed"]},
         "out_csv": paths.claims("csv"),
         "out_md": paths.claims("md"),
     }
+
+
+def _claims_inputs(resolved: Resolved, spec: dict, sources: dict) -> dict:
+    """The folders and files make_claims reads."""
+    paths, toy = resolved.paths, sources["toy"]
     folders = (
-        [paths.model(m) for m in read]
+        [paths.model(m) for m in sources["read"]]
         + spec["data"]
-        + list(analysed.values())
-        + [d for model in pretrained.values() for d in model["analysis"]]
-        + list(pruned.values())
-        + list(scored.values())
-        + list(maps.values())
-        + list(finetune.get("scores", {}).values())
+        + list(sources["analysed"].values())
+        + [d for model in sources["pretrained"].values() for d in model["analysis"]]
+        + list(sources["pruned"].values())
+        + list(sources["scored"].values())
+        + list(sources["maps"].values())
+        + list(sources["finetune"].get("scores", {}).values())
     )
-    files = [fit["fit"] for fit in fits.values()] + ([toy["out_json"]] if toy else [])
-    resolved.add(
-        "make_claims",
-        "claims",
-        spec,
-        outputs=[spec["out_csv"], spec["out_md"]],
-        inputs={"folders": folders, "files": files},
-    )
+    files = [fit["fit"] for fit in sources["fits"].values()] + ([toy["out_json"]] if toy else [])
+    return {"folders": folders, "files": files}
 
 
 def _pretrained_models(resolved: Resolved, text_set: str | None) -> dict:
