@@ -185,8 +185,14 @@ def _check_task_length(tasks: dict, model: dict, name: str) -> None:
 def _add_model_jobs(resolved: Resolved, name: str, settings: dict) -> None:
     """One model's jobs: prune_model (the measurements), choose_depth and, when the config
     exports, export_pruned."""
+    out = _add_prune_model(resolved, name, settings)
+    _add_choice_jobs(resolved, name, settings, out)
+
+
+def _add_prune_model(resolved: Resolved, name: str, settings: dict) -> str:
+    """prune_model: the measurements; returns its folder."""
     paths, config = resolved.paths, resolved.config
-    pruning, text_set = config["pruning"], config["pruning"]["text_set"]
+    text_set = config["pruning"]["text_set"]
     model = resolved.models[name]
     out = paths.pruning(name)
     if model["kind"] == "pretrain":
@@ -219,6 +225,14 @@ def _add_model_jobs(resolved: Resolved, name: str, settings: dict) -> None:
             "tasks": [paths.lm_tasks],
         },
     )
+    return out
+
+
+def _add_choice_jobs(resolved: Resolved, name: str, settings: dict, out: str) -> None:
+    """choose_depth (auto depth) and, when the config exports, export_pruned: the choices made
+    on the measurements in `out`."""
+    paths, pruning = resolved.paths, resolved.config["pruning"]
+    model = resolved.models[name]
     resolved.add(
         "choose_depth",
         name,
