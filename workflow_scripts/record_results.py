@@ -47,7 +47,7 @@ def run_suite(command: list[str], log_path: Path) -> tuple[int, float]:
     return status, wall
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -88,7 +88,11 @@ def main() -> int:
         parser.error(
             "--log, --wall-time, --results and --command describe a finished run: add --finished"
         )
+    return args
 
+
+def main() -> int:
+    args = parse_args()
     from depthlab import results_page as page
     from depthlab.config import ConfigError, load_config
 
@@ -102,53 +106,19 @@ def main() -> int:
     out = args.out or page.page_path(args.configfile, ROOT)
     snakemake = Path(sys.executable).parent / "snakemake"
     command = [str(snakemake), "--cores", args.cores, "--configfile", *args.configfile]
-    shown = shlex.join([".venv/bin/snakemake", *command[1:]])
-    skipped = 0
-
+    # each returns an exit status when it stops here, else what the page says of the run
     if args.finished:
-        if args.dry_run:
-            print(f"would read {folder}/ and write {out}")
-            return 0
-        if not folder.is_dir():
-            print(f"error: {folder}: no such run folder", file=sys.stderr)
-            return 2
-        shown = args.command or "not given"
-        if args.log:
-            wall = page.wall_time_from_log(args.log.read_text())
-            if wall is None:
-                print(f"error: {args.log}: no wall time line in it", file=sys.stderr)
-                return 2
-            source = f"from its log (`{args.log.name}`)"
-        elif args.wall_time is not None:
-            wall, source = args.wall_time, "as given"
-        else:
-            wall, source = None, "no log given"
-        jobs = page.read_benchmarks(folder / "benchmarks")
+        outcome = finished_run(args, folder, out)
     else:
-        if args.dry_run:
-            return subprocess.run([*command, "--dry-run"], cwd=ROOT).returncode
-        since = time.time() - 1  # file times have coarse resolution on some filesystems
-        status, wall = run_suite(command, folder / "logs" / "record_results.log")
-        if status != 0:
-            print(f"error: the suite failed (exit {status}); no page written", file=sys.stderr)
-            return status
-        source = "timed by record_results.py"
-        every = page.read_benchmarks(folder / "benchmarks")
-        jobs = page.read_benchmarks(folder / "benchmarks", since=since)
-        skipped = len(every) - len(jobs)
-        if not jobs:
-            print(
-                f"error: no job ran ({run_dir} was up to date): delete it for a fresh run, or "
-                "record it as it is with --finished",
-                file=sys.stderr,
-            )
-            return 1
-
+        outcome = timed_run(command, args.dry_run, folder, run_dir)
+    if isinstance(outcome, int):
+        return outcome
+    shown, wall, source, jobs, skipped = outcome
     claims_csv = folder / "claims.csv"
     run = page.Run(
         config_files=list(args.configfile),
         run_dir=str(run_dir),
-        command=shown,
+        command=shown or shlex.join([".venv/bin/snakemake", *command[1:]]),
         wall_s=wall,
         wall_source=source,
         date=dt.datetime.now(dt.UTC),
@@ -158,16 +128,71 @@ def main() -> int:
         records=page.read_records(folder),
         skipped_jobs=skipped,
     )
+    return write_page(run, args.figure, folder, out)
+
+
+def finished_run(args: argparse.Namespace, folder: Path, out: Path):
+    """(command shown, wall s, its source, jobs, skipped jobs) of a run that has finished, or an
+    exit status."""
+    from depthlab import results_page as page
+
+    if args.dry_run:
+        print(f"would read {folder}/ and write {out}")
+        return 0
+    if not folder.is_dir():
+        print(f"error: {folder}: no such run folder", file=sys.stderr)
+        return 2
+    if args.log:
+        wall = page.wall_time_from_log(args.log.read_text())
+        if wall is None:
+            print(f"error: {args.log}: no wall time line in it", file=sys.stderr)
+            return 2
+        source = f"from its log (`{args.log.name}`)"
+    elif args.wall_time is not None:
+        wall, source = args.wall_time, "as given"
+    else:
+        wall, source = None, "no log given"
+    jobs = page.read_benchmarks(folder / "benchmarks")
+    return args.command or "not given", wall, source, jobs, 0
+
+
+def timed_run(command: list[str], dry_run: bool, folder: Path, run_dir: Path):
+    """Run the suite and time it: (None: the command as run, wall s, its source, the jobs that
+    ran, the jobs that were up to date), or an exit status."""
+    from depthlab import results_page as page
+
+    if dry_run:
+        return subprocess.run([*command, "--dry-run"], cwd=ROOT).returncode
+    since = time.time() - 1  # file times have coarse resolution on some filesystems
+    status, wall = run_suite(command, folder / "logs" / "record_results.log")
+    if status != 0:
+        print(f"error: the suite failed (exit {status}); no page written", file=sys.stderr)
+        return status
+    every = page.read_benchmarks(folder / "benchmarks")
+    jobs = page.read_benchmarks(folder / "benchmarks", since=since)
+    if not jobs:
+        print(
+            f"error: no job ran ({run_dir} was up to date): delete it for a fresh run, or "
+            "record it as it is with --finished",
+            file=sys.stderr,
+        )
+        return 1
+    return None, wall, "timed by record_results.py", jobs, len(every) - len(jobs)
+
+
+def write_page(run, figures: list[str], folder: Path, out: Path) -> int:
+    """Copy the figures beside the page (replacing the last run's) and write it."""
+    from depthlab import results_page as page
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    # the figures beside the page (a copy of each, replacing the last run's)
-    figures = out.parent / out.stem
-    for name in args.figure:
+    beside = out.parent / out.stem
+    for name in figures:
         source = folder / "figures" / name
         if not source.is_file():
             print(f"error: {source}: no such figure", file=sys.stderr)
             return 2
-        figures.mkdir(exist_ok=True)
-        shutil.copyfile(source, figures / name)
+        beside.mkdir(exist_ok=True)
+        shutil.copyfile(source, beside / name)
         run.figures.append(f"{out.stem}/{name}")
     out.write_text(page.render_page(run))
     print(f"wrote {out}")
