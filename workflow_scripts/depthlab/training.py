@@ -591,6 +591,30 @@ def write_pretrained(
     shutil.rmtree(tensorboard_dir, ignore_errors=True)
 
 
+def announce_pretraining(loop: PretrainLoop, norm_scheme: str, n_params: int, threads: int):
+    """The line rank 0 prints as it starts: the model, its size, the steps and where it runs."""
+    model, settings, ddp = loop.model, loop.settings, loop.ddp
+    print(
+        f"[{loop.name}] {norm_scheme} {model.config.num_hidden_layers}x"
+        f"{model.config.hidden_size}, {n_params / 1e6:.2f}M params, {settings.steps} steps x "
+        f"{settings.tokens_per_step} tokens, device {ddp.device}, threads {threads}, "
+        f"world {ddp.world_size}",
+        file=sys.stderr,
+    )
+
+
+def pretraining_summary(loop: PretrainLoop, n_params: int) -> dict:
+    """What pretrain returns: the last validation loss, the tokens and their rate, the size."""
+    settings = loop.settings
+    return {
+        "final_val_loss": next((r[3] for r in reversed(loop.log_rows) if r[2] == "val"), None),
+        "tokens": settings.steps * settings.tokens_per_step,
+        "tokens_per_s": settings.steps * settings.tokens_per_step / max(loop.wall, 1e-9),
+        "params": n_params,
+        "world_size": loop.ddp.world_size,
+    }
+
+
 def pretrain(
     model_name: str,
     model_decl: dict,
@@ -646,13 +670,7 @@ def pretrain(
     loop.distribute()
     n_params = sum(p.numel() for p in model.parameters())
     if ddp.is_main:
-        print(
-            f"[{model_name}] {model_decl['norm_scheme']} {model.config.num_hidden_layers}x"
-            f"{model.config.hidden_size}, {n_params / 1e6:.2f}M params, {settings.steps} steps x "
-            f"{settings.tokens_per_step} tokens, device {ddp.device}, threads {threads}, "
-            f"world {ddp.world_size}",
-            file=sys.stderr,
-        )
+        announce_pretraining(loop, model_decl["norm_scheme"], n_params, threads)
     tensorboard_dir = Path(state_dir) / "tensorboard"
     if ddp.is_main:  # only rank 0 logs
         run_config = {
@@ -673,13 +691,7 @@ def pretrain(
     loop.run(progress and ddp.is_main, tracking.get("progress_every"))
     loop.tracker.close()
 
-    summary = {
-        "final_val_loss": next((r[3] for r in reversed(loop.log_rows) if r[2] == "val"), None),
-        "tokens": settings.steps * settings.tokens_per_step,
-        "tokens_per_s": settings.steps * settings.tokens_per_step / max(loop.wall, 1e-9),
-        "params": n_params,
-        "world_size": ddp.world_size,
-    }
+    summary = pretraining_summary(loop, n_params)
     if ddp.is_main:
         model.set_attn_implementation(default_attention)  # the checkpoint loads as it always did
         write_pretrained(loop, tokenizer, out_dir, summary, provenance, tracking, tensorboard_dir)
