@@ -11,6 +11,7 @@ from depthlab.layer_removal import model_loss, prune_copy
 from depthlab.lm_tasks import TaskEvaluator
 from depthlab.pruning import validation_windows
 from depthlab.stage_settings import HealSettings, validate_healing_settings
+from requirements_helpers import require_pinned
 from test_lm_tasks import make_run
 
 torch.set_num_threads(1)
@@ -50,7 +51,7 @@ def run(tmp_path_factory):
 @pytest.mark.parametrize("method", ["lora", "qlora"])
 def test_healing_lowers_validation_loss(run, method):
     if method == "qlora":
-        pytest.importorskip("bitsandbytes")
+        require_pinned("bitsandbytes")
     model, windows = run["trained"], run["windows"]
     full = model_loss(prune_copy(model, ()), windows)
     unhealed = model_loss(prune_copy(model, REMOVED), windows)

@@ -24,6 +24,7 @@ from depthlab.model_job import load
 from depthlab.pruning import LossSweep, validation_windows
 from depthlab.residual_stream import iter_token_batches
 from depthlab.stage_settings import HealSettings
+from requirements_helpers import require_pinned
 from test_lm_tasks import make_run
 
 torch.set_num_threads(1)
@@ -320,7 +321,7 @@ def test_healing_through_dispatch_hooks_equals_one_device(run, method):
     model block by block onto this machine's one compute device, so every layer, the embedding
     and the head run through the same AlignDevicesHook a multi-GPU dispatch attaches."""
     if method == "qlora":
-        pytest.importorskip("bitsandbytes")
+        require_pinned("bitsandbytes")
     from accelerate import dispatch_model
     from accelerate.hooks import AlignDevicesHook
 

@@ -26,6 +26,7 @@ from depthlab.training import (
     train_batch,
     validation_batches,
 )
+from requirements_helpers import require_pinned
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,7 +274,7 @@ WANDB = Path(sys.executable).with_name("wandb")
 def wandb_env(tmp_path, monkeypatch):
     """W&B offline, silent, and its user folders in tmp. WANDB_DIR points elsewhere than the
     configured folder, so a run found there proves the configured `dir` is used."""
-    pytest.importorskip("wandb")
+    require_pinned("wandb")
     for name, value in {
         "WANDB_SILENT": "true",
         "WANDB_MODE": "offline",
