@@ -207,9 +207,12 @@ def test_max_megabytes_stops_the_walk_at_the_same_document_with_workers():
     sizes = [len(d.encode()) for d in capped]
     assert sum(sizes[:-1]) < 10_000 <= sum(sizes)
     assert description["reached_max_megabytes"] is True
-    assert sum(description["megabytes_per_package"].values()) == pytest.approx(
-        sum(sizes) / 1e6, abs=1e-2
-    )
+    # each package's megabytes are its accepted bytes rounded to 3 decimals (1 kB): the sum is
+    # the documents' bytes within half a kB per package that contributed (here ~0.0105 MB)
+    recorded = description["megabytes_per_package"].values()
+    contributed = sum(value > 0 for value in recorded)
+    assert contributed >= 1
+    assert sum(recorded) == pytest.approx(sum(sizes) / 1e6, abs=0.0005 * contributed + 1e-12)
 
 
 def test_split_of_a_document_does_not_depend_on_the_others(tmp_path):
