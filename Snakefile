@@ -13,7 +13,6 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow_scripts"))
 from depthlab.config import (  # noqa: E402
     DEFAULT_CONFIG,
     ConfigError,
@@ -21,7 +20,7 @@ from depthlab.config import (  # noqa: E402
     load_config,
     resolve,
 )
-from depthlab.provenance import export_config_source  # noqa: E402
+from depthlab.core.provenance import export_config_source  # noqa: E402
 
 CONFIG_FILES = workflow.overwrite_configfiles or [DEFAULT_CONFIG]
 try:
@@ -68,9 +67,9 @@ rule all:
 
 
 # Before any job (real runs only; a dry run plans offline): a run that cannot succeed stops here,
-# one line per cause, instead of failing job by job (depthlab.preflight).
+# one line per cause, instead of failing job by job (depthlab.plan.preflight).
 onstart:
-    from depthlab.preflight import (
+    from depthlab.plan.preflight import (
         evaluates_harness_tasks,
         hub_items,
         hub_problems,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark of the analysis pass (depthlab.measures.analyse), measured side by side:
+"""Benchmark of the analysis pass (depthlab.stages.analysis.measures.analyse), measured side by side:
 
 1. wall time of the streamed pass with the logit lens off, on (every token) and on with a
    stride, against one plain forward pass over the same batches: the causal LM's own forward
@@ -20,23 +20,21 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import psutil
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow_scripts"))
 
 
 def build_model(model_dir):
     import torch
 
     if model_dir:
-        from depthlab.architectures import load_model
+        from depthlab.models.architectures import load_model
 
         return load_model(model_dir)
-    from depthlab.models import build_model as build
-    from depthlab.models import make_config
+    from depthlab.models.decoders import build_model as build
+    from depthlab.models.decoders import make_config
 
     config = make_config(
         {"hidden_size": 128, "num_layers": 12, "num_heads": 4, "intermediate_size": 352},
@@ -65,8 +63,8 @@ def token_batches(tokens, seq_len, batch_size, vocab, seed=0):
 
 def time_variants(model, batches, repeats):
     import torch
-    from depthlab.architectures import adapt
-    from depthlab.measures import analyse
+    from depthlab.models.architectures import adapt
+    from depthlab.stages.analysis.measures import analyse
 
     adapter = adapt(model)
 
@@ -104,8 +102,8 @@ def time_variants(model, batches, repeats):
 def peak_memory_child(args) -> None:
     """Runs in a fresh process: one pass over args.tokens tokens, prints its RSS growth in MiB."""
     import torch
-    from depthlab.architectures import adapt
-    from depthlab.measures import analyse
+    from depthlab.models.architectures import adapt
+    from depthlab.stages.analysis.measures import analyse
 
     torch.set_num_threads(args.threads)
     model = build_model(args.model)

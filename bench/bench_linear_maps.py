@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Benchmark: cross-model linear maps for every (source layer, target layer) pair, fitted in
-closed form (depthlab.linear_maps.AffineRidgeMaps: float64 normal equations streamed, one
+closed form (depthlab.stages.depth_use.linear_maps.AffineRidgeMaps: float64 normal equations streamed, one
 eigendecomposition per source layer, alpha chosen on a validation split) against the reference
 code's method, one affine map per pair trained by AdamW on the MSE. Both read the same cached
 states (fit / val / test tokens of the same documents); the script prints both held-out mean
@@ -25,13 +25,11 @@ import argparse
 import itertools
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workflow_scripts"))
 DEFAULT_RUN = ROOT / "results" / "default"
 
 
@@ -73,10 +71,10 @@ def cached_states(args, paths):
     """{split: (source states (L_a+1, n, d), target states (L_b+1, n, d))}, float32, of the
     models and texts of `paths` (None: the random-weight pair on random tokens)."""
     import torch
-    from depthlab.architectures import adapt, load_model, load_tokenizer
-    from depthlab.data import iter_jsonl_texts
-    from depthlab.linear_maps import split_of, stream_states
-    from depthlab.residual_stream import iter_token_batches
+    from depthlab.data.prepare import iter_jsonl_texts
+    from depthlab.models.architectures import adapt, load_model, load_tokenizer
+    from depthlab.stages.analysis.residual_stream import iter_token_batches
+    from depthlab.stages.depth_use.linear_maps import split_of, stream_states
 
     if paths is not None:
         source, target, texts = paths["source"], paths["target"], paths["texts"]
@@ -89,7 +87,7 @@ def cached_states(args, paths):
             chosen = [d for d in documents if split_of(d, 0.15, 0.25) == split]
             return iter_token_batches(chosen, tokenizer, max_length=64, batch_size=32)
     else:
-        from depthlab.models import build_model, make_config
+        from depthlab.models.decoders import build_model, make_config
 
         models = []
         for layers, seed in ((4, 0), (16, 1)):
@@ -125,7 +123,7 @@ def cached_states(args, paths):
 
 def closed_form(states, alphas, chunk=2048):
     import numpy as np
-    from depthlab.linear_maps import AffineRidgeMaps
+    from depthlab.stages.depth_use.linear_maps import AffineRidgeMaps
 
     (fx, fy), (vx, vy), (tx, ty) = states["fit"], states["val"], states["test"]
     fitter = AffineRidgeMaps(list(range(fx.shape[0])), list(range(fy.shape[0])), alphas)

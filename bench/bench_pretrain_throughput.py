@@ -5,7 +5,7 @@ whether the configured precision keeps the loss curve within seed noise.
 Throughput: same architecture, batch, sequence length, data windows and threads; four loops run
 in turn each repeat (so machine noise hits all of them):
   depthlab           the model as the workflow trains it (its `train.precision`; bf16 on a CPU
-                     trains with eager attention, see depthlab.training)
+                     trains with eager attention, see depthlab.stages.pretrain.training)
   depthlab fp32      the same with precision fp32
   plain fp32         LlamaForCausalLM (SDPA attention), AdamW, fp32: what one writes by default
   plain bf16         the same under bf16 autocast (SDPA attention)
@@ -25,7 +25,6 @@ Usage: python bench/bench_pretrain_throughput.py [--steps 40 --repeats 3]
 import argparse
 import copy
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,11 +36,10 @@ import yaml
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workflow_scripts"))
 
 from depthlab.config import load_config, resolve  # noqa: E402
-from depthlab.data import load_tokens, prepare_corpus  # noqa: E402
-from depthlab.training import language_model_loss, pretrain, train_batch  # noqa: E402
+from depthlab.data.prepare import load_tokens, prepare_corpus  # noqa: E402
+from depthlab.stages.pretrain.training import language_model_loss, pretrain, train_batch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Benchmark of the pruning stage's loss sweep (depthlab.pruning.LossSweep) against rebuilding
-and rerunning every variant (depthlab.layer_removal: model_loss of prune_copy, i.e. copy the
+"""Benchmark of the pruning stage's loss sweep (depthlab.stages.pruning.strategies.LossSweep) against rebuilding
+and rerunning every variant (depthlab.stages.pruning.layer_removal: model_loss of prune_copy, i.e. copy the
 pruned model and run it).
 
 The sweep is the default stage's: every single-layer removal, angular and deepest blocks for
@@ -20,28 +20,26 @@ validation tokens and a random distance matrix.
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow_scripts"))
 
 
 def inputs(args):
     import numpy as np
     import torch
-    from depthlab.pruning import read_distance_matrix
+    from depthlab.stages.pruning.strategies import read_distance_matrix
 
     if args.model:
-        from depthlab.architectures import load_model
-        from depthlab.data import load_tokens
+        from depthlab.data.prepare import load_tokens
+        from depthlab.models.architectures import load_model
 
         model = load_model(args.model)
         tokens = load_tokens(args.data, "val")
         distance = read_distance_matrix(Path(args.analysis) / "angular_distance_last.csv")
         return model, tokens, distance
-    from depthlab.models import build_model, make_config
+    from depthlab.models.decoders import build_model, make_config
 
     config = make_config(
         {"hidden_size": 128, "num_layers": 12, "num_heads": 4, "intermediate_size": 352},
@@ -58,7 +56,7 @@ def inputs(args):
 
 def sweep_requests(num_layers, distance, losses_of):
     """The stage's requests in order; returns every distinct removal set asked for."""
-    from depthlab.pruning import angular_removal, deepest_removal, greedy_path
+    from depthlab.stages.pruning.strategies import angular_removal, deepest_removal, greedy_path
 
     asked = []
 
@@ -91,8 +89,8 @@ def main() -> None:
 
     import numpy as np
     import torch
-    from depthlab.layer_removal import model_loss, prune_copy
-    from depthlab.pruning import LossSweep, validation_windows
+    from depthlab.stages.pruning.layer_removal import model_loss, prune_copy
+    from depthlab.stages.pruning.strategies import LossSweep, validation_windows
 
     torch.set_num_threads(args.threads)
     model, tokens, distance = inputs(args)

@@ -13,7 +13,6 @@ Usage: python bench/bench_scaling_fit.py [--resamples 1000 --lbfgsb-resamples 10
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -21,9 +20,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workflow_scripts"))
 
-from depthlab.scaling_fits import FitSettings, bootstrap, drop_highest_losses, fit_law, load_points  # noqa: E402
+from depthlab.stages.scaling.fits import (  # noqa: E402
+    FitSettings,
+    bootstrap,
+    drop_highest_losses,
+    fit_law,
+    load_points,
+)
 
 COLUMNS = {
     "width": "d_model",

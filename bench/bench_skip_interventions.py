@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark: batched layer-skip interventions (depthlab.interventions.skip_effects: many prompts
+"""Benchmark: batched layer-skip interventions (depthlab.stages.depth_use.interventions.skip_effects: many prompts
 per pass, layers before the skipped one never recomputed, all rows stacked layer by layer)
 against the reference code's loop (one prompt per full forward pass: one clean pass per prompt,
 then one intervened pass per skipped layer and sampled position t). Both give the same effect
@@ -33,14 +33,11 @@ model has no tokenizer).
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workflow_scripts"))
-sys.path.insert(0, str(ROOT / "tests"))  # skip_reference: the reference loop
 DEFAULT_RUN = ROOT / "results" / "default"
 
 
@@ -72,14 +69,14 @@ CASES = {
 
 def load(args):
     import torch
-    from depthlab.architectures import adapt, load_model, load_tokenizer
+    from depthlab.models.architectures import adapt, load_model, load_tokenizer
 
     model_dir = args.model
     if model_dir and Path(model_dir).is_dir() and not args.random:
         model, tokenizer = load_model(str(model_dir)), load_tokenizer(str(model_dir))
         name = Path(model_dir).name
     else:
-        from depthlab.models import build_model, make_config
+        from depthlab.models.decoders import build_model, make_config
 
         layers, width = (int(v) for v in (args.random or "16x96").split("x"))
         config = make_config(
@@ -97,7 +94,7 @@ def load(args):
         name = f"random {layers}x{width} pre_ln"
     texts = args.texts
     if tokenizer is not None and texts and Path(texts).is_file():
-        from depthlab.data import iter_jsonl_texts
+        from depthlab.data.prepare import iter_jsonl_texts
 
         rows = []
         for text in iter_jsonl_texts(texts):
@@ -119,7 +116,7 @@ def load(args):
 
 def batched(adapter, rows, settings, batch_size):
     import torch
-    from depthlab.interventions import skip_effects
+    from depthlab.stages.depth_use.interventions import skip_effects
 
     def batches():
         for start in range(0, len(rows), batch_size):
@@ -138,8 +135,11 @@ def batched(adapter, rows, settings, batch_size):
 def one_prompt_per_pass(adapter, rows, settings, device):
     import numpy as np
     import torch
-    from depthlab.interventions import future_positions
-    from skip_reference import reference_clean_states, reference_skip_effects
+    from depthlab.stages.depth_use.interventions import future_positions
+    from depthlab.stages.depth_use.reference_loop import (
+        reference_clean_states,
+        reference_skip_effects,
+    )
 
     L = adapter.num_layers
     out = {}
@@ -173,7 +173,7 @@ def one_prompt_per_pass(adapter, rows, settings, device):
 def run_case(args, label):
     """Time both loops on one case (alternating, best of `repeats`); one result line."""
     import numpy as np
-    from depthlab.interventions import SkipSettings
+    from depthlab.stages.depth_use.interventions import SkipSettings
 
     adapter, rows, name = load(args)
     settings = SkipSettings(

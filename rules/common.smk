@@ -3,9 +3,9 @@
 import json
 import re
 
-from depthlab.code_fingerprint import code_fingerprint, import_closure
+from depthlab.core.code_fingerprint import code_fingerprint, import_closure
 from depthlab.config import ANALYSIS_FIGURES, DEPTH_USE_FIGURES, PRUNING_FIGURES, spec_json
-from depthlab.resource_plan import MODEL_JOBS
+from depthlab.plan.resource_plan import MODEL_JOBS
 from depthlab.config.spec_changes import recorded_spec, spec_change_lines
 from snakemake.io import IOFile
 from snakemake.logging import logger
@@ -153,7 +153,7 @@ def stage_resources(stage, gpu=True):
 
 
 def job_resources(family):
-    """Per-job resources of the jobs that load a model (depthlab.resource_plan.MODEL_JOBS), by
+    """Per-job resources of the jobs that load a model (depthlab.plan.resource_plan.MODEL_JOBS), by
     job family: GPUs, GPU memory, host memory, runtime and disk derived from the job's model
     when the config names its GPU (cluster.gpu), a model's own `resources` winning, else the
     stage's values; gpu_model, partition, account and QoS as stage_resources gives them.

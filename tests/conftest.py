@@ -22,7 +22,7 @@ def test_config():
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory, test_config):
     """The data stage of config/test.yaml (tokenizer, train.bin, val.bin) in a tmp folder."""
-    from depthlab.data import prepare_corpus
+    from depthlab.data.prepare import prepare_corpus
 
     out = tmp_path_factory.mktemp("data") / "data"
     prepare_corpus(test_config["data"], out, seed=0)

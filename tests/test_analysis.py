@@ -12,8 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from depthlab.architectures import adapt
-from depthlab.measures import LAYER_MEASURES, ResidualStreamStatistics, analyse, last_token_index
+from depthlab.models.architectures import adapt
+from depthlab.stages.analysis.measures import (
+    LAYER_MEASURES,
+    ResidualStreamStatistics,
+    analyse,
+    last_token_index,
+)
 from scipy.special import log_softmax
 from tiny_models import FAMILIES, VOCAB, build, random_batch
 
@@ -295,9 +300,9 @@ def _eos_appending_tokenizer(folder: Path, lines: list[str]) -> None:
 def test_analysed_tokens_are_the_training_encoding_without_the_eos_template(tmp_path, padding_side):
     """A model pretrained here reads a document as the data stage wrote it into the training
     stream, not with the tokenizer's appended </s>; its last real token is the text's last."""
-    from depthlab.architectures import load_tokenizer
-    from depthlab.data import iter_texts, load_tokens, prepare_corpus, read_meta
-    from depthlab.residual_stream import iter_token_batches
+    from depthlab.data.prepare import iter_texts, load_tokens, prepare_corpus, read_meta
+    from depthlab.models.architectures import load_tokenizer
+    from depthlab.stages.analysis.residual_stream import iter_token_batches
 
     lines = [
         f"document {i}: layer {i % 7} of the residual stream grows {i % 3} times"
@@ -438,7 +443,7 @@ def _tiny_checkpoint(folder: Path) -> None:
     )
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>", pad_token="<pad>")
     model = build("depthlab_post_ln")
-    from depthlab.models import save_checkpoint
+    from depthlab.models.decoders import save_checkpoint
 
     save_checkpoint(model, tokenizer, folder)
 

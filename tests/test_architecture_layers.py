@@ -1,151 +1,129 @@
-"""The library's module graph: no import cycle, no upward import, and a code map that names every
-module (docs/design.md). Imports are read from the source with the workflow's own walker
-(depthlab.code_fingerprint.imported_modules), function-local imports included."""
+"""The library's shape: every module lives in a layer's folder, the layers import only downwards
+(import-linter's layers contract in pyproject.toml, the one place the order is written), the
+planning layer runs without torch, and the size limits of the layout hold."""
 
 from __future__ import annotations
 
-import re
+import ast
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-from depthlab.code_fingerprint import _dotted_name, imported_modules
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "workflow_scripts" / "depthlab"
-
-# Lowest first. A module may import from its own layer or a lower one (docs/design.md, code map).
-LAYERS = {
-    "foundation": {
-        "errors",
-        "atomic_files",
-        "provenance",
-        "devices",
-        "placement",
-        "code_fingerprint",
-        "figure_style",
-        "paper_values",
-    },
-    "models": {"modeling_depthlab", "models", "architectures", "gguf_models", "model_shapes"},
-    "data": {"data", "model_tokens", "pretrain_runs", "problem_sets", "benchmark_problems"},
-    "engines": {
-        "residual_stream",
-        "measures",
-        "interventions",
-        "linear_maps",
-        "layer_removal",
-        "pruning",
-        "healing",
-        "lm_tasks",
-        "speed",
-        "training",
-        "finetuning",
-        "finetune_data",
-        "finetune_scores",
-        "tracking",
-        "toy",
-        "power_law_fitter",
-        "scaling_fits",
-        "toy_fit",
-        "depth_score",
-        "problem_scoring",
-        "claims",
-        "verdicts",
-        "audit",
-        "stage_settings",
-        "resource_plan",
-        "plan_tables",
-        "preflight",
-    },
-    "stages": {
-        "analysis_stage",
-        "skip_stage",
-        "linear_map_stage",
-        "pruning_stage",
-        "finetune_stage",
-        "model_job",
-        "analysis_plots",
-        "depth_use_plots",
-        "pretrain_plots",
-        "pruning_plots",
-        "finetune_plots",
-        "scaling_plots",
-        "toy_plots",
-    },
-    "entry": {"cli"},
-}
-# The config package resolves specs with the engines' and stages' settings checks, and cli reads it.
-CONFIG_LAYER = list(LAYERS).index("entry") - 0.5
+CONTRACTS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+LAYERS = next(c for c in CONTRACTS["contracts"] if c["type"] == "layers")["layers"]
+MAX_MODULES_PER_FOLDER = 15
+MAX_MODULE_LINES = 700
+MAX_FUNCTION_LINES = 100
 
 
-def layer_of(module: str) -> float:
-    if module == "config" or module.startswith("config."):
-        return CONFIG_LAYER
-    for index, names in enumerate(LAYERS.values()):
-        if module in names:
-            return index
-    raise AssertionError(f"depthlab.{module} is in no layer: add it to LAYERS and the code map")
-
-
-def library_graph() -> dict[str, set[str]]:
-    graph = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        name = _dotted_name(PACKAGE, path)
-        if name:
-            graph[name] = imported_modules(path, PACKAGE) - {name}
-    return graph
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state, stack = {}, []
-
-    def visit(node):
-        state[node] = "open"
-        stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == "open":
-                return stack[stack.index(nxt) :] + [nxt]
-            if nxt not in state and (cycle := visit(nxt)):
-                return cycle
-        stack.pop()
-        state[node] = "done"
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (cycle := visit(node)):
-            return cycle
-    return None
-
-
-def test_cycle_finder_finds_a_planted_cycle():
-    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
-
-
-def test_library_has_no_import_cycle():
-    assert find_cycle(library_graph()) is None
-
-
-def test_no_module_imports_a_higher_layer():
-    upward = [
-        f"{module} -> {target}"
-        for module, targets in library_graph().items()
-        for target in targets
-        if not target.startswith(module + ".")  # a package's __init__ re-exports its modules
-        and layer_of(target) > layer_of(module)
+def test_every_module_lives_in_a_layer():
+    folders = {layer.removeprefix("depthlab.").split(".")[0] for layer in LAYERS}
+    outside = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0].removesuffix(".py") not in folders | {"__init__"}
     ]
-    assert upward == []
+    assert outside == []
 
 
-@pytest.mark.parametrize("layer", list(LAYERS))
-def test_code_map_names_every_module_of_the_layer(layer):
-    design = (REPO / "docs" / "design.md").read_text()
-    code_map = design[design.index("## Code map") : design.index("## The four papers")]
-    row = next(line for line in code_map.splitlines() if line.startswith(f"| {layer} |"))
-    named = set(re.findall(r"`([a-z_*]+)`", row.split("|")[2]))
-    expected = {m for m in LAYERS[layer] if not m.endswith("_plots")}
-    assert expected - named == set()
+def test_the_layers_contract_holds():
+    """lint-imports (import-linter) on the installed package: no module imports a higher layer,
+    function-local imports included."""
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "Contracts: 1 kept, 0 broken." in result.stdout
 
 
-def test_every_library_module_has_a_layer():
-    for module in library_graph():
-        layer_of(module)
+def test_the_contract_catches_an_upward_import(tmp_path):
+    """The same contract on a copy of the package with one planted upward import (core ->
+    stages) is broken: the check is not vacuous."""
+    copy = tmp_path / "workflow_scripts"
+    subprocess.run(["cp", "-r", str(PACKAGE.parent), str(copy)], check=True)
+    errors = copy / "depthlab" / "core" / "errors.py"
+    errors.write_text(errors.read_text() + "\nfrom depthlab.stages import model_job  # planted\n")
+    (tmp_path / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode != 0 and "depthlab.core.errors -> depthlab.stages" in result.stdout
+
+
+def test_planning_and_config_load_no_torch():
+    """What the Snakefile imports to plan a DAG (config resolution, the resource plan, the
+    preflight checks) must not import torch: planning a run stays seconds, also on a login node."""
+    code = (
+        "import sys, pkgutil, importlib, depthlab.plan, depthlab.config\n"
+        "for m in pkgutil.walk_packages(depthlab.plan.__path__, 'depthlab.plan.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "import depthlab.config.stages\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
+        "sorted(m for m in sys.modules if m.startswith(('torch', 'transformers')))[:5]\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_no_folder_holds_too_many_modules():
+    crowded = {
+        str(folder.relative_to(PACKAGE)): count
+        for folder in [PACKAGE, *[p for p in PACKAGE.rglob("*") if p.is_dir()]]
+        if (count := len([f for f in folder.glob("*.py") if f.name != "__init__.py"]))
+        > MAX_MODULES_PER_FOLDER
+    }
+    assert crowded == {}
+
+
+def test_no_module_is_too_long():
+    long = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in PACKAGE.rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
+@pytest.mark.parametrize("root", ["workflow_scripts", "bench"])
+def test_no_function_is_too_long(root):
+    long = {
+        f"{path.relative_to(REPO)}:{node.name}": node.end_lineno - node.lineno + 1
+        for path in (REPO / root).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    }
+    assert long == {}
+
+
+def test_no_sys_path_edits_and_bench_imports_nothing_from_tests():
+    """The package is installed (pyproject.toml, the README's install): nothing edits sys.path
+    to find it, and the benchmarks use the library, not the tests' helpers."""
+    offenders = [
+        str(path.relative_to(REPO))
+        for pattern in ("workflow_scripts/**/*.py", "bench/*.py", "Snakefile", "rules/*.smk")
+        for path in REPO.glob(pattern)
+        if "sys.path.insert" in path.read_text() or "sys.path.append" in path.read_text()
+    ]
+    assert offenders == []
+    bench_imports = {
+        alias.name.split(".")[0] if isinstance(node, ast.Import) else (node.module or "")
+        for path in (REPO / "bench").glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    test_helpers = {p.stem for p in (REPO / "tests").rglob("*.py")}
+    assert bench_imports & test_helpers == set()

@@ -6,14 +6,14 @@ import copy
 import pytest
 import torch
 import transformers as tf
-from depthlab.architectures import (
+from depthlab.models.architectures import (
     UnsupportedModelError,
     adapt,
     load_model,
     load_tokenizer,
     resolve_model_path,
 )
-from depthlab.residual_stream import ResidualStreamHooks, position_ids_from_mask
+from depthlab.stages.analysis.residual_stream import ResidualStreamHooks, position_ids_from_mask
 from tiny_models import DEPTHLAB_SCHEMES, EXPECTED_LAYOUT, FAMILIES, build, random_batch
 
 torch.set_num_threads(1)
@@ -184,7 +184,7 @@ def test_real_minilm_loads_offline_as_post_ln_encoder():
 
 @pytest.mark.parametrize("scheme", ["post_ln", "lns"])
 def test_saved_depthlab_checkpoints_load_with_their_head(tmp_path, scheme):
-    from depthlab.models import save_checkpoint
+    from depthlab.models.decoders import save_checkpoint
 
     model = build(f"depthlab_{scheme}")
     save_checkpoint(model, None, tmp_path)
@@ -207,6 +207,6 @@ def test_checkpoint_missing_weights_is_refused(tmp_path):
 
 
 def test_every_depthlab_scheme_is_covered():
-    from depthlab.models import NORM_SCHEMES
+    from depthlab.models.decoders import NORM_SCHEMES
 
     assert set(DEPTHLAB_SCHEMES) == set(NORM_SCHEMES)

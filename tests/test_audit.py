@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from depthlab import provenance
-from depthlab.audit import main as audit
-from depthlab.provenance import Provenance, git_state, set_job, sidecar_path
+from depthlab.core import provenance
+from depthlab.core.audit import main as audit
+from depthlab.core.provenance import Provenance, git_state, set_job, sidecar_path
 from test_io_provenance import git_repo
 
 ROOT = Path(__file__).resolve().parents[1]

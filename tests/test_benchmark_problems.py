@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 import tiny_models
 import torch
-from depthlab.benchmark_problems import boxed_answer, math_level, normalise_answer
 from depthlab.config import ConfigError, load_config, resolve
-from depthlab.problem_scoring import (
+from depthlab.data.benchmark_problems import boxed_answer, math_level, normalise_answer
+from depthlab.data.problem_sets import read_problems, validate_problem_settings, write_problem_set
+from depthlab.stages.depth_use.problem_scoring import (
     accuracy_table,
     depth_score_tables,
     evaluate_problems,
     problem_batches,
 )
-from depthlab.problem_sets import read_problems, validate_problem_settings, write_problem_set
 from tiny_models import Oracle
 
 torch.set_num_threads(1)
@@ -429,8 +429,8 @@ def tiny_llama(vocab: int, layers: int = 3):
 
 
 def test_answer_positions_and_depth_score_with_a_hub_tokenizer(tmp_path, hub_tokenizer):
-    from depthlab.architectures import adapt
-    from depthlab.interventions import SkipSettings
+    from depthlab.models.architectures import adapt
+    from depthlab.stages.depth_use.interventions import SkipSettings
 
     tokenizer = hub_tokenizer
     write_problem_set(
@@ -560,7 +560,7 @@ def test_math_accuracy_grades_the_final_boxed_answer():
         )
     # a transformers model decodes with its cache (left padding): the same greedy text as the
     # cache-free right-padded loop; a random model gets nothing right
-    from depthlab.problem_scoring import _generate_texts, _greedy_tokens
+    from depthlab.stages.depth_use.problem_scoring import _generate_texts, _greedy_tokens
 
     model = tiny_llama(len(tokenizer), layers=2)
     with torch.no_grad():

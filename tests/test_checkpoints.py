@@ -1,4 +1,4 @@
-"""Checkpoints written by depthlab.models.save_checkpoint load where depthlab is not installed:
+"""Checkpoints written by depthlab.models.decoders.save_checkpoint load where depthlab is not installed:
 plain `LlamaForCausalLM` for pre_ln / lns / scaled_init, and for post_ln / mix_ln / deepnorm
 the transformers custom-code convention (modeling file beside the weights, config.auto_map,
 `trust_remote_code=True`), both with transformers' Auto classes and with lm-eval's HFLM.
@@ -16,7 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from depthlab import models
+from depthlab.models import decoders as models
 from tiny_models import large_weights
 
 VOCAB = 40

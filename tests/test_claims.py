@@ -14,7 +14,7 @@ from depthlab import claims
 from depthlab.claims import RunData, build_claims, verdicts
 from depthlab.claims.verdicts import INDICATIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Estimate
 from depthlab.config import load_config, resolve
-from depthlab.paper_values import PAPER_VALUES
+from depthlab.core.paper_values import PAPER_VALUES
 from local_snakemake import SNAKEMAKE, local_env
 from scipy import stats
 

@@ -175,7 +175,7 @@ def names_the_key(message: str, mutant: Mutant) -> bool:
 
 
 def sized_model_named(message: str, key: tuple) -> bool:
-    """Resource sizing (depthlab.resource_plan) reads a model's shape: a mutated shape may be
+    """Resource sizing (depthlab.plan.resource_plan) reads a model's shape: a mutated shape may be
     rejected as a resource too small for that model, an error that leads with the resource and
     names the model (the two things to change)."""
     if not message.startswith("resources.") or len(key) < 2 or key[0] not in ("models", "sweeps"):

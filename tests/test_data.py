@@ -1,6 +1,6 @@
 """Data stage: corpus collection, stable split, BPE tokenizer, flat token arrays, errors, atomicity.
 
-References are independent of depthlab.data: the expected docstring set comes from a plain
+References are independent of depthlab.data.prepare: the expected docstring set comes from a plain
 `ast.walk`, the expected split from hashlib written out here, documents from the arrays are
 decoded with AutoTokenizer loaded from disk.
 """
@@ -22,8 +22,8 @@ import yaml
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
-from depthlab import data as data_lib  # noqa: E402
-from depthlab.data import DataError, load_tokens, prepare_corpus, read_meta  # noqa: E402
+from depthlab.data import prepare as data_lib  # noqa: E402
+from depthlab.data.prepare import DataError, load_tokens, prepare_corpus, read_meta  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_DATA = yaml.safe_load((REPO / "config/test.yaml").read_text())["data"]
@@ -451,7 +451,7 @@ def test_cli_matches_the_library(base_run, tmp_path):
 
 
 def test_text_set_shards_are_disjoint_and_cover_the_source(tmp_path):
-    from depthlab.data import iter_texts
+    from depthlab.data.prepare import iter_texts
 
     path = tmp_path / "texts.jsonl"
     documents = [f"document number {i}" for i in range(10)]
@@ -465,7 +465,7 @@ def test_text_set_shards_are_disjoint_and_cover_the_source(tmp_path):
 
 
 def test_docstring_prose_keeps_the_description_and_drops_reference_sections_and_code():
-    from depthlab.data import docstring_prose
+    from depthlab.data.prepare import docstring_prose
 
     docstring = (
         "Compute the mean of an array\nalong one axis.\n\n"

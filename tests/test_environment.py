@@ -8,11 +8,17 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
+EDITABLE = "-e ."  # the package itself (pyproject.toml), in both files
+
+
 def _requirements() -> dict:
     pins = {}
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line:
+    lines = [
+        line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
+    ]
+    assert EDITABLE in lines, "requirements.txt must install depthlab itself (-e .)"
+    for line in lines:
+        if line and line != EDITABLE:
             name, _, version = line.partition("==")
             assert version, f"requirements.txt: '{line}' is not pinned with =="
             pins[name.lower().replace("_", "-")] = version
@@ -29,8 +35,11 @@ def test_every_requirement_is_pinned_and_torch_is_2_13():
 def test_environment_yml_carries_the_same_pins():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert EDITABLE in pip_section
     env_pins = {}
     for line in pip_section:
+        if line == EDITABLE:
+            continue
         name, _, version = line.partition("==")
         env_pins[name.lower().replace("_", "-")] = version
     assert env_pins == _requirements()

@@ -9,12 +9,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
-from depthlab import figure_style  # noqa: E402
-from depthlab.analysis_plots import plot_angular_distance, plot_logit_lens  # noqa: E402
-from depthlab.depth_use_plots import plot_linear_maps  # noqa: E402
-from depthlab.scaling_plots import plot_scaling_fit  # noqa: E402
-from depthlab.toy_fit import fit_toy_exponents  # noqa: E402
-from depthlab.toy_plots import plot_toy  # noqa: E402
+from depthlab.core import figure_style  # noqa: E402
+from depthlab.stages.analysis.plots import plot_angular_distance, plot_logit_lens  # noqa: E402
+from depthlab.stages.depth_use.plots import plot_linear_maps  # noqa: E402
+from depthlab.stages.scaling.plots import plot_scaling_fit  # noqa: E402
+from depthlab.stages.toy.fit import fit_toy_exponents  # noqa: E402
+from depthlab.stages.toy.plots import plot_toy  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 
 
@@ -261,7 +261,7 @@ def test_toy_figure_shows_the_spread_of_per_replicate_exponents():
 
 
 def test_loss_curves_keep_equal_schemes_apart_by_line_style():
-    from depthlab.pretrain_plots import plot_loss_curves
+    from depthlab.stages.pretrain.plots import plot_loss_curves
 
     tokens = [0, 100, 200]
     runs = pd.DataFrame(
@@ -308,7 +308,7 @@ def depth_score_tables(family):
     [("hops", "synthetic k-hop lookups: hops", "MATH: levels"), ("math", "MATH: levels", "k-hop")],
 )
 def test_depth_score_title_names_the_family_that_was_scored(family, named, absent):
-    from depthlab.depth_use_plots import plot_depth_score
+    from depthlab.stages.depth_use.plots import plot_depth_score
 
     title = plot_depth_score(*depth_score_tables(family))._suptitle.get_text()
     measured = title.split(" - ")[0]
@@ -316,8 +316,8 @@ def test_depth_score_title_names_the_family_that_was_scored(family, named, absen
 
 
 def test_pruning_sweep_draws_gromovs_half_depth_reference():
-    from depthlab.paper_values import PAPER_VALUES
-    from depthlab.pruning_plots import plot_sweep
+    from depthlab.core.paper_values import PAPER_VALUES
+    from depthlab.stages.pruning.plots import plot_sweep
 
     sweep = pd.DataFrame(
         [

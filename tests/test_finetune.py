@@ -18,15 +18,15 @@ import pandas as pd
 import pytest
 import torch
 from depthlab.config import ConfigError, resolve
-from depthlab.finetune_data import (
+from depthlab.models.decoders import build_model, make_config, save_checkpoint
+from depthlab.stages.finetune.data import (
     FinetuneError,
     read_pairs,
     task_pairs,
     train_documents,
     write_pairs,
 )
-from depthlab.finetuning import FinetuneSettings, encode_pairs, finetune, task_loss
-from depthlab.models import build_model, make_config, save_checkpoint
+from depthlab.stages.finetune.finetuning import FinetuneSettings, encode_pairs, finetune, task_loss
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
@@ -252,7 +252,7 @@ def test_finetuned_checkpoint_loads_like_its_parent(tmp_path, data_dir, pairs_di
     assert result.returncode == 0, result.stderr[-2000:]
     name, values = result.stdout.strip().splitlines()[-2:]
     assert name == ("LlamaForCausalLM" if scheme == "lns" else "DepthlabForCausalLM")
-    from depthlab.architectures import load_model
+    from depthlab.models.architectures import load_model
 
     ours = logits_of(load_model(str(out)), torch.tensor(ids)).flatten()[:50]
     assert np.allclose(json.loads(values), ours.numpy(), atol=1e-5)
@@ -262,10 +262,10 @@ def test_evaluation_scores_the_finetuned_weights(tmp_path, data_dir):
     """A planted difference: the "fine-tuned" folder holds the parent's weights all zeroed, so
     every choice's log-likelihood is -(its token count) * ln V and lm-eval's pick is the choice
     with the fewest tokens (the first of ties); the parent's own scores differ."""
-    from depthlab.data import iter_jsonl_texts
-    from depthlab.finetune_scores import FINETUNED, PRETRAINED, gain_table
-    from depthlab.finetune_stage import evaluate_before_after
-    from depthlab.lm_tasks import build_examples, write_task_folder
+    from depthlab.data.prepare import iter_jsonl_texts
+    from depthlab.stages.finetune.scores import FINETUNED, PRETRAINED, gain_table
+    from depthlab.stages.finetune.stage import evaluate_before_after
+    from depthlab.stages.pruning.lm_tasks import build_examples, write_task_folder
 
     tokenizer = AutoTokenizer.from_pretrained(data_dir / "tokenizer")
     tasks = build_examples(
@@ -440,7 +440,7 @@ DEFAULT_FINETUNE = {
 
 
 def test_figure_states_each_schemes_before_after_and_gain():
-    from depthlab.finetune_plots import plot_finetuning
+    from depthlab.stages.finetune.plots import plot_finetuning
 
     rows = [
         row
@@ -462,7 +462,7 @@ def test_preflight_needs_the_paper_finetuning_dataset_and_harness_tasks():
     """The workflow passes specs as compact JSON (spec_json): the planned fine-tuning jobs of
     config/paper.yaml need Commonsense170K at its revision and the eight tasks' datasets."""
     from depthlab.config import load_config, spec_json
-    from depthlab.preflight import hub_items, needed_items
+    from depthlab.plan.preflight import hub_items, needed_items
 
     paper = resolve(load_config(ROOT / "config" / "paper.yaml"))
     items = hub_items(paper.config)

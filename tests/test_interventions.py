@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 import torch
-from depthlab.architectures import adapt
-from depthlab.depth_score import depth_score, depth_scores_by_group
-from depthlab.interventions import SkipSettings, future_positions, skip_effects
-from depthlab.stage_settings import VARIANTS, validate_intervention_settings
-from skip_reference import reference_skip_effects
+from depthlab.models.architectures import adapt
+from depthlab.plan.stage_settings import VARIANTS, validate_intervention_settings
+from depthlab.stages.depth_use.depth_score import depth_score, depth_scores_by_group
+from depthlab.stages.depth_use.interventions import SkipSettings, future_positions, skip_effects
+from depthlab.stages.depth_use.reference_loop import reference_skip_effects
 from tiny_models import build, random_batch
 
 torch.set_num_threads(1)
@@ -234,8 +234,8 @@ def test_script_writes_effects_accuracy_and_depth_scores(tmp_path):
     from pathlib import Path
 
     import pandas as pd
-    from depthlab.models import build_model, make_config, save_checkpoint
-    from depthlab.problem_sets import write_problem_set
+    from depthlab.data.problem_sets import write_problem_set
+    from depthlab.models.decoders import build_model, make_config, save_checkpoint
 
     repo = Path(__file__).resolve().parents[1]
     problems = tmp_path / "problems"

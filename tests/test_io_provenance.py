@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from depthlab import provenance as provenance_module
-from depthlab.atomic_files import atomic_path, write_json
 from depthlab.cli import start_job
-from depthlab.provenance import (
+from depthlab.core import provenance as provenance_module
+from depthlab.core.atomic_files import atomic_path, write_json
+from depthlab.core.provenance import (
     CONFIG_SOURCE_ENV,
     Provenance,
     described_files,
@@ -268,7 +268,7 @@ def test_a_job_that_never_uses_torch_does_not_import_it_and_torch_gets_its_threa
     code = (
         "import sys\n"
         "from depthlab.cli import set_threads\n"
-        "from depthlab.provenance import device_description\n"
+        "from depthlab.core.provenance import device_description\n"
         "set_threads(1)\n"
         "print('torch' in sys.modules, device_description())\n"
         "import torch\n"

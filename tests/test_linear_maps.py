@@ -12,8 +12,10 @@ import re
 import numpy as np
 import pytest
 import torch
-from depthlab.architectures import adapt
-from depthlab.linear_maps import (
+from depthlab.models.architectures import adapt
+from depthlab.models.decoders import build_model, make_config
+from depthlab.plan.stage_settings import check_same_tokenizer, validate_linear_map_settings
+from depthlab.stages.depth_use.linear_maps import (
     AffineRidgeMaps,
     aligned_states,
     encode_with_offsets,
@@ -24,8 +26,6 @@ from depthlab.linear_maps import (
     word_end_pairs,
     word_ends,
 )
-from depthlab.models import build_model, make_config
-from depthlab.stage_settings import check_same_tokenizer, validate_linear_map_settings
 from tiny_models import VOCAB, random_batch
 
 torch.set_num_threads(1)
@@ -120,7 +120,7 @@ def tiny_pair():
 
 def reference_errors(source, target, batches, split_names, skip_first):
     """Per pair: numpy lstsq on all fit tokens (stored), mean relative error on test tokens."""
-    from depthlab.linear_maps import stream_states
+    from depthlab.stages.depth_use.linear_maps import stream_states
 
     store = {"fit": ([], []), "test": ([], [])}
     for batch, split in zip(batches, split_names):
@@ -214,8 +214,8 @@ def test_script_fits_two_saved_models_and_rejects_foreign_tokenizers(tmp_path):
     from pathlib import Path
 
     import pandas as pd
-    from depthlab.models import save_checkpoint
-    from depthlab.problem_sets import build_tokenizer
+    from depthlab.data.problem_sets import build_tokenizer
+    from depthlab.models.decoders import save_checkpoint
     from transformers import AutoTokenizer
 
     repo = Path(__file__).resolve().parents[1]
@@ -370,7 +370,7 @@ def two_tokenizers():
     SmolLM2 style: leading space inside a token, multi-byte characters split over byte tokens,
     no special tokens added) and a SentencePiece-style BPE (a leading "_" for the space, a BOS
     template, Gemma style), with different vocabularies and merges."""
-    from depthlab.data import hf_tokenizer, train_bpe
+    from depthlab.data.prepare import hf_tokenizer, train_bpe
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -439,7 +439,7 @@ def expected_pairs(text, source_tokenizer, target_tokenizer, max_length, skip_fi
 
 
 def test_word_end_pairs_of_two_real_tokenizers_equal_their_decoded_prefixes():
-    from depthlab.residual_stream import document_ids
+    from depthlab.stages.analysis.residual_stream import document_ids
 
     byte_level, metaspace = two_tokenizers()
     assert byte_level.get_vocab() != metaspace.get_vocab()
@@ -545,7 +545,7 @@ def test_paired_states_are_the_models_hidden_states_at_shared_word_ends():
 
 def test_stage_fits_word_end_maps_between_two_tokenizers(tmp_path):
     import pandas as pd
-    from depthlab.linear_map_stage import run
+    from depthlab.stages.depth_use.linear_map_stage import run
 
     byte_level, metaspace = two_tokenizers()
     models = {

@@ -18,10 +18,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from depthlab.architectures import adapt
-from depthlab.data import hf_tokenizer, train_bpe
-from depthlab.layer_removal import export_pruned, prune_copy
-from depthlab.lm_tasks import (
+from depthlab.data.prepare import hf_tokenizer, train_bpe
+from depthlab.models.architectures import adapt
+from depthlab.models.decoders import build_model, make_config, save_checkpoint
+from depthlab.stages.analysis.measures import analyse
+from depthlab.stages.analysis.residual_stream import iter_token_batches
+from depthlab.stages.pretrain.training import language_model_loss, train_batch
+from depthlab.stages.pruning.layer_removal import export_pruned, prune_copy
+from depthlab.stages.pruning.lm_tasks import (
     CHOICES,
     TaskEvaluator,
     TaskFileError,
@@ -31,10 +35,6 @@ from depthlab.lm_tasks import (
     validate_task_settings,
     write_task_folder,
 )
-from depthlab.measures import analyse
-from depthlab.models import build_model, make_config, save_checkpoint
-from depthlab.residual_stream import iter_token_batches
-from depthlab.training import language_model_loss, train_batch
 
 torch.set_num_threads(1)
 WORDS = {"word_order": 5, "continuation": 1}
@@ -356,7 +356,7 @@ def test_missing_task_file_and_bad_settings_are_named(run, tmp_path):
 
 
 def test_results_rows_read_lm_eval_metrics():
-    from depthlab.lm_tasks import results_rows
+    from depthlab.stages.pruning.lm_tasks import results_rows
 
     results = {
         "results": {

@@ -7,11 +7,11 @@ import json
 
 import numpy as np
 import pytest
-from depthlab.data import is_validation, load_tokens, prepare_corpus, read_meta
-from depthlab.errors import DataError, PruningError
-from depthlab.model_tokens import model_tokens, run_tokenizer, train_documents
-from depthlab.pruning import validation_windows
-from depthlab.pruning_stage import split_tokens
+from depthlab.core.errors import DataError, PruningError
+from depthlab.data.model_tokens import model_tokens, run_tokenizer, train_documents
+from depthlab.data.prepare import is_validation, load_tokens, prepare_corpus, read_meta
+from depthlab.stages.pruning.stage import split_tokens
+from depthlab.stages.pruning.strategies import validation_windows
 
 VAL_FRACTION = 0.25
 

@@ -1,4 +1,4 @@
-"""depthlab.models: the six norm schemes against a from-the-formula float64 reference, init
+"""depthlab.models.decoders: the six norm schemes against a from-the-formula float64 reference, init
 scales, and checkpoint export (plain Llama where exact; the rest reload exactly in the project).
 Loading checkpoints without depthlab is tested in test_checkpoints.py.
 
@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from depthlab import models
+from depthlab.models import decoders as models
 from tiny_models import large_weights
 
 torch.set_num_threads(1)

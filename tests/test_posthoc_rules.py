@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from depthlab.atomic_files import write_dataframe
 from depthlab.config import load_config, resolve
 from depthlab.config.spec_changes import recorded_spec, spec_change_lines
-from depthlab.pruning import (
+from depthlab.core.atomic_files import write_dataframe
+from depthlab.stages.pruning.strategies import (
     auto_depth_choices,
     auto_depth_record,
     read_measurements,
@@ -117,7 +117,7 @@ def test_no_export_job_without_export_items_and_bad_items_are_named():
     resolved = resolve(config)
     assert resolved.jobs("export_pruned") == {}
     assert set(resolved.jobs("choose_depth")) == set(resolved.jobs("prune_model"))
-    from depthlab.errors import ConfigError
+    from depthlab.core.errors import ConfigError
 
     config["pruning"]["export"] = [{"strategy": "angular", "metric": "mean_acc"}]
     with pytest.raises(ConfigError, match=r"^pruning\.export\[0\]\.metric: 'mean_acc' has no"):
@@ -261,7 +261,7 @@ def tiny_llama(folder: Path, num_layers: int = 4):
 
 def test_export_pruned_writes_the_chosen_model(tmp_path):
     import torch
-    from depthlab.layer_removal import pruned_view
+    from depthlab.stages.pruning.layer_removal import pruned_view
     from transformers import AutoModelForCausalLM
 
     original = tiny_llama(tmp_path / "model")

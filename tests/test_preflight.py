@@ -1,4 +1,4 @@
-"""The checks a run makes before its first job (depthlab.preflight, the Snakefile's onstart):
+"""The checks a run makes before its first job (depthlab.plan.preflight, the Snakefile's onstart):
 which hub repositories a config and its planned jobs need, whether the local Hugging Face cache
 holds them at their pinned revisions, and a run that stops with one line per missing item before
 any job ran. (The Slurm controller check runs against the real Slurm client in test_slurm.py.)"""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from depthlab.config import load_config, resolve
-from depthlab.preflight import (
+from depthlab.plan.preflight import (
     HubItem,
     cached_snapshots,
     evaluates_harness_tasks,

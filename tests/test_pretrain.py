@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 import torch
 from depthlab.config import resolve
-from depthlab.data import load_tokens
-from depthlab.models import build_model, make_config
-from depthlab.training import (
+from depthlab.data.prepare import load_tokens
+from depthlab.models.decoders import build_model, make_config
+from depthlab.stages.pretrain.training import (
     IGNORE,
     TrainSettings,
     document_batch,
@@ -359,7 +359,7 @@ def test_auto_precision_is_bf16_only_where_the_cpu_multiplies_bf16_natively(
     """precision auto trains exactly as the precision it resolves to on this machine (fp32 on an
     AVX2-only CPU, whose emulated bf16 matmuls are ~60x slower; bf16 where oneDNN has bf16
     kernels), and the provenance record says which one ran."""
-    from depthlab import training
+    from depthlab.stages.pretrain import training
 
     monkeypatch.setattr(training.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: native)
     expected = "bf16" if native else "fp32"

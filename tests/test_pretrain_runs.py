@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from depthlab.pretrain_runs import read_run, read_training_runs
+from depthlab.data.pretrain_runs import read_run, read_training_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow_scripts"

@@ -18,9 +18,8 @@ import numpy as np
 import pytest
 import tiny_models
 import torch
-from depthlab import data as data_lib
-from depthlab.problem_scoring import accuracy_table, evaluate_problems, problem_batches
-from depthlab.problem_sets import (
+from depthlab.data import prepare as data_lib
+from depthlab.data.problem_sets import (
     LETTERS,
     RELATIONS,
     addition_chance,
@@ -31,6 +30,11 @@ from depthlab.problem_sets import (
     sample_problems,
     validate_problem_settings,
     write_problem_set,
+)
+from depthlab.stages.depth_use.problem_scoring import (
+    accuracy_table,
+    evaluate_problems,
+    problem_batches,
 )
 from tiny_models import Oracle
 
@@ -91,7 +95,7 @@ def test_answers_match_an_independent_solver():
 
 
 def test_folder_is_in_the_data_stage_format_and_pretrain_runs(tmp_path):
-    from depthlab.training import pretrain
+    from depthlab.stages.pretrain.training import pretrain
     from transformers import AutoTokenizer
 
     spec = {**SPEC, "families": {"hops": SPEC["families"]["hops"]}}

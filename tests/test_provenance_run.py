@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from depthlab import provenance
-from depthlab.audit import main as audit
-from depthlab.provenance import RECORD_NAME, SIDECAR_SUFFIX, output_checksums
+from depthlab.core import provenance
+from depthlab.core.audit import main as audit
+from depthlab.core.provenance import RECORD_NAME, SIDECAR_SUFFIX, output_checksums
 from test_workflow import snakemake
 
 ROOT = Path(__file__).resolve().parents[1]

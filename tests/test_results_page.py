@@ -1,4 +1,4 @@
-"""The results page (depthlab.results_page, workflow_scripts/record_results.py) on planted run
+"""The results page (depthlab.claims.results_page, workflow_scripts/record_results.py) on planted run
 folders: the claims it lists, the per-rule job times it sums, the machine and commit it names."""
 
 import csv
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from depthlab import results_page as page
+from depthlab.claims import results_page as page
 
 ROOT = Path(__file__).resolve().parents[1]
 

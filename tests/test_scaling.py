@@ -13,9 +13,8 @@ import torch
 import yaml
 from depthlab.config import ConfigError, load_config, merge_fit_spec, resolve
 from depthlab.config.stages.scaling import DEFAULT_EXPONENT_BOUNDS
-from depthlab.power_law_fitter import FitSettings, resample_indices
-from depthlab.pretrain_runs import non_embedding_params
-from depthlab.scaling_fits import (
+from depthlab.data.pretrain_runs import non_embedding_params
+from depthlab.stages.scaling.fits import (
     architecture_ids,
     bootstrap,
     collect_sweep_points,
@@ -26,6 +25,7 @@ from depthlab.scaling_fits import (
     load_points,
     run_fit,
 )
+from depthlab.stages.scaling.power_law_fitter import FitSettings, resample_indices
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "workflow_scripts"

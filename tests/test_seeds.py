@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from depthlab.config import ConfigError, resolve, seed_groups
-from depthlab.data import prepare_corpus
-from depthlab.training import pretrain
+from depthlab.data.prepare import prepare_corpus
+from depthlab.stages.pretrain.training import pretrain
 
 
 def seeded(config: dict, lns=(0, 1), sweep=None) -> dict:

@@ -12,18 +12,23 @@ import json
 import numpy as np
 import pytest
 import torch
-from depthlab import placement
-from depthlab.analysis_stage import run as run_analysis
-from depthlab.architectures import adapt, load_model
-from depthlab.errors import DeviceError, PruningError
-from depthlab.healing import heal
-from depthlab.interventions import SkipSettings, skip_effects
-from depthlab.layer_removal import export_pruned, model_losses, prune_copy, pruned_view
-from depthlab.lm_tasks import TaskEvaluator
-from depthlab.model_job import load
-from depthlab.pruning import LossSweep, validation_windows
-from depthlab.residual_stream import iter_token_batches
-from depthlab.stage_settings import HealSettings
+from depthlab.core import placement
+from depthlab.core.errors import DeviceError, PruningError
+from depthlab.models.architectures import adapt, load_model
+from depthlab.plan.stage_settings import HealSettings
+from depthlab.stages.analysis.residual_stream import iter_token_batches
+from depthlab.stages.analysis.stage import run as run_analysis
+from depthlab.stages.depth_use.interventions import SkipSettings, skip_effects
+from depthlab.stages.model_job import load
+from depthlab.stages.pruning.healing import heal
+from depthlab.stages.pruning.layer_removal import (
+    export_pruned,
+    model_losses,
+    prune_copy,
+    pruned_view,
+)
+from depthlab.stages.pruning.lm_tasks import TaskEvaluator
+from depthlab.stages.pruning.strategies import LossSweep, validation_windows
 from requirements_helpers import require_pinned
 from test_lm_tasks import make_run
 

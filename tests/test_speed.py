@@ -1,4 +1,4 @@
-"""The pruning speed-up compares like with like (depthlab.speed.measure_exports): the full model
+"""The pruning speed-up compares like with like (depthlab.stages.pruning.speed.measure_exports): the full model
 and every pruned variant are exports of the job's own model, loaded back in the job's dtype, one
 at a time, their temporary folders removed. Before, the full model was reloaded from its source
 in float32 without the pinned revision (the hub's current `main`) while the pruned variants ran
@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from depthlab.speed import measure_exports
+from depthlab.stages.pruning.speed import measure_exports
 from tiny_models import build
 
 SETTINGS = {"batch_size": 2, "prompt_length": 8, "new_tokens": 4, "repeats": 1}

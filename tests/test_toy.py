@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from depthlab import toy, toy_fit
 from depthlab.config import ConfigError, load_config, resolve, temperature_grid
+from depthlab.stages.toy import fit as toy_fit
+from depthlab.stages.toy import teacher_student as toy
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 import torch
 from depthlab.config import resolve
-from depthlab.data import load_tokens, read_meta
-from depthlab.models import build_model, make_config
-from depthlab.tracking import Progress
-from depthlab.training import (
+from depthlab.core.tracking import Progress
+from depthlab.data.prepare import load_tokens, read_meta
+from depthlab.models.decoders import build_model, make_config
+from depthlab.stages.pretrain.training import (
     TrainSettings,
     language_model_loss,
     pretrain,
@@ -222,7 +222,7 @@ def test_layer_stats_match_an_independent_computation(tmp_path, test_config, dat
 
 
 def test_healing_logs_progress_lines_and_tensorboard_losses(tmp_path, data_dir):
-    from depthlab.healing import HealSettings, heal
+    from depthlab.stages.pruning.healing import HealSettings, heal
 
     settings = HealSettings.from_dict(
         {
@@ -368,7 +368,7 @@ def test_wandb_online_without_a_login_stops_the_job_with_one_line_naming_the_key
     tmp_path, test_config, data_dir, wandb_env, monkeypatch, capsys
 ):
     from depthlab.cli import main_guard
-    from depthlab.tracking import TrackingError
+    from depthlab.core.tracking import TrackingError
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -402,7 +402,7 @@ def test_wandb_online_without_a_login_stops_the_job_with_one_line_naming_the_key
 
 
 def test_healing_curves_land_in_the_pruning_output_and_in_wandb(tmp_path, wandb_env, test_config):
-    from depthlab import pruning_stage
+    from depthlab.stages.pruning import stage as pruning_stage
     from test_lm_tasks import make_run
 
     run = make_run(tmp_path / "run", train_steps=0, layers=3, documents=150)

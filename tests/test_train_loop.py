@@ -1,4 +1,4 @@
-"""The training loop shared by pretraining and fine-tuning (depthlab.train_loop), on a toy
+"""The training loop shared by pretraining and fine-tuning (depthlab.stages.train_loop), on a toy
 regression: a run killed right after a saved state and resumed ends bit-identical (weights, logs,
 extra row lists) to one never interrupted; a state of another run is ignored; the log has the
 train rows of log_every and the val rows of eval_at; a non-finite loss names its step."""
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from depthlab.train_loop import TrainingLoop, load_state
+from depthlab.stages.train_loop import TrainingLoop, load_state
 
 SETTINGS = SimpleNamespace(steps=12, log_every=2, checkpoint_every=3, grad_clip=1.0)
 

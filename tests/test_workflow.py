@@ -85,7 +85,7 @@ def finished_run(checkout):
 
 
 def test_every_pretrained_model_is_a_loadable_hf_checkpoint(finished_run):
-    import depthlab.models  # noqa: F401  (registers the depthlab_llama Auto classes)
+    import depthlab.models.decoders  # noqa: F401  (registers the depthlab_llama Auto classes)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     models = resolve(load_config(CONFIG)).models

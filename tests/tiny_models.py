@@ -126,7 +126,7 @@ def build(family: str, seed: int = 0, dtype=torch.float32, attn_implementation: 
     """A tiny model of `family` in eval mode."""
     torch.manual_seed(seed)
     if family.startswith("depthlab_"):
-        from depthlab.models import build_model, make_config
+        from depthlab.models.decoders import build_model, make_config
 
         scheme = family[len("depthlab_") :]
         architecture = dict(

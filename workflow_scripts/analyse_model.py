@@ -4,8 +4,8 @@
 Writes into the spec's `out` folder: measures.csv (tidy: model, text_set, measure, layer, n,
 value, count), angular_distance_last.csv (the (L+1) x (L+1) matrix of d(x^i, x^j) on the last
 real token), angular_distance_all.csv (with all_token_distance), summary.json (counts,
-architecture, notes) and provenance.json. See depthlab/analysis_stage.py for the stage,
-depthlab/measures.py for the measures and depthlab/architectures.py for the architectures and what
+architecture, notes) and provenance.json. See depthlab/stages/analysis/stage.py for the stage,
+depthlab/stages/analysis/measures.py for the measures and depthlab/models/architectures.py for the architectures and what
 a_l, m_l mean in each.
 
 Spec (`analyse_model` job, named <text_set>/<model>): model_name, model_path (HF folder, hub id
@@ -31,7 +31,7 @@ from depthlab.cli import main_guard, resolve_device, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "analyse_model")
 
-    from depthlab.analysis_stage import run
+    from depthlab.stages.analysis.stage import run
 
     summary = run(spec, device=resolve_device(spec["device"]))
     print(

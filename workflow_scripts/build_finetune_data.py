@@ -1,14 +1,14 @@
 #!/usr/bin/env python
 """Build the fine-tuning stage's data: prompt/answer pairs to fine-tune on, held-out pairs, and
 (offline source) the lm-eval tasks the fine-tuned models and their parents are scored on
-(depthlab/finetune_data.py describes the sources).
+(depthlab/stages/finetune/data.py describes the sources).
 
 Spec (`build_finetune_data` job, one per run):
   source        tasks | hf_dataset
   data          the data stage's folder (tasks: train.bin + tokenizer/ for the pairs, val.jsonl
                 for the evaluation tasks)
   tasks         tasks: {kinds, words, context_tokens, max_per_document, train_documents,
-                train_examples, eval_examples} (see depthlab/lm_tasks.py)
+                train_examples, eval_examples} (see depthlab/stages/pruning/lm_tasks.py)
   hf_dataset    hf_dataset: {name, config_name, revision, split, prompt_template, answer_field,
                 max_examples, val_examples}
   seed          the draw of documents, places and choices
@@ -24,17 +24,22 @@ def main() -> None:
     import json
     from pathlib import Path
 
-    from depthlab.atomic_files import atomic_path
-    from depthlab.finetune_data import dataset_pairs, task_pairs, train_documents, write_pairs
-    from depthlab.provenance import Provenance
+    from depthlab.core.atomic_files import atomic_path
+    from depthlab.core.provenance import Provenance
+    from depthlab.stages.finetune.data import (
+        dataset_pairs,
+        task_pairs,
+        train_documents,
+        write_pairs,
+    )
 
     inputs = [spec["data"]] if spec["source"] == "tasks" else []
     provenance = Provenance("finetune.data", config=spec, inputs=inputs, seed=spec["seed"])
     record = {"source": spec["source"]}
     with atomic_path(spec["out"], is_dir=True) as tmp:
         if spec["source"] == "tasks":
-            from depthlab.data import iter_jsonl_texts
-            from depthlab.lm_tasks import build_examples, write_task_folder
+            from depthlab.data.prepare import iter_jsonl_texts
+            from depthlab.stages.pruning.lm_tasks import build_examples, write_task_folder
             from transformers import AutoTokenizer
 
             tasks = spec["tasks"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Build the offline multiple-choice tasks of a run from its held-out corpus, as lm-eval task
-YAML + JSON-lines in one folder (depthlab/lm_tasks.py describes the tasks).
+YAML + JSON-lines in one folder (depthlab/stages/pruning/lm_tasks.py describes the tasks).
 
 Spec (`build_lm_tasks` job, one per run); every key is required:
   data              the data stage's folder (reads val.jsonl; the tokenizer below sizes contexts)
@@ -29,16 +29,16 @@ def main() -> None:
 
     from pathlib import Path
 
-    from depthlab.atomic_files import atomic_path
     from depthlab.cli import UserError
-    from depthlab.data import iter_jsonl_texts
-    from depthlab.lm_tasks import (
+    from depthlab.core.atomic_files import atomic_path
+    from depthlab.core.provenance import Provenance
+    from depthlab.data.prepare import iter_jsonl_texts
+    from depthlab.stages.pruning.lm_tasks import (
         TaskFileError,
         build_examples,
         validate_task_settings,
         write_task_folder,
     )
-    from depthlab.provenance import Provenance
     from transformers import AutoTokenizer
 
     try:

@@ -3,7 +3,7 @@
 with a tolerance, the largest block size n whose validation-loss increase (or accuracy drop)
 stays within the tolerance at every n' <= n, read from the prune_model job's tables. A choice made
 after measuring: changing a tolerance reruns this seconds-long job, never the measurements.
-See depthlab/pruning.py (auto_depth, auto_depth_choices, auto_depth_record).
+See depthlab/stages/pruning/strategies.py (auto_depth, auto_depth_choices, auto_depth_record).
 
 Spec (`choose_depth` job, one per pruned model):
   model_name  the model's name in the config
@@ -30,9 +30,9 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "choose_depth")
 
-    from depthlab.atomic_files import atomic_path, write_json
-    from depthlab.provenance import Provenance
-    from depthlab.pruning import auto_depth_record, read_measurements
+    from depthlab.core.atomic_files import atomic_path, write_json
+    from depthlab.core.provenance import Provenance
+    from depthlab.stages.pruning.strategies import auto_depth_record, read_measurements
 
     folder = Path(spec["pruning"])
     provenance = Provenance(

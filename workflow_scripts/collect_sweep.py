@@ -14,9 +14,9 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "collect_sweep")
 
-    from depthlab.atomic_files import write_dataframe
-    from depthlab.provenance import Provenance, sidecar_path
-    from depthlab.scaling_fits import collect_sweep_points
+    from depthlab.core.atomic_files import write_dataframe
+    from depthlab.core.provenance import Provenance, sidecar_path
+    from depthlab.stages.scaling.fits import collect_sweep_points
 
     models = spec["models"]
     inputs = [f"{m}/{f}" for m in models for f in ("config.json", "train_log.csv")]

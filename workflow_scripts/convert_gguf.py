@@ -3,7 +3,7 @@
 into a plain HF folder that later stages read like a local `kind: hf` model.
 
 Writes into the spec's `out` folder (results/<run>/models/<name>/): config.json,
-model.safetensors, the tokenizer files and provenance.json. See depthlab/gguf_models.py.
+model.safetensors, the tokenizer files and provenance.json. See depthlab/models/gguf.py.
 
 Spec (`convert_gguf` job, named <model>): model_name, files (the GGUF file, or its chunks in order;
 each a path or pkg:<package>/<file>), sha256 (of the assembled file), dtype, out.
@@ -24,7 +24,7 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "convert_gguf")
 
-    from depthlab.gguf_models import convert
+    from depthlab.models.gguf import convert
 
     print(json.dumps(convert(spec)))
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Score one pretrained model and every model fine-tuned from it on the same lm-eval tasks
-(depthlab/finetune_stage.py): the before / after comparison of supervised fine-tuning.
+(depthlab/stages/finetune/stage.py): the before / after comparison of supervised fine-tuning.
 
 Spec (`evaluate_finetuned` job, one per parent):
   parent_name     the parent's name in the config
@@ -20,11 +20,11 @@ from depthlab.cli import main_guard, start_job
 
 def main() -> None:
     _, spec = start_job(__doc__, "evaluate_finetuned")
-    from depthlab.atomic_files import atomic_path, write_dataframe
     from depthlab.cli import resolve_device
-    from depthlab.finetune_scores import gain_table
-    from depthlab.finetune_stage import evaluate_before_after
-    from depthlab.provenance import Provenance
+    from depthlab.core.atomic_files import atomic_path, write_dataframe
+    from depthlab.core.provenance import Provenance
+    from depthlab.stages.finetune.scores import gain_table
+    from depthlab.stages.finetune.stage import evaluate_before_after
 
     provenance = Provenance(
         "finetune.evaluate",

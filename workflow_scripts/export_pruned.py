@@ -4,7 +4,7 @@ the pruned model a user would deploy): for each configured {strategy, metric}, t
 the removal set of that strategy at the chosen (unhealed) depth, with its tokenizer, pruning.json
 and mergekit.yaml (the mergekit passthrough config that rebuilds it from the original). A choice
 made after measuring: changing the export list reruns this job alone, on the CPU.
-See depthlab/pruning.py (export_choices) and layer_removal.py (export_pruned).
+See depthlab/stages/pruning/strategies.py (export_choices) and layer_removal.py (export_pruned).
 
 Spec (`export_pruned` job, one per pruned model with pruning.export items):
   model_name  the model's name in the config
@@ -39,10 +39,15 @@ from depthlab.cli import main_guard, start_job  # noqa: E402
 def main() -> None:
     _, spec = start_job(__doc__, "export_pruned")
 
-    from depthlab.architectures import load_model, load_tokenizer
-    from depthlab.atomic_files import atomic_path, write_json
-    from depthlab.provenance import Provenance
-    from depthlab.pruning import export_choices, read_auto_depth, read_measurements, removal_sets
+    from depthlab.core.atomic_files import atomic_path, write_json
+    from depthlab.core.provenance import Provenance
+    from depthlab.models.architectures import load_model, load_tokenizer
+    from depthlab.stages.pruning.strategies import (
+        export_choices,
+        read_auto_depth,
+        read_measurements,
+        removal_sets,
+    )
 
     sweep_path = Path(spec["pruning"]) / "sweep.csv"
     choices_path = Path(spec["auto_depth"]) / "auto_depth.json"

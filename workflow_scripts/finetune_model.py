@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Supervised fine-tuning of one pretrained model (full or LoRA), resumable, written as an HF
-folder that loads like its parent (depthlab/finetuning.py).
+folder that loads like its parent (depthlab/stages/finetune/finetuning.py).
 
 Spec (`finetune_model` job, one per parent model and fine-tuning seed):
   model_name    this fine-tuned model's name (<parent>_ft_s<seed>)
@@ -25,7 +25,7 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "finetune_model")
     from depthlab.cli import resolve_device
-    from depthlab.finetuning import FinetuneSettings, finetune
+    from depthlab.stages.finetune.finetuning import FinetuneSettings, finetune
 
     settings = FinetuneSettings.from_dict(spec["train"])
     summary = finetune(

@@ -15,9 +15,9 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "fit_scaling")
 
-    from depthlab.atomic_files import write_dataframe, write_json
-    from depthlab.provenance import Provenance, sidecar_path
-    from depthlab.scaling_fits import load_points, run_fit
+    from depthlab.core.atomic_files import write_dataframe, write_json
+    from depthlab.core.provenance import Provenance, sidecar_path
+    from depthlab.stages.scaling.fits import load_points, run_fit
 
     name, fit = spec["name"], spec["fit"]
     provenance = Provenance("scaling.fit", config=spec, inputs=[spec["points"]], seed=spec["seed"])

@@ -19,10 +19,10 @@ def main() -> None:
     _, spec = start_job(__doc__, "fit_toy")
 
     import pandas as pd
-    from depthlab.atomic_files import save_figure, write_json
-    from depthlab.provenance import Provenance, sidecar_path
-    from depthlab.toy_fit import fit_toy_exponents
-    from depthlab.toy_plots import plot_toy
+    from depthlab.core.atomic_files import save_figure, write_json
+    from depthlab.core.provenance import Provenance, sidecar_path
+    from depthlab.stages.toy.fit import fit_toy_exponents
+    from depthlab.stages.toy.plots import plot_toy
 
     runs = spec["runs"]
     inputs = [str(Path(r) / f) for r in runs for f in ("losses.csv", "teacher.json")]

@@ -13,7 +13,7 @@ accumulated in float64 over the fit tokens, one eigendecomposition per source la
 target layer and every alpha, alpha is chosen per pair by the closed-form validation error,
 and the mean relative error ||y_hat - y|| / ||y|| is measured on the test tokens. Memory stays
 within max_memory_mb (target layers in blocks, the tokens streamed once per block). See
-depthlab/linear_map_stage.py (the stage) and depthlab/linear_maps.py (the fit).
+depthlab/stages/depth_use/linear_map_stage.py (the stage) and depthlab/stages/depth_use/linear_maps.py (the fit).
 
 Writes into spec["out"] (atomically): relative_error.csv (pair, source_layer, target_layer,
 source_depth, target_depth = layer / L, relative_error, centred_error, alpha), best_target.csv
@@ -32,7 +32,7 @@ Spec keys (all required; null where marked):
   add_special_tokens        documents with the tokenizer's template (hub models) or as the
                             training stream encoded them (models pretrained here); the source's
   target_add_special_tokens the same for the target model (word_ends: it reads its own tokens)
-  alignment                 positions | word_ends | auto (depthlab/linear_maps.py)
+  alignment                 positions | word_ends | auto (depthlab/stages/depth_use/linear_maps.py)
   max_documents             null or the documents read
   max_length, batch_size    tokens per document, documents per pass
   skip_first                first real tokens of each document left out (attention sinks)
@@ -72,7 +72,7 @@ from depthlab.cli import main_guard, resolve_device, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "linear_maps")
 
-    from depthlab.linear_map_stage import run
+    from depthlab.stages.depth_use.linear_map_stage import run
 
     summary = run(spec, device=resolve_device(spec["device"]))
     print(json.dumps({k: summary[k] for k in ("pair", "tokens", "blocks", "fit_seconds")}))

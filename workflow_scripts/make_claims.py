@@ -14,9 +14,9 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "make_claims", required=("out_csv", "out_md"))
 
-    from depthlab.atomic_files import write_dataframe, write_text
     from depthlab.claims import build_claims, input_files, read_run_data, render_markdown
-    from depthlab.provenance import Provenance, sidecar_path
+    from depthlab.core.atomic_files import write_dataframe, write_text
+    from depthlab.core.provenance import Provenance, sidecar_path
 
     provenance = Provenance(
         "claims", config=spec, inputs=input_files(spec), seed=spec["bootstrap"]["seed"]

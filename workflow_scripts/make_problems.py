@@ -3,12 +3,12 @@
 
 With a synthetic family (generated offline) spec["out"] is a folder in exactly the data stage's
 format (tokenizer/, train.bin, val.bin, val.jsonl, meta.json, provenance.json; see
-depthlab/data.py), so the `pretrain` rule trains the problem model on it unchanged, plus
+depthlab/data/prepare.py), so the `pretrain` rule trains the problem model on it unchanged, plus
 problems.jsonl: the evaluation problems (family, level, prompt, answer) whose per-level accuracy
 and depth score skip_interventions.py measures. A set of dataset families only (math, mquake:
 MATH levels and MQuAKE hop counts, for hub models) writes problems.jsonl, meta.json and
 provenance.json; reading a hub dataset needs the network (or the datasets cache). See
-depthlab/problem_sets.py and depthlab/benchmark_problems.py for the families.
+depthlab/data/problem_sets.py and depthlab/data/benchmark_problems.py for the families.
 
 Spec keys (all required unless marked):
   out              output folder (results/<run>/depth_use/problems)
@@ -46,7 +46,7 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "make_problems")
 
-    from depthlab.problem_sets import run
+    from depthlab.data.problem_sets import run
 
     meta = run(spec)
     print(

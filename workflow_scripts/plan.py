@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Print the cost plan of a config as markdown: the assumptions (config `cluster.gpu` and
 `cluster.sizing`), then per rule and per job the GPUs, GPU memory per GPU, host memory, time
-limit, estimated wall time and GPU-hours, and disk each job requests (depthlab/resource_plan.py),
+limit, estimated wall time and GPU-hours, and disk each job requests (depthlab/plan/resource_plan.py),
 with the totals. Offline: hub models are sized from depthlab/hub_architectures.yaml.
 
 The config files merge left to right, as Snakemake's --configfile; --config overrides as
@@ -14,7 +14,7 @@ import argparse
 
 from depthlab.cli import main_guard
 from depthlab.config import apply_overrides, load_config, resolve
-from depthlab.plan_tables import markdown
+from depthlab.plan.plan_tables import markdown
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ cosines and logit lens (Csordas et al.), angles between states and between updat
 
 Spec (`plot_analysis` job, one per text set): analyses (analyse_model output folders), out_dir,
 format, figures, facts ({model: kind, norm_scheme, sweep, seed, seed_group}: grouping and colours,
-see depthlab/figure_style.py; optional).
+see depthlab/core/figure_style.py; optional).
 """
 
 from depthlab.cli import main_guard, start_job
@@ -17,9 +17,9 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "plot_analysis")
 
-    from depthlab.analysis_plots import plot_all, read_analyses
-    from depthlab.atomic_files import save_figure
-    from depthlab.provenance import Provenance, sidecar_path
+    from depthlab.core.atomic_files import save_figure
+    from depthlab.core.provenance import Provenance, sidecar_path
+    from depthlab.stages.analysis.plots import plot_all, read_analyses
 
     analyses = spec["analyses"]
     inputs = [f"{a}/{f}" for a in analyses for f in ("measures.csv", "summary.json")]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Figures of the depth-use stage (Csordás et al. 2025 layout), from skip_interventions.py and
 linear_maps.py output folders: <out_dir>/{skip_effects, output_effect, depth_score,
-linear_maps}.<format>, each with a .provenance.json sidecar. See depthlab/depth_use_plots.py.
+linear_maps}.<format>, each with a .provenance.json sidecar. See depthlab/stages/depth_use/plots.py.
 
 Spec keys (all required):
   skip          list of skip_interventions output folders (results/<run>/depth_use/skip/<model>)
@@ -30,9 +30,9 @@ def main() -> None:
             raise UserError(f"spec.{key}: required (see --help)")
     if spec["format"] not in ("png", "pdf", "svg"):
         raise UserError(f"spec.format: png, pdf or svg (got {spec['format']!r})")
-    from depthlab.atomic_files import save_figure
-    from depthlab.depth_use_plots import FIGURES, plot_all
-    from depthlab.provenance import Provenance, sidecar_path
+    from depthlab.core.atomic_files import save_figure
+    from depthlab.core.provenance import Provenance, sidecar_path
+    from depthlab.stages.depth_use.plots import FIGURES, plot_all
 
     # every file plot_all reads (accuracy and depth scores when present: provenance records the
     # files that exist)

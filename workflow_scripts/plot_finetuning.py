@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Plot each parent's task score before and after supervised fine-tuning, with the range over
-fine-tuning seeds (depthlab/finetune_plots.py).
+fine-tuning seeds (depthlab/stages/finetune/plots.py).
 
 Spec (`plot_finetuning` job): scores (evaluate_finetuned output folders), labels (parent ->
 legend label, its norm scheme), run_name, out (.png, .pdf or .svg).
@@ -11,10 +11,10 @@ from depthlab.cli import main_guard, start_job
 
 def main() -> None:
     _, spec = start_job(__doc__, "plot_finetuning")
-    from depthlab.atomic_files import save_figure
-    from depthlab.finetune_plots import plot_finetuning
-    from depthlab.finetune_scores import read_scores
-    from depthlab.provenance import Provenance, sidecar_path
+    from depthlab.core.atomic_files import save_figure
+    from depthlab.core.provenance import Provenance, sidecar_path
+    from depthlab.stages.finetune.plots import plot_finetuning
+    from depthlab.stages.finetune.scores import read_scores
 
     provenance = Provenance(
         "figures.finetuning", config=spec, inputs=[f"{d}/scores.csv" for d in spec["scores"]]

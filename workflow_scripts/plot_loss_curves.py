@@ -4,7 +4,7 @@
 Spec (`plot_loss_curves` job): models (pretrain checkpoint folders), labels (model name ->
 legend label, the norm scheme), sweeps (model name -> its depth x width sweep: those models get
 the sweep panel, the others the norm-scheme panel), facts (colours and seed groups, see
-depthlab/figure_style.py; optional), out (.png, .pdf or .svg).
+depthlab/core/figure_style.py; optional), out (.png, .pdf or .svg).
 """
 
 from depthlab.cli import main_guard, start_job
@@ -13,10 +13,10 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "plot_loss_curves")
 
-    from depthlab.atomic_files import save_figure
-    from depthlab.pretrain_plots import plot_loss_curves
-    from depthlab.pretrain_runs import read_training_runs
-    from depthlab.provenance import Provenance, sidecar_path
+    from depthlab.core.atomic_files import save_figure
+    from depthlab.core.provenance import Provenance, sidecar_path
+    from depthlab.data.pretrain_runs import read_training_runs
+    from depthlab.stages.pretrain.plots import plot_loss_curves
 
     provenance = Provenance(
         "figures.loss_curves",

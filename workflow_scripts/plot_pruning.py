@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Figures of the pruning stage across the models of a run, from prune_model.py folders
-(depthlab/pruning_plots.py): per-layer ablation Delta P(l) (Curse of Depth Fig. 2 layout), loss
+(depthlab/stages/pruning/plots.py): per-layer ablation Delta P(l) (Curse of Depth Fig. 2 layout), loss
 and task accuracy vs fraction removed per strategy, healed and unhealed (Gromov et al. Fig. 1/2
 layout), measured speed-up vs fraction removed.
 
@@ -30,9 +30,9 @@ def main() -> None:
 
     matplotlib.use("Agg")
 
-    from depthlab.atomic_files import save_figure
-    from depthlab.provenance import Provenance, sidecar_path
-    from depthlab.pruning_plots import plot_all
+    from depthlab.core.atomic_files import save_figure
+    from depthlab.core.provenance import Provenance, sidecar_path
+    from depthlab.stages.pruning.plots import plot_all
 
     # every table plot_all reads (speed and block_choice when present: provenance records the
     # files that exist)

@@ -15,9 +15,9 @@ def main() -> None:
     _, spec = start_job(__doc__, "plot_scaling")
 
     import pandas as pd
-    from depthlab.atomic_files import save_figure
-    from depthlab.provenance import Provenance, sidecar_path
-    from depthlab.scaling_plots import plot_scaling_fit, published_exponents
+    from depthlab.core.atomic_files import save_figure
+    from depthlab.core.provenance import Provenance, sidecar_path
+    from depthlab.stages.scaling.plots import plot_scaling_fit, published_exponents
 
     provenance = Provenance("scaling.plot", config=spec, inputs=[spec["fit"], spec["samples"]])
     with open(spec["fit"]) as handle:

@@ -22,7 +22,7 @@ def main() -> None:
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true" if args.threads > 1 else "false")
 
-    from depthlab.data import prepare_corpus
+    from depthlab.data.prepare import prepare_corpus
 
     start = time.perf_counter()
     meta = prepare_corpus(spec["data"], spec["out"], seed=spec["seed"], threads=args.threads)

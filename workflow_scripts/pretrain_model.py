@@ -31,7 +31,7 @@ def main() -> None:
     )
     args, spec = start_job(__doc__, "pretrain_model", parser=parser)
 
-    from depthlab.training import pretrain
+    from depthlab.stages.pretrain.training import pretrain
 
     summary = pretrain(
         spec["model_name"],

@@ -4,7 +4,7 @@ strategies angular / deepest / greedy / block_influence (ShortGPT) over a grid o
 single-layer removal, lm-eval on the run's offline tasks, LoRA/QLoRA healing, measured speed.
 The choices made on these measurements are their own seconds-long jobs that read the tables
 back: choose_depth.py (auto depth) and export_pruned.py (the chosen pruned models).
-See depthlab/pruning_stage.py (the phases), pruning.py (strategies, loss sweep),
+See depthlab/stages/pruning/stage.py (the phases), pruning.py (strategies, loss sweep),
 layer_removal.py (view, copy, export), lm_tasks.py, healing.py and speed.py.
 
 Spec (`prune_model` job, one per model); paths:
@@ -44,7 +44,7 @@ settings:
 
 Outputs in `out`: window_losses.csv (removed, strategy, n, window, loss: the loss per
 validation window of the full model, single layers and every strategy set; see
-depthlab/pruning_stage.py), block_choice.csv (n, l_star, distance), block_influence.csv (layer,
+depthlab/stages/pruning/stage.py), block_choice.csv (n, l_star, distance), block_influence.csv (layer,
 cos_adjacent, block_influence, rank; with block_influence), single_layer.csv (layer, val_loss,
 delta_loss, task, acc, acc_stderr, delta_acc, ...), sweep.csv (model, strategy, n, fraction,
 removed, healed, val_loss, val_ppl, delta_loss, task, acc, acc_stderr, acc_norm,
@@ -89,7 +89,7 @@ def main() -> None:
     # lm-eval loads the task files with `datasets`: its cache goes inside the run, before import
     os.environ["HF_DATASETS_CACHE"] = str(spec["datasets_cache"])
 
-    from depthlab import pruning_stage
+    from depthlab.stages.pruning import stage as pruning_stage
 
     summary = pruning_stage.run(
         spec, device=resolve_device(spec["device"]), log=lambda message: print(message, flush=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Write the results page of a config, docs/results/<config name>.md: the date, the commit, the
 machine (CPU model, cores, memory), Python and torch, the suite's wall time, the claims table and
-the job time of every rule (depthlab.results_page).
+the job time of every rule (depthlab.claims.results_page).
 
 Run the suite and record it (run this in a fresh clone: the page says which commit ran):
 
@@ -93,7 +93,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    from depthlab import results_page as page
+    from depthlab.claims import results_page as page
     from depthlab.config import ConfigError, load_config
 
     try:
@@ -134,7 +134,7 @@ def main() -> int:
 def finished_run(args: argparse.Namespace, folder: Path, out: Path):
     """(command shown, wall s, its source, jobs, skipped jobs) of a run that has finished, or an
     exit status."""
-    from depthlab import results_page as page
+    from depthlab.claims import results_page as page
 
     if args.dry_run:
         print(f"would read {folder}/ and write {out}")
@@ -159,7 +159,7 @@ def finished_run(args: argparse.Namespace, folder: Path, out: Path):
 def timed_run(command: list[str], dry_run: bool, folder: Path, run_dir: Path):
     """Run the suite and time it: (None: the command as run, wall s, its source, the jobs that
     ran, the jobs that were up to date), or an exit status."""
-    from depthlab import results_page as page
+    from depthlab.claims import results_page as page
 
     if dry_run:
         return subprocess.run([*command, "--dry-run"], cwd=ROOT).returncode
@@ -182,7 +182,7 @@ def timed_run(command: list[str], dry_run: bool, folder: Path, run_dir: Path):
 
 def write_page(run, figures: list[str], folder: Path, out: Path) -> int:
     """Copy the figures beside the page (replacing the last run's) and write it."""
-    from depthlab import results_page as page
+    from depthlab.claims import results_page as page
 
     out.parent.mkdir(parents=True, exist_ok=True)
     beside = out.parent / out.stem

@@ -4,7 +4,7 @@ of graded difficulty.
 
 1. Effect matrices: over the texts (e.g. results/<run>/data/val.jsonl), for every variant
    (<kind>_<scope>: kind layer | attention | mlp, scope all | future; see
-   depthlab/interventions.py) and every skipped layer s, the relative change of every later
+   depthlab/stages/depth_use/interventions.py) and every skipped layer s, the relative change of every later
    layer's update ||D_l - D'_l|| / ||D_l|| and the output change ||p - p'||_2, max and mean over
    positions and prompts. Batched: many prompts per pass, the layers before s never recomputed.
 2. With spec["problems"] (a problems.jsonl: {family, level, prompt, answer} per line): greedy
@@ -17,8 +17,8 @@ measure [update | output; output rows have layer = L], max, mean, count), summar
 problems: accuracy.csv, depth_score.csv (family, level, prompts, depth_score,
 depth_score_normalised = score / (L - 1), ci_low, ci_high), problem_effects.csv (one row per
 problem and skipped layer), completions.csv (boxed-graded problems: the greedy solutions);
-provenance.json. The stage is depthlab/skip_stage.py; the problem scoring
-depthlab/problem_scoring.py.
+provenance.json. The stage is depthlab/stages/depth_use/skip_stage.py; the problem scoring
+depthlab/stages/depth_use/problem_scoring.py.
 
 Spec keys (all required; null where marked):
   model_name, model_path, revision   the name recorded; checkpoint folder, hub id or
@@ -68,7 +68,7 @@ from depthlab.cli import main_guard, resolve_device, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "skip_interventions")
 
-    from depthlab.skip_stage import run
+    from depthlab.stages.depth_use.skip_stage import run
 
     summary = run(spec, device=resolve_device(spec["device"]))
     print(

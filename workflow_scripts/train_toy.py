@@ -18,9 +18,9 @@ from depthlab.cli import main_guard, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "train_toy")
 
-    from depthlab.atomic_files import atomic_path, write_json
-    from depthlab.provenance import Provenance
-    from depthlab.toy import run_teacher_kind
+    from depthlab.core.atomic_files import atomic_path, write_json
+    from depthlab.core.provenance import Provenance
+    from depthlab.stages.toy.teacher_student import run_teacher_kind
 
     provenance = Provenance("toy.train", config=spec, seed=spec["seed"])
     losses, angles = run_teacher_kind(

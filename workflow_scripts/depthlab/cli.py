@@ -20,8 +20,8 @@ import os
 import shlex
 import sys
 
-from .devices import resolve_device  # noqa: F401  (scripts import it from here)
-from .errors import ConfigError, DepthlabError, UserError  # noqa: F401  (scripts import UserError from here)
+from depthlab.core.devices import resolve_device  # noqa: F401  (scripts import it from here)
+from depthlab.core.errors import ConfigError, DepthlabError, UserError  # noqa: F401  (scripts import UserError from here)
 
 
 def stage_parser(doc: str | None, stage: str) -> argparse.ArgumentParser:
@@ -55,7 +55,7 @@ def job_spec(args: argparse.Namespace) -> dict:
             return json.loads(args.spec)
         except json.JSONDecodeError as error:
             fail(f"--spec: not JSON ({error})")
-    from .config import load_config, resolve
+    from depthlab.config import load_config, resolve
 
     try:
         jobs = resolve(load_config(*args.config)).jobs(args.stage)
@@ -75,7 +75,7 @@ def start_job(doc: str | None, family: str, required=(), parser=None):
     job's log), parse the arguments, get the job's spec, check that it has the `required` keys,
     set threads, tell provenance records the rule, command and config files, and keep library
     progress bars out of the job's log. Returns (args, spec)."""
-    from .provenance import set_job
+    from depthlab.core.provenance import set_job
 
     command = shlex.join([sys.executable, *sys.argv])
     print(command, file=sys.stderr, flush=True)

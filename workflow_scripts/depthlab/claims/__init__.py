@@ -49,21 +49,20 @@ reviewer reads one claim's test in one place; `table` assembles and renders the 
 
 from __future__ import annotations
 
-from .. import paper_values as pv
-from .cod import (
+from depthlab.claims.cod import (
     sft_gains,
 )
-from .compare import (
+from depthlab.claims.compare import (
     claims_table_path,
     compare_claims,
     render_comparison,
     verdicts_changed,
 )
-from .liu import (
+from depthlab.claims.liu import (
     SIZE_BANDS,
     VALUE_BANDS,
 )
-from .measures import (
+from depthlab.claims.measures import (
     block_choice_gap,
     block_gap_of_means,
     bonferroni,
@@ -86,18 +85,19 @@ from .measures import (
     unigram_entropy,
     window_bootstrap,
 )
-from .rows import (
+from depthlab.claims.rows import (
     COLUMNS,
 )
-from .run_data import (
+from depthlab.claims.run_data import (
     RunData,
     input_files,
     read_run_data,
 )
-from .table import (
+from depthlab.claims.table import (
     build_claims,
     render_markdown,
 )
+from depthlab.core import paper_values as pv
 
 __all__ = [
     "pv",

@@ -7,22 +7,20 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from .. import paper_values as pv
-from ..paper_values import COD, PAPER_VALUES
-from .measures import (
+from depthlab.claims.measures import (
     deep_layer_gap,
     log_variance_slope,
     single_layer_drop,
 )
-from .rows import (
+from depthlab.claims.rows import (
     claim_row,
     decide,
     not_learned,
     scale_of,
     seed_pairs,
 )
-from .run_data import RunData
-from .verdicts import (
+from depthlab.claims.run_data import RunData
+from depthlab.claims.verdicts import (
     MIN_SEEDS,
     Estimate,
     band_text,
@@ -31,6 +29,8 @@ from .verdicts import (
     t_interval,
     verdict_positive,
 )
+from depthlab.core import paper_values as pv
+from depthlab.core.paper_values import COD, PAPER_VALUES
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ def _loss_and_layer_rows(data: RunData, pair: _Pair) -> list[dict]:
 def sft_gains(base: pd.DataFrame, treat: pd.DataFrame) -> list[Estimate]:
     """Per fine-tuning seed both parents share: mean task score of the LNS parent's fine-tuned
     model - that of the Pre-LN parent's (evaluate_finetuned scores.csv frames)."""
-    from ..finetune_scores import FINETUNED, model_scores
+    from depthlab.stages.finetune.scores import FINETUNED, model_scores
 
     def after(scores):
         means = model_scores(scores)

@@ -6,22 +6,20 @@ import math
 
 import numpy as np
 
-from .. import paper_values as pv
-from ..paper_values import CSORDAS
-from .measures import (
+from depthlab.claims.measures import (
     bonferroni,
     depth_score_trend,
     hardest_level_solved,
     map_error_advantage,
 )
-from .rows import (
+from depthlab.claims.rows import (
     claim_row,
     decide,
     not_learned,
     scale_of,
 )
-from .run_data import RunData
-from .verdicts import (
+from depthlab.claims.run_data import RunData
+from depthlab.claims.verdicts import (
     CONFIDENCE,
     NOT_TESTABLE,
     Estimate,
@@ -29,6 +27,8 @@ from .verdicts import (
     verdict_equivalent,
     verdict_positive,
 )
+from depthlab.core import paper_values as pv
+from depthlab.core.paper_values import CSORDAS
 
 
 def depth_score_row(data: RunData, group: str, members: list, family: str) -> dict:

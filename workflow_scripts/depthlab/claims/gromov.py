@@ -5,29 +5,29 @@ from __future__ import annotations
 
 import math
 
-from .. import paper_values as pv
-from ..paper_values import GROMOV
-from .measures import (
+from depthlab.claims.measures import (
     block_choice_gap,
     block_gap_of_means,
     healing_gap_change,
     healing_gap_of_means,
     window_means,
 )
-from .rows import (
+from depthlab.claims.rows import (
     claim_row,
     decide,
     not_learned,
     over_windows,
     scale_of,
 )
-from .run_data import RunData
-from .verdicts import (
+from depthlab.claims.run_data import RunData
+from depthlab.claims.verdicts import (
     NOT_TESTABLE,
     Estimate,
     over_seeds,
     verdict_positive,
 )
+from depthlab.core import paper_values as pv
+from depthlab.core.paper_values import GROMOV
 
 
 def gromov_claims(data: RunData) -> list[dict]:

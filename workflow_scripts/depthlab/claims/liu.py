@@ -6,24 +6,24 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from .. import paper_values as pv
-from ..paper_values import LIU, PAPER_VALUES
-from .measures import (
+from depthlab.claims.measures import (
     fit_parameter,
     toy_exponent_gaps,
 )
-from .rows import (
+from depthlab.claims.rows import (
     claim_row,
     decide,
 )
-from .run_data import RunData
-from .verdicts import (
+from depthlab.claims.run_data import RunData
+from depthlab.claims.verdicts import (
     MIN_SEEDS,
     band_text,
     over_seeds,
     verdict_positive,
     verdict_within,
 )
+from depthlab.core import paper_values as pv
+from depthlab.core.paper_values import LIU, PAPER_VALUES
 
 VALUE_BANDS = {
     "liu_a_l": (pv.LIU_A_L_BAND, pv.LIU_A_L_BAND_SOURCE),

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from .verdicts import (
+from depthlab.claims.verdicts import (
     CONFIDENCE,
     Estimate,
     difference,
@@ -239,7 +239,7 @@ def depth_score_trend(
     intervals are Bonferroni-adjusted (they are judged together). Returns {"levels": [levels],
     "scores": [normalised scores], "diffs": {level: Estimate}, "slope": Estimate}; empty "diffs"
     with fewer than 2 levels."""
-    from ..depth_score import depth_score
+    from depthlab.stages.depth_use.depth_score import depth_score
 
     rows = effects[effects["family"] == family]
     table = rows.pivot_table(

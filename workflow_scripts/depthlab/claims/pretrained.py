@@ -3,26 +3,26 @@ model's own document shards and validation windows."""
 
 from __future__ import annotations
 
-from .. import paper_values as pv
-from ..paper_values import COD, CSORDAS
-from .measures import (
+from depthlab.claims.measures import (
     delta_p_half_gap,
     half_gap,
     log_variance_slope,
     over_shards,
     single_layer_drop,
 )
-from .rows import (
+from depthlab.claims.rows import (
     claim_row,
     decide,
     has_single_windows,
     over_windows,
 )
-from .run_data import RunData
-from .verdicts import (
+from depthlab.claims.run_data import RunData
+from depthlab.claims.verdicts import (
     Estimate,
     verdict_positive,
 )
+from depthlab.core import paper_values as pv
+from depthlab.core.paper_values import COD, CSORDAS
 
 
 def pretrained_claims(data: RunData) -> list[dict]:

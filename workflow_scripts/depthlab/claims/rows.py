@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import math
 
-from ..paper_values import PAPER_VALUES
-from .measures import (
+from depthlab.claims.measures import (
     window_bootstrap,
 )
-from .run_data import RunData
-from .verdicts import (
+from depthlab.claims.run_data import RunData
+from depthlab.claims.verdicts import (
     Estimate,
     verdict_size,
     with_seeds,
 )
+from depthlab.core.paper_values import PAPER_VALUES
 
 COLUMNS = (
     "claim_id",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .measures import (
+from depthlab.claims.measures import (
     final_val_loss,
     next_layer_distance,
     unigram_entropy,
@@ -117,8 +117,8 @@ def read_run_data(spec: dict) -> RunData:
     """Read every table the claims need (the `make_claims` spec names the files). Every model in
     spec["models"] was trained here; one whose data folder holds the depth problems
     (problems.jsonl) was trained on the task."""
-    from ..data import load_tokens
-    from ..pretrain_runs import read_run
+    from depthlab.data.prepare import load_tokens
+    from depthlab.data.pretrain_runs import read_run
 
     data = RunData(
         cod_pairs=[tuple(p) for p in spec["cod_pairs"]],

@@ -6,13 +6,13 @@ import math
 
 import pandas as pd
 
-from .cod import cod_claims, finetune_claims
-from .csordas import csordas_claims
-from .gromov import gromov_claims
-from .liu import liu_claims
-from .pretrained import pretrained_claims
-from .rows import COLUMNS
-from .run_data import RunData
+from depthlab.claims.cod import cod_claims, finetune_claims
+from depthlab.claims.csordas import csordas_claims
+from depthlab.claims.gromov import gromov_claims
+from depthlab.claims.liu import liu_claims
+from depthlab.claims.pretrained import pretrained_claims
+from depthlab.claims.rows import COLUMNS
+from depthlab.claims.run_data import RunData
 
 
 def build_claims(data: RunData) -> pd.DataFrame:

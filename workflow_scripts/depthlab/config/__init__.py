@@ -36,9 +36,7 @@ import copy
 import os
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..resource_plan import plan_resources
-from .load import (
+from depthlab.config.load import (
     DEFAULT_CONFIG,
     REPO_ROOT,
     SCHEMA_PATH,
@@ -49,7 +47,7 @@ from .load import (
     parse_override_value,
     validate_schema,
 )
-from .models import (
+from depthlab.config.models import (
     check_gguf_model,
     check_hf_model,
     check_positions,
@@ -65,18 +63,20 @@ from .models import (
     reads_special_tokens,
     seed_groups,
 )
-from .paths import SAFE_NAME, RunPaths, check_name, seed_model_name, sweep_model_name
-from .resolved import Resolved, spec_json, stage_resources
-from .shapes import declared_shapes
-from .stages.analysis import ANALYSIS_FIGURES, resolve_analysis, text_set_texts
-from .stages.claims import resolve_claims
-from .stages.data import resolve_data
-from .stages.depth_use import DEPTH_USE_FIGURES, resolve_depth_use
-from .stages.finetune import resolve_finetune
-from .stages.pretrain import resolve_pretrain, tracking_settings
-from .stages.pruning import PRUNING_FIGURES, resolve_pruning
-from .stages.scaling import merge_fit_spec, resolve_scaling
-from .stages.toy import resolve_toy, temperature_grid
+from depthlab.config.paths import SAFE_NAME, RunPaths, check_name, seed_model_name, sweep_model_name
+from depthlab.config.resolved import Resolved, spec_json, stage_resources
+from depthlab.config.shapes import declared_shapes
+from depthlab.config.stages.analysis import ANALYSIS_FIGURES, resolve_analysis, text_set_texts
+from depthlab.config.stages.claims import resolve_claims
+from depthlab.config.stages.data import resolve_data
+from depthlab.config.stages.depth_use import DEPTH_USE_FIGURES, resolve_depth_use
+from depthlab.config.stages.finetune import resolve_finetune
+from depthlab.config.stages.pretrain import resolve_pretrain, tracking_settings
+from depthlab.config.stages.pruning import PRUNING_FIGURES, resolve_pruning
+from depthlab.config.stages.scaling import merge_fit_spec, resolve_scaling
+from depthlab.config.stages.toy import resolve_toy, temperature_grid
+from depthlab.core.errors import ConfigError
+from depthlab.plan.resource_plan import plan_resources
 
 __all__ = [
     "ANALYSIS_FIGURES",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import ConfigError
+from depthlab.core.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]  # workflow_scripts/depthlab/config/load.py
 

@@ -12,13 +12,13 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..architectures import config_layer_count, is_causal_lm, resolve_model_path
-from ..errors import CheckpointError, ConfigError
-from .load import REPO_ROOT
-from .paths import check_name, seed_model_name, sweep_model_name
+from depthlab.config.load import REPO_ROOT
+from depthlab.config.paths import check_name, seed_model_name, sweep_model_name
+from depthlab.core.errors import CheckpointError, ConfigError
+from depthlab.models.architectures import config_layer_count, is_causal_lm, resolve_model_path
 
 if TYPE_CHECKING:
-    from .resolved import Resolved
+    from depthlab.config.resolved import Resolved
 
 SHA256 = re.compile(r"[0-9a-fA-F]{64}\Z")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
@@ -242,7 +242,7 @@ def check_hf_model(name: str, model: dict, base_dir: Path) -> None:
         return  # a hub id: checked when downloaded
     if not Path(candidate).is_dir():
         raise ConfigError(f"{key}: '{path}' is not a folder")
-    from ..architectures import check_local_model  # torch-free checks of the folder
+    from depthlab.models.architectures import check_local_model  # torch-free checks of the folder
 
     try:
         check_local_model(candidate)
@@ -272,7 +272,7 @@ def check_gguf_model(name: str, model: dict, base_dir: Path) -> None:
         )
     key = f"models.{name}.files"
     first = gguf_sources(model, base_dir, key)[0]
-    from ..gguf_models import gguf_block_count  # torch-free header read
+    from depthlab.models.gguf import gguf_block_count  # torch-free header read
 
     try:
         model["layers"] = gguf_block_count(first)
@@ -311,7 +311,7 @@ def data_folder(resolved: Resolved, name: str) -> str | None:
         problems = (resolved.config.get("depth_use") or {}).get("problems")
         if not problems:
             raise ConfigError(f"models.{name}.data: 'problems' needs depth_use.problems")
-        from ..problem_sets import FAMILIES, has_synthetic_family
+        from depthlab.data.problem_sets import FAMILIES, has_synthetic_family
 
         if not has_synthetic_family(problems):
             raise ConfigError(
@@ -372,7 +372,7 @@ FIGURE_FACTS = ("kind", "norm_scheme", "sweep", "seed", "seed_group")
 
 
 def figure_facts(resolved: Resolved, names) -> dict:
-    """What figures group and colour models by (depthlab.figure_style): {name: facts}."""
+    """What figures group and colour models by (depthlab.core.figure_style): {name: facts}."""
     models = resolved.models
     return {name: {k: models[name][k] for k in FIGURE_FACTS if k in models[name]} for name in names}
 
@@ -436,7 +436,7 @@ def check_positions(resolved: Resolved, name: str, length: int, key: str) -> Non
 
 def has_lm_head(resolved: Resolved, name: str) -> bool:
     """Whether a declared model has an LM head: ours do; a local checkpoint's config.json says
-    (depthlab.architectures.is_causal_lm); a hub model is taken to be a causal LM (checked when
+    (depthlab.models.architectures.is_causal_lm); a hub model is taken to be a causal LM (checked when
     downloaded)."""
     if resolved.models[name]["kind"] in BUILT_HERE:
         return True  # a gguf model is loaded with AutoModelForCausalLM, so it has one

@@ -6,7 +6,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from depthlab.core.errors import ConfigError
 
 # A name that becomes a folder or wildcard: no separators, no `..`, no shell metacharacters.
 # `\Z`, not `$`: `$` also matches before a trailing newline ("abc\n" would name a folder "abc⏎").

@@ -7,8 +7,8 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError
-from .paths import RunPaths
+from depthlab.config.paths import RunPaths
+from depthlab.core.errors import ConfigError
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Resolved:
     wildcards: dict = field(default_factory=dict)
     inputs: dict = field(default_factory=dict)
     model_resources: dict = field(default_factory=dict)  # models.<name>.resources
-    resource_plan: object = None  # depthlab.resource_plan.ResourcePlan, set by resolve()
+    resource_plan: object = None  # depthlab.plan.resource_plan.ResourcePlan, set by resolve()
 
     def jobs(self, family: str) -> dict:
         return self.families.get(family, {})
@@ -76,7 +76,7 @@ class Resolved:
 def stage_resources(config: dict) -> dict:
     resources = config["resources"]  # the schema requires every always-on stage's entry
     # cluster: {partition, account, qos} applies to every stage unless the stage names its own
-    # (cluster.gpu and cluster.sizing size the model jobs: depthlab.resource_plan)
+    # (cluster.gpu and cluster.sizing size the model jobs: depthlab.plan.resource_plan)
     cluster = {
         key: value
         for key, value in (config.get("cluster") or {}).items()

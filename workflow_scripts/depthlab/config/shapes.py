@@ -1,4 +1,4 @@
-"""The shape of every declared model (depthlab.model_shapes), for the resource plan: a model
+"""The shape of every declared model (depthlab.plan.model_shapes), for the resource plan: a model
 trained here from its architecture block and the run's vocabulary, a GGUF model from its header,
 a local folder from its config.json and safetensors headers, a hub model from the pinned table
 (None when the table has no row for it)."""
@@ -8,13 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
-from ..job_costs import PRECISION_DTYPE
-from ..model_shapes import Shape, folder_shape, gguf_shape, hub_shape, pretrain_shape
-from .models import declared_checkpoint_folder, gguf_sources
+from depthlab.config.models import declared_checkpoint_folder, gguf_sources
+from depthlab.core.errors import ConfigError
+from depthlab.plan.job_costs import PRECISION_DTYPE
+from depthlab.plan.model_shapes import Shape, folder_shape, gguf_shape, hub_shape, pretrain_shape
 
 if TYPE_CHECKING:
-    from .resolved import Resolved
+    from depthlab.config.resolved import Resolved
 
 
 def model_shape(resolved: Resolved, name: str, base_dir: Path) -> Shape | None:
@@ -22,7 +22,7 @@ def model_shape(resolved: Resolved, name: str, base_dir: Path) -> Shape | None:
     if model["kind"] == "pretrain":
         train = model["train"]
         if model.get("data", "corpus") == "problems":
-            from ..problem_sets import VOCABULARY
+            from depthlab.data.problem_sets import VOCABULARY
 
             vocab = len(VOCABULARY)
         else:  # a pretrained tokenizer may leave it unset: 2^16, the data's uint16 ids

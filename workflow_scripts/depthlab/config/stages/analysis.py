@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...errors import ConfigError
-from ..models import (
+from depthlab.config.models import (
     data_folder,
     declared_models,
     figure_facts,
@@ -14,7 +13,8 @@ from ..models import (
     model_location,
     reads_special_tokens,
 )
-from ..resolved import Resolved
+from depthlab.config.resolved import Resolved
+from depthlab.core.errors import ConfigError
 
 ANALYSIS_TEXT_KEYS = (
     "text_field",

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from ..models import corpus_models, data_folder, has_lm_head, model_layers, seed_groups
-from ..resolved import Resolved
-from .depth_use import seeded_pairs
-from .finetune import finetune_claim_inputs
-from .scaling import DEFAULT_EXPONENT_BOUNDS
+from depthlab.config.models import (
+    corpus_models,
+    data_folder,
+    has_lm_head,
+    model_layers,
+    seed_groups,
+)
+from depthlab.config.resolved import Resolved
+from depthlab.config.stages.depth_use import seeded_pairs
+from depthlab.config.stages.finetune import finetune_claim_inputs
+from depthlab.config.stages.scaling import DEFAULT_EXPONENT_BOUNDS
 
 
 def resolve_claims(resolved: Resolved) -> None:

@@ -7,8 +7,8 @@ import glob
 import os
 from pathlib import Path
 
-from ...errors import ConfigError
-from ..resolved import Resolved
+from depthlab.config.resolved import Resolved
+from depthlab.core.errors import ConfigError
 
 
 def resolve_data(resolved: Resolved, base_dir: Path) -> None:

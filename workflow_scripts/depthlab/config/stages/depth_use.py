@@ -5,8 +5,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ...errors import ConfigError
-from ..models import (
+from depthlab.config.models import (
     ModelOverrides,
     check_positions,
     data_folder,
@@ -19,9 +18,10 @@ from ..models import (
     seed_groups,
     undeclared_model,
 )
-from ..paths import check_name, seed_model_name
-from ..resolved import Resolved, library_check, require_resources
-from .analysis import text_set_texts
+from depthlab.config.paths import check_name, seed_model_name
+from depthlab.config.resolved import Resolved, library_check, require_resources
+from depthlab.config.stages.analysis import text_set_texts
+from depthlab.core.errors import ConfigError
 
 DEPTH_USE_FIGURES = ("skip_effects", "output_effect", "depth_score", "linear_maps")
 
@@ -67,7 +67,7 @@ def _add_problems(resolved: Resolved, problems: dict, base_dir: Path) -> dict:
     job gets it (local dataset paths resolved)."""
     if not problems:
         return problems
-    from ...problem_sets import validate_problem_settings
+    from depthlab.data.problem_sets import validate_problem_settings
 
     library_check(validate_problem_settings, problems, "depth_use.problems")
     problems = copy.deepcopy(problems)
@@ -93,7 +93,7 @@ def _add_skip_interventions(
     resolved: Resolved, depth_use: dict, has_problems: bool, base_dir: Path
 ) -> list:
     """One skip_interventions job per skipped or depth-scored model; returns their folders."""
-    from ...stage_settings import validate_intervention_settings
+    from depthlab.plan.stage_settings import validate_intervention_settings
 
     skip, score = depth_use["skip"], depth_use["depth_score"]
     skip_models = declared_models(resolved, skip["models"], "depth_use.skip.models")
@@ -179,7 +179,7 @@ def _add_skip_job(
 
 def _add_linear_maps(resolved: Resolved, depth_use: dict, base_dir: Path) -> list:
     """One linear_maps job per (seeded) pair; returns their folders."""
-    from ...stage_settings import validate_linear_map_settings
+    from depthlab.plan.stage_settings import validate_linear_map_settings
 
     maps = depth_use["linear_maps"]
     library_check(validate_linear_map_settings, maps, "depth_use.linear_maps")
@@ -321,7 +321,7 @@ def check_same_tokens(resolved: Resolved, source: str, target: str, key: str) ->
             f"{key}: '{source}' and '{target}' do not share a tokenizer (one is "
             f"trained here on the run's BPE, the other is a declared checkpoint)"
         )
-    from ...stage_settings import check_same_tokenizer
+    from depthlab.plan.stage_settings import check_same_tokenizer
 
     locations = [declared_checkpoint_folder(resolved, n) for n in (source, target)]
     if all(locations):

@@ -4,10 +4,10 @@ on the same tasks), and the before / after figure."""
 
 from __future__ import annotations
 
-from ...errors import ConfigError
-from ..models import check_positions, declared_models, has_lm_head, model_location
-from ..resolved import Resolved, library_check, require_resources
-from .pretrain import tracking_settings
+from depthlab.config.models import check_positions, declared_models, has_lm_head, model_location
+from depthlab.config.resolved import Resolved, library_check, require_resources
+from depthlab.config.stages.pretrain import tracking_settings
+from depthlab.core.errors import ConfigError
 
 FINETUNE_SETTINGS_KEYS = (
     "method",
@@ -92,7 +92,11 @@ def _check_finetune_data(resolved: Resolved, settings: dict) -> str | None:
 
 def _check_task_data(tasks: dict, lm_eval: dict, train: dict) -> None:
     """The task source's settings, its task names and its longest task against train.seq_len."""
-    from ...lm_tasks import MAX_TOKENS_PER_WORD, validate_task_names, validate_task_settings
+    from depthlab.stages.pruning.lm_tasks import (
+        MAX_TOKENS_PER_WORD,
+        validate_task_names,
+        validate_task_settings,
+    )
 
     # the schema checks the values of train_examples / eval_examples, here one per kind
     # (validate_task_settings would name its own `examples` key); the rest as
@@ -245,7 +249,7 @@ def finetune_claim_inputs(resolved: Resolved) -> dict:
     """What the claims table reads of this stage: Pre-LN / LNS seed groups of fine-tuned parents
     with the same architecture and pretraining, paired as [base, members, treatment, members],
     and every parent's evaluate_finetuned folder."""
-    from ..models import seed_groups
+    from depthlab.config.models import seed_groups
 
     evaluated = resolved.jobs("evaluate_finetuned")
     if not evaluated:

@@ -3,10 +3,10 @@ convert_gguf job per kind: gguf model (its HF folder sits where a pretrained mod
 
 from __future__ import annotations
 
-from ..load import REPO_ROOT
-from ..models import corpus_models, data_folder, figure_facts, gguf_sources
-from ..paths import RunPaths
-from ..resolved import Resolved, require_resources
+from depthlab.config.load import REPO_ROOT
+from depthlab.config.models import corpus_models, data_folder, figure_facts, gguf_sources
+from depthlab.config.paths import RunPaths
+from depthlab.config.resolved import Resolved, require_resources
 
 
 def tracking_settings(config: dict) -> dict:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...errors import ConfigError
-from ..load import merge
-from ..models import (
+from depthlab.config.load import merge
+from depthlab.config.models import (
     ModelOverrides,
     check_positions,
     corpus_models,
@@ -16,8 +15,9 @@ from ..models import (
     model_layers,
     model_location,
 )
-from ..resolved import Resolved, library_check, require_resources
-from .pretrain import tracking_settings
+from depthlab.config.resolved import Resolved, library_check, require_resources
+from depthlab.config.stages.pretrain import tracking_settings
+from depthlab.core.errors import ConfigError
 
 PRUNING_FIGURES = ("delta_p", "sweep", "speedup")
 
@@ -60,8 +60,8 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
 
 def _check_pruning_section(config: dict, pruning: dict) -> None:
     """The checks of the section as a whole: its resources, task set and auto-depth choice."""
-    from ...lm_tasks import validate_task_names, validate_task_settings
-    from ...stage_settings import validate_auto_depth_settings
+    from depthlab.plan.stage_settings import validate_auto_depth_settings
+    from depthlab.stages.pruning.lm_tasks import validate_task_names, validate_task_settings
 
     require_resources(config, "pruning")
     tasks = pruning["tasks"]
@@ -115,7 +115,7 @@ def _check_pruned_model(
     """One pruned model's checks: an LM head, the run's corpus, positions for every sequence
     its measurements score, the grids against its depth and the analysis the angular choice
     reads."""
-    from ...stage_settings import check_loss_tokens, validate_pruning_settings
+    from depthlab.plan.stage_settings import check_loss_tokens, validate_pruning_settings
 
     if not has_lm_head(resolved, name):
         raise ConfigError(
@@ -168,7 +168,7 @@ def _check_pruned_model(
 
 def _check_task_length(tasks: dict, model: dict, name: str) -> None:
     """A model trained here must hold the longest task: its context plus the widest choice."""
-    from ...lm_tasks import MAX_TOKENS_PER_WORD
+    from depthlab.stages.pruning.lm_tasks import MAX_TOKENS_PER_WORD
 
     widest = max(tasks["kinds"], key=lambda kind: tasks["words"].get(kind, 1))
     words = tasks["words"].get(widest, 1)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from ...errors import ConfigError
-from ..models import local_file
-from ..resolved import Resolved
+from depthlab.config.models import local_file
+from depthlab.config.resolved import Resolved
+from depthlab.core.errors import ConfigError
 
 NESTED_FIT_KEYS = ("start_grid", "bootstrap", "validation", "columns")
 # FitSettings.exponent_bounds, for a fit that sets none (not imported: the fitter needs scipy,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...errors import ConfigError
-from ..resolved import Resolved
+from depthlab.config.resolved import Resolved
+from depthlab.core.errors import ConfigError
 
 TOY_TRAIN_KEYS = (
     "width",

@@ -1,0 +1,1 @@
+"""depthlab: how large language models use their depth."""

@@ -1,0 +1,426 @@
+"""A dated results page per config (docs/results/<config>.md): the machine, the commit, the suite's
+wall time, the claims table and the job time of every rule, read from a finished run's folder.
+
+Measured numbers are generated, never typed: the README and the docs quote only what such a page
+holds (tests/test_readme.py checks it). workflow_scripts/record_results.py runs the suite and
+writes the page; everything here reads files given to it (a run folder, /proc files, a log), so
+tests can feed it planted ones. No Snakemake import: the page is written after Snakemake exits.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import re
+import socket
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from depthlab.core.provenance import RECORD_NAME, SIDECAR_SUFFIX, package_versions
+
+PAGE_FOLDER = Path("docs") / "results"
+
+# Every number on these pages moves with the CPU's kernels; the verdicts are what should hold.
+MACHINE_NOTE = (
+    "Numbers move between machines: the same commit and config give bit-identical results on "
+    "one machine, but another CPU type rounds differently in its kernels, and training turns that "
+    "rounding into different weights. Another machine should reproduce the verdicts (decided "
+    "over seeds, with intervals), not the digits; job and wall times also depend on the "
+    "machine's load."
+)
+
+
+@dataclass
+class Machine:
+    cpu_model: str
+    cores: int  # the cores this process may run on (a container or cgroup may allow fewer)
+    cores_total: int
+    memory_gib: float | None
+    host: str
+    python: str
+    torch: str | None
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The CPU's model name from /proc/cpuinfo's text ('unknown' where it names none, e.g. ARM)."""
+    for key in ("model name", "Model", "Hardware", "cpu model"):
+        found = re.search(rf"^{key}\s*:\s*(.+)$", cpuinfo, re.M)
+        if found:
+            return found.group(1).strip()
+    return "unknown"
+
+
+def memory_gib(meminfo: str) -> float | None:
+    found = re.search(r"^MemTotal:\s*(\d+)\s*kB", meminfo, re.M)
+    return int(found.group(1)) / 2**20 if found else None
+
+
+def machine_info(
+    cpuinfo_path: str | os.PathLike = "/proc/cpuinfo",
+    meminfo_path: str | os.PathLike = "/proc/meminfo",
+) -> Machine:
+    """This machine, as a page records it (torch's version from its metadata: no import)."""
+
+    def read(path):
+        try:
+            return Path(path).read_text()
+        except OSError:
+            return ""
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 0
+    return Machine(
+        cpu_model=cpu_model(read(cpuinfo_path)) if read(cpuinfo_path) else platform.processor(),
+        cores=cores,
+        cores_total=os.cpu_count() or cores,
+        memory_gib=memory_gib(read(meminfo_path)),
+        host=socket.gethostname(),
+        python=platform.python_version(),
+        torch=package_versions().get("torch"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The run's records
+
+
+@dataclass
+class RunRecords:
+    """What the run's provenance records say about the run as a whole."""
+
+    count: int = 0
+    commits: Counter = field(default_factory=Counter)  # (commit, dirty) -> records
+    hosts: Counter = field(default_factory=Counter)
+    python: Counter = field(default_factory=Counter)
+    torch: Counter = field(default_factory=Counter)
+    first_start: _dt.datetime | None = None
+    last_end: _dt.datetime | None = None
+
+    @property
+    def span_s(self) -> float | None:
+        """First job's start to the last job's end: the run's wall time less Snakemake's own
+        planning before its first job."""
+        if self.first_start is None or self.last_end is None:
+            return None
+        return (self.last_end - self.first_start).total_seconds()
+
+
+def _record_paths(run_dir: Path):
+    for path in sorted(run_dir.rglob("*.json")):
+        if path.name == RECORD_NAME or path.name.endswith(SIDECAR_SUFFIX):
+            yield path
+
+
+def read_records(run_dir: str | os.PathLike) -> RunRecords:
+    records = RunRecords()
+    for path in _record_paths(Path(run_dir)):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # not a record (a user's file named like one): nothing to report from it
+        if not isinstance(record, dict) or "git" not in record:
+            continue
+        records.count += 1
+        git = record.get("git") or {}
+        records.commits[(git.get("commit"), git.get("dirty"))] += 1
+        records.hosts[record.get("host")] += 1
+        records.python[record.get("python")] += 1
+        records.torch[(record.get("packages") or {}).get("torch")] += 1
+        for key, pick in (("start", min), ("end", max)):
+            if record.get(key):
+                when = _dt.datetime.fromisoformat(record[key])
+                attr = "first_start" if key == "start" else "last_end"
+                current = getattr(records, attr)
+                setattr(records, attr, when if current is None else pick(current, when))
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# Claims
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def read_claims(path: str | os.PathLike) -> list[dict]:
+    """The rows of a run's claims.csv (depthlab.claims.COLUMNS), numbers as floats (NaN where
+    empty)."""
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        for key in ("measured", "low", "high", "size_measured", "size_low", "size_high"):
+            row[key] = _number(row.get(key, ""))
+    return rows
+
+
+def _value(value: float, low: float, high: float) -> str:
+    # the format of claims.md (depthlab.claims.render_markdown), so the two tables read alike
+    if not math.isfinite(value):
+        return "-"
+    text = f"{value:.4g}"
+    if math.isfinite(low) and math.isfinite(high):
+        text += f" [{low:.4g}, {high:.4g}]"
+    return text
+
+
+def _cell(text) -> str:
+    # a bare | would end the cell (claims such as |gap before| - |gap after|)
+    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
+
+
+def claims_table(rows: list[dict]) -> str:
+    lines = [
+        "| claim | measured [95% interval] | seeds | scale | verdict | size verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        measured = _value(row["measured"], row["low"], row["high"])
+        if row.get("interval") and measured != "-":
+            measured += f" ({row['interval']})"
+        verdict = f"**{row['verdict']}**" + (f": {row['reason']}" if row.get("reason") else "")
+        size = row.get("size_verdict") or ""
+        if row.get("size_band"):
+            size = (
+                f"**{size}**: {_value(row['size_measured'], row['size_low'], row['size_high'])}"
+                f" vs band {row['size_band']}"
+            )
+        claim = f"`{row['claim_id']}`" + (f" {row['claim']}" if row.get("claim") else "")
+        cells = [claim, measured, row.get("seeds"), row.get("scale"), verdict]
+        lines.append("| " + " | ".join(_cell(c) for c in [*cells, size]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def verdict_counts(rows: list[dict]) -> Counter:
+    return Counter(row["verdict"] for row in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Job times (Snakemake benchmark files: results/<run>/benchmarks/<rule>/<job>.tsv)
+
+
+@dataclass
+class JobTime:
+    rule: str
+    job: str
+    seconds: float
+
+
+@dataclass
+class RuleTime:
+    rule: str
+    jobs: int
+    total_s: float
+    max_s: float
+    longest: str
+
+
+def read_benchmarks(folder: str | os.PathLike, since: float | None = None) -> list[JobTime]:
+    """One entry per benchmark file under `folder` (the `s` column; a repeated benchmark's
+    mean). `since` (a time.time()): only files written from then on, the jobs of one invocation."""
+    folder = Path(folder)
+    jobs = []
+    for path in sorted(folder.rglob("*.tsv")):
+        if since is not None and path.stat().st_mtime < since:
+            continue
+        with open(path, newline="") as handle:
+            seconds = [_number(row.get("s", "")) for row in csv.DictReader(handle, delimiter="\t")]
+        seconds = [s for s in seconds if math.isfinite(s)]
+        if not seconds:
+            continue  # a benchmark of a job that failed before writing one
+        relative = path.relative_to(folder).with_suffix("")
+        rule, job = relative.parts[0], "/".join(relative.parts[1:]) or relative.parts[0]
+        jobs.append(JobTime(rule, job, sum(seconds) / len(seconds)))
+    return jobs
+
+
+def rule_times(jobs: list[JobTime]) -> list[RuleTime]:
+    """Per rule: jobs, summed and longest job time; the rule with the most time first."""
+    by_rule: dict[str, list[JobTime]] = {}
+    for job in jobs:
+        by_rule.setdefault(job.rule, []).append(job)
+    rules = []
+    for rule, its in by_rule.items():
+        longest = max(its, key=lambda j: j.seconds)
+        rules.append(
+            RuleTime(rule, len(its), sum(j.seconds for j in its), longest.seconds, longest.job)
+        )
+    return sorted(rules, key=lambda r: (-r.total_s, r.rule))
+
+
+def rule_table(rules: list[RuleTime]) -> str:
+    lines = [
+        "| rule | jobs | job time (s, sum) | longest job (s) | longest job |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in rules:
+        lines.append(f"| `{r.rule}` | {r.jobs} | {r.total_s:.1f} | {r.max_s:.1f} | `{r.longest}` |")
+    total = sum(r.total_s for r in rules)
+    lines.append(f"| **total** | {sum(r.jobs for r in rules)} | {total:.1f} | | |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Wall time
+
+
+def duration(seconds: float) -> str:
+    """842.4 -> '842.4 s (14 min 2 s)'."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours} h {minutes} min {secs} s" if hours else f"{minutes} min {secs} s"
+    return f"{seconds:.1f} s ({clock})"
+
+
+def wall_time_from_log(text: str) -> float | None:
+    """The wall time a timed run's log ends with: `/usr/bin/time -f '%e s wall'` ('842.41 s
+    wall', what record_results.py writes too), bash's `time` ('real 14m2.410s') or Snakemake's
+    own last line ('Elapsed time: 0:14:02.410000', from its first job to its last, less than
+    the command's time); the last one wins (a log appended to by several runs)."""
+    found = None
+    for line in text.splitlines():
+        line = line.strip()
+        if m := re.fullmatch(r"(\d+(?:\.\d+)?) s wall", line):
+            found = float(m.group(1))
+        elif m := re.fullmatch(r"real\s+(?:(\d+)m)?(\d+(?:\.\d+)?)s", line):
+            found = int(m.group(1) or 0) * 60 + float(m.group(2))
+        elif m := re.fullmatch(
+            r"Elapsed time: (?:(\d+) days?, )?(\d+):(\d+):(\d+(?:\.\d+)?)", line
+        ):
+            days, hours, minutes, seconds = m.groups()
+            found = ((int(days or 0) * 24 + int(hours)) * 60 + int(minutes)) * 60 + float(seconds)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# The page
+
+
+@dataclass
+class Run:
+    """One finished run, as the page reports it."""
+
+    config_files: list[str]
+    run_dir: str
+    command: str
+    wall_s: float | None
+    wall_source: str  # how the wall time was measured (this script's clock, a log, ...)
+    date: _dt.datetime
+    machine: Machine
+    claims: list[dict]
+    jobs: list[JobTime]
+    records: RunRecords
+    skipped_jobs: int = 0  # benchmark files older than this invocation (jobs that did not run)
+    figures: list[str] = field(default_factory=list)  # copies beside the page, relative to it
+
+
+def page_name(config_files: list[str]) -> str:
+    """docs/results/<name>.md: the last config file's stem (`config/default.yaml` -> default)."""
+    return Path(config_files[-1]).stem
+
+
+def page_path(config_files: list[str], root: str | os.PathLike = ".") -> Path:
+    return Path(root) / PAGE_FOLDER / f"{page_name(config_files)}.md"
+
+
+def _commit_text(records: RunRecords) -> str:
+    if not records.commits:
+        return "unknown (no provenance records)"
+    parts = []
+    for (commit, dirty), n in records.commits.most_common():
+        state = {True: "dirty: uncommitted changes", False: "clean", None: "unknown state"}[dirty]
+        parts.append(f"`{commit}` ({state}; {n} of {records.count} records)")
+    return "; ".join(parts)
+
+
+def _counter_text(counter: Counter) -> str:
+    return ", ".join(str(k) for k, _ in counter.most_common() if k) or "unknown"
+
+
+def render_page(run: Run) -> str:
+    m, records = run.machine, run.records
+    configs = ", ".join(f"`{c}`" for c in run.config_files)
+    wall = duration(run.wall_s) if run.wall_s is not None else "not measured"
+    job_total = sum(j.seconds for j in run.jobs)
+    cores = f"{m.cores} available to the run" + (
+        f" (of {m.cores_total} on the machine)" if m.cores_total != m.cores else ""
+    )
+    facts = [
+        ("date", run.date.strftime("%Y-%m-%d %H:%M %Z").strip()),
+        ("config", configs),
+        ("results", f"`{run.run_dir}/`"),
+        ("command", f"`{run.command}`"),
+        ("commit", _commit_text(records)),
+        ("Snakemake wall time", f"{wall}, {run.wall_source}"),
+        ("jobs", f"{len(run.jobs)}, {job_total:.1f} s of job time in all"),
+        ("CPU", f"{m.cpu_model}, {cores}"),
+        ("memory", f"{m.memory_gib:.1f} GiB" if m.memory_gib is not None else "unknown"),
+        ("host", m.host),
+        ("Python / torch", f"{m.python} / {m.torch or 'not installed'}"),
+    ]
+    if records.span_s is not None:
+        facts.insert(
+            6, ("first job start to last job end", f"{duration(records.span_s)}, from its records")
+        )
+    if run.skipped_jobs:
+        facts.append(
+            ("not rerun", f"{run.skipped_jobs} jobs were up to date; their times are not counted")
+        )
+    warnings = []
+    recorded_hosts = {h for h in records.hosts if h}
+    if recorded_hosts and recorded_hosts != {m.host}:
+        warnings.append(
+            f"The run's records name host {_counter_text(records.hosts)}, this page was written "
+            f"on {m.host}: the machine lines describe the latter."
+        )
+    recorded_torch = {t for t in records.torch if t}
+    if recorded_torch and recorded_torch != {m.torch}:
+        warnings.append(f"The run's jobs used torch {_counter_text(records.torch)}.")
+    if len(records.commits) > 1:
+        warnings.append("The run's records come from more than one commit or checkout state.")
+
+    counts = verdict_counts(run.claims)
+    lines = [
+        f"# Results: {configs}",
+        "",
+        "Written by `workflow_scripts/record_results.py` from a finished run; not edited by hand "
+        "(see [Recording results](../development.md#recording-results)).",
+        "",
+        "| | |",
+        "|---|---|",
+        *(f"| {key} | {_cell(value)} |" for key, value in facts),
+        "",
+        MACHINE_NOTE,
+        "",
+        *(f"**Note:** {w}\n" for w in warnings),
+        "## Claims",
+        "",
+        f"From `{run.run_dir}/claims.csv` ({len(run.claims)} claims: "
+        + ", ".join(f"{n} {v}" for v, n in counts.most_common())
+        + "). The run's `claims.md` also gives each claim's paper and the paper's value.",
+        "",
+        claims_table(run.claims) if run.claims else "No claims table in this run.\n",
+        "## Job time per rule",
+        "",
+        f"From Snakemake's benchmark files (`{run.run_dir}/benchmarks/<rule>/`, the `s` column: "
+        "each job's wall time; jobs that run side by side add up to more than the wall time).",
+        "",
+        rule_table(rule_times(run.jobs)) if run.jobs else "No benchmark files in this run.\n",
+    ]
+    if run.figures:
+        lines += ["## Figures", ""]
+        for figure in run.figures:
+            name = Path(figure).name
+            lines += [f"![{name}]({figure})", "", f"`{run.run_dir}/figures/{name}`", ""]
+    return "\n".join(lines)

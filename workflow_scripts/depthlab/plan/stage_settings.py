@@ -1,0 +1,405 @@
+"""Config-time checks of the model stages' settings (pruning, healing, skip interventions, linear
+maps) and the names they check against. No torch or numpy here (transformers only to compare two
+local checkpoints' tokenizers): the Snakefile resolves every job's spec through these checks on
+each invocation, `snakemake -n` included, and importing the model code would add several seconds
+to each. The stage modules import what they need from here; tests/test_config.py checks that
+resolving the shipped configs imports no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from dataclasses import MISSING, dataclass, fields
+
+from depthlab.core.errors import PruningError
+
+# --------------------------------------------------------------------------- pruning
+
+
+STRATEGIES = ("angular", "deepest", "greedy", "block_influence")
+
+
+def grid(n_grid: Sequence[int] | None, num_layers: int, key: str = "pruning.n_grid") -> list[int]:
+    """The configured block sizes (null: every n from 1 to L-1), checked against L."""
+    if n_grid is None:
+        return list(range(1, num_layers))
+    values = sorted({int(n) for n in n_grid})
+    for n in values:
+        if not 1 <= n < num_layers:
+            raise PruningError(
+                f"{key}: block size {n} is outside 1..{num_layers - 1} for a "
+                f"model of {num_layers} layers"
+            )
+    return values
+
+
+# --------------------------------------------------------------------------- pruning_stage
+
+
+RETOKENIZE_KEYS = ("val_tokens", "train_tokens")
+
+
+def _check_grid(values, num_layers: int, key: str) -> None:
+    if values is None:
+        return
+    if not isinstance(values, (list, tuple)) or not values:
+        raise PruningError(f"{key}: a non-empty list of block sizes, or null for 1..L-1")
+    for n in values:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise PruningError(f"{key}: block size {n!r} must be an integer >= 1")
+        if n >= num_layers:
+            raise PruningError(
+                f"{key}: block size {n} >= the model's {num_layers} layers "
+                f"(at most {num_layers - 1} can be removed)"
+            )
+
+
+def _positive_ints(section: dict, keys: Sequence[str], where: str) -> None:
+    for key in keys:
+        value = section.get(key)  # a missing optional key is reported like a bad value
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PruningError(f"{where}.{key}: must be an integer >= 1 (got {value!r})")
+
+
+def check_loss_tokens(
+    val: dict, key: str = "pruning.val.loss_tokens", seq_len_key: str = "pruning.val.seq_len"
+) -> None:
+    """val.loss_tokens (absent or null: every position scored) is an integer in 1..val.seq_len;
+    `key` and `seq_len_key` name the keys that set them (a per_model override's where one
+    applies)."""
+    loss_tokens = val.get("loss_tokens")
+    if loss_tokens is None:
+        return
+    if not isinstance(loss_tokens, int) or isinstance(loss_tokens, bool) or loss_tokens < 1:
+        raise PruningError(f"{key}: an integer >= 1 or null (got {loss_tokens!r})")
+    if loss_tokens > val["seq_len"]:
+        raise PruningError(
+            f"{key}: {loss_tokens} scored positions per window exceed the window's "
+            f"{val['seq_len']} target positions ({seq_len_key})"
+        )
+
+
+def _check_greedy_cap(settings: dict, num_layers: int, where: str) -> None:
+    """pruning.greedy_max_n: an integer >= 1 (a cap above the grid's largest n changes
+    nothing), only with the greedy strategy; healing and speed must not name a greedy set
+    beyond it (lm-eval's grid applies to every strategy: greedy is scored where it has a set)."""
+    cap = settings.get("greedy_max_n")
+    if cap is None:
+        return
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+        raise PruningError(f"{where}.greedy_max_n: an integer >= 1 or null (got {cap!r})")
+    if "greedy" not in settings["strategies"]:
+        raise PruningError(
+            f"{where}.greedy_max_n: has no effect without greedy in {where}.strategies"
+        )
+    pruned = set(grid(settings["n_grid"], num_layers, f"{where}.n_grid"))
+    healing, speed = settings["healing"], settings["speed"]
+    uses = []
+    if healing["enabled"] and "greedy" in (healing.get("strategies") or settings["strategies"]):
+        uses.append(("healing", healing.get("n_grid")))
+    if speed["enabled"] and speed.get("strategy") == "greedy":
+        uses.append(("speed", speed.get("n_grid")))
+    for section, values in uses:
+        beyond = sorted(
+            n
+            for n in grid(values, num_layers, f"{where}.{section}.n_grid")
+            if n in pruned and n > cap
+        )
+        if beyond:
+            raise PruningError(
+                f"{where}.{section}.n_grid: greedy has no removal set for n = "
+                f"{', '.join(map(str, beyond))} (the greedy path stops at {where}.greedy_max_n = "
+                f"{cap}); list block sizes <= {cap}, raise the cap, or leave greedy out of "
+                f"{where}.{section}" + ("" if section == "speed" else ".strategies")
+            )
+
+
+def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pruning") -> None:
+    """Config-time check of a pruning section (the settings part of a prune_model spec, schema
+    defaults applied) against a model of `num_layers` layers; raises ValueError naming the key.
+    Checks the strategies, every block-size grid (1 <= n < L), the greedy cap, validation
+    windows and their scored positions, the re-encoding caps, lm-eval, healing and speed keys
+    (the choices made on the measurements: validate_auto_depth_settings)."""
+    if num_layers < 2:
+        raise PruningError(f"{where}: a model of {num_layers} layer(s) has no layer to remove")
+    strategies = settings["strategies"]
+    if not strategies:
+        raise PruningError(f"{where}.strategies: name at least one ({', '.join(STRATEGIES)})")
+    for strategy in strategies:
+        if strategy not in STRATEGIES:
+            raise PruningError(
+                f"{where}.strategies: unknown strategy '{strategy}' "
+                f"(known: {', '.join(STRATEGIES)})"
+            )
+    _check_grid(settings["n_grid"], num_layers, f"{where}.n_grid")
+    _positive_ints(settings["val"], ("windows", "seq_len", "batch_size"), f"{where}.val")
+    check_loss_tokens(settings["val"], f"{where}.val.loss_tokens", f"{where}.val.seq_len")
+    for key, value in (settings.get("retokenize") or {}).items():  # absent: a pretrain model
+        if key not in RETOKENIZE_KEYS:
+            raise PruningError(
+                f"{where}.retokenize.{key}: unknown key (known: {', '.join(RETOKENIZE_KEYS)})"
+            )
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise PruningError(f"{where}.retokenize.{key}: an integer >= 1 or null (got {value!r})")
+    lm_eval = settings["lm_eval"]
+    if lm_eval["enabled"]:
+        _check_grid(lm_eval["n_grid"], num_layers, f"{where}.lm_eval.n_grid")
+        _positive_ints(lm_eval, ("batch_size",), f"{where}.lm_eval")
+    healing = settings["healing"]
+    if healing["enabled"]:
+        for strategy in healing.get("strategies") or []:
+            if strategy not in strategies:
+                raise PruningError(
+                    f"{where}.healing.strategies: '{strategy}' is not one of "
+                    f"{where}.strategies ({', '.join(strategies)})"
+                )
+        _check_grid(healing.get("n_grid"), num_layers, f"{where}.healing.n_grid")
+        validate_healing_settings(healing, f"{where}.healing")
+    speed = settings["speed"]
+    if speed["enabled"]:
+        if speed.get("strategy") not in strategies:
+            raise PruningError(
+                f"{where}.speed.strategy: '{speed.get('strategy')}' is not one of "
+                f"{where}.strategies"
+            )
+        _check_grid(speed.get("n_grid"), num_layers, f"{where}.speed.n_grid")
+        _positive_ints(
+            speed, ("batch_size", "prompt_length", "new_tokens", "repeats"), f"{where}.speed"
+        )
+    _check_greedy_cap(settings, num_layers, where)
+
+
+def validate_auto_depth_settings(settings: dict, where: str = "pruning") -> None:
+    """Config-time check of the choices a pruning section makes on its measurements: the
+    auto-depth tolerances, lm_eval.metric (of mean_acc and task tolerances) and every export
+    item (a measured strategy, a metric with a tolerance); raises ValueError naming the key."""
+    if settings["lm_eval"]["metric"] not in ("acc", "acc_norm", "score"):
+        raise PruningError(
+            f"{where}.lm_eval.metric: acc, acc_norm or score "
+            f"(got {settings['lm_eval']['metric']!r})"
+        )
+    tolerances = settings["auto_depth"].get("tolerances", {})
+    for metric, tolerance in tolerances.items():
+        if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or tolerance < 0:
+            raise PruningError(f"{where}.auto_depth.tolerances.{metric}: must be a number >= 0")
+    for index, item in enumerate(settings["export"]):
+        if item["strategy"] not in settings["strategies"]:
+            raise PruningError(
+                f"{where}.export[{index}].strategy: '{item['strategy']}' is "
+                f"not one of {where}.strategies"
+            )
+        if item["metric"] not in tolerances:
+            raise PruningError(
+                f"{where}.export[{index}].metric: '{item['metric']}' has no "
+                f"tolerance in {where}.auto_depth.tolerances"
+            )
+
+
+# --------------------------------------------------------------------------- healing
+
+
+METHODS = ("lora", "qlora")
+
+
+SCHEDULES = ("cosine", "constant")
+
+
+@dataclass(frozen=True)
+class HealSettings:
+    method: str
+    rank: int
+    alpha: float
+    dropout: float
+    target_modules: tuple
+    steps: int
+    batch_size: int
+    seq_len: int
+    lr: float
+    warmup_steps: int
+    min_lr_ratio: float
+    schedule: str
+    weight_decay: float
+    # memory at scale (optional keys: absent, a config's jobs keep their specs): rows per
+    # forward/backward, the step's gradient accumulated over them; recompute each layer's
+    # activations in the backward pass instead of keeping them
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool = False
+
+    @classmethod
+    def from_dict(cls, values: dict, where: str = "pruning.healing") -> HealSettings:
+        names = [f.name for f in fields(cls) if f.name in values or f.default is MISSING]
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise PruningError(f"{where}.{missing[0]}: missing healing setting")
+        settings = cls(
+            **{n: values[n] for n in names if n != "target_modules"},
+            target_modules=tuple(values["target_modules"]),
+        )
+        if settings.method not in METHODS:
+            raise PruningError(
+                f"{where}.method: unknown method '{settings.method}' (known: {', '.join(METHODS)})"
+            )
+        if settings.schedule not in SCHEDULES:
+            raise PruningError(
+                f"{where}.schedule: unknown schedule '{settings.schedule}' "
+                f"(known: {', '.join(SCHEDULES)})"
+            )
+        return settings
+
+
+def validate_healing_settings(values: dict, where: str = "pruning.healing") -> None:
+    """Config-time check (ValueError naming the key); QLoRA needs bitsandbytes installed."""
+    settings = HealSettings.from_dict(values, where)
+    for key in ("rank", "steps", "batch_size", "seq_len"):
+        value = getattr(settings, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PruningError(f"{where}.{key}: must be an integer >= 1 (got {value!r})")
+    for key in ("alpha", "lr"):
+        if not getattr(settings, key) > 0:
+            raise PruningError(f"{where}.{key}: must be > 0 (got {getattr(settings, key)!r})")
+    if not 0 <= settings.dropout < 1:
+        raise PruningError(f"{where}.dropout: must be in [0, 1) (got {settings.dropout!r})")
+    if not 0 <= settings.min_lr_ratio <= 1:
+        raise PruningError(f"{where}.min_lr_ratio: must be in [0, 1]")
+    if not isinstance(settings.warmup_steps, int) or settings.warmup_steps < 0:
+        raise PruningError(f"{where}.warmup_steps: must be an integer >= 0")
+    if settings.method == "qlora":
+        import importlib.util
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise PruningError(f"{where}.method: qlora needs the bitsandbytes package")
+    if not settings.target_modules:
+        raise PruningError(f"{where}.target_modules: name at least one module")
+    micro = settings.micro_batch_size
+    if micro is not None and (not isinstance(micro, int) or isinstance(micro, bool) or micro < 1):
+        raise PruningError(f"{where}.micro_batch_size: must be an integer >= 1 (got {micro!r})")
+
+
+# --------------------------------------------------------------------------- interventions
+
+
+KINDS = ("layer", "attention", "mlp")
+
+
+SCOPES = ("all", "future")
+
+
+VARIANTS = tuple(f"{kind}_{scope}" for kind in KINDS for scope in SCOPES)
+
+
+def parse_variant(name: str, where: str = "variants") -> tuple[str, str]:
+    """`<kind>_<scope>` -> (kind, scope); ValueError naming `where` for an unknown one."""
+    if not isinstance(name, str) or name not in VARIANTS:
+        raise ValueError(
+            f"{where}: unknown intervention kind {name!r} (known: {', '.join(VARIANTS)})"
+        )
+    kind, scope = name.rsplit("_", 1)
+    return kind, scope
+
+
+def check_layer_indices(layers, num_layers: int, where: str = "layers") -> None:
+    """Every index an int in [0, num_layers); ValueError naming `where` otherwise."""
+    for index in layers:
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            raise ValueError(f"{where}: layer index {index!r} is not an integer")
+        if not 0 <= int(index) < num_layers:
+            raise ValueError(
+                f"{where}: layer index {index} is out of range for a model with "
+                f"{num_layers} layers (0..{num_layers - 1})"
+            )
+
+
+def validate_intervention_settings(
+    spec: dict, num_layers: int | None = None, where: str = "depth_use.skip"
+) -> None:
+    """Config-time check of a skip-intervention settings dict (keys as SkipSettings, plus an
+    optional `depth_score_variant`); raises ValueError whose message starts with the key."""
+    variants = spec.get("variants")
+    if not isinstance(variants, (list, tuple)) or not variants:
+        raise ValueError(f"{where}.variants: a non-empty list of {', '.join(VARIANTS)}")
+    for name in variants:
+        parse_variant(name, f"{where}.variants")
+    if len(set(variants)) != len(variants):
+        twice = sorted({v for v in variants if list(variants).count(v) > 1})
+        raise ValueError(f"{where}.variants: listed more than once: {', '.join(twice)}")
+    for key, low in (
+        ("no_skip_front", 0),
+        ("future_positions", 1),
+        ("future_min_position", 1),
+        ("max_rows", 1),
+    ):
+        value = spec.get(key)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+            raise ValueError(f"{where}.{key}: an integer >= {low} (got {value!r})")
+    layers = spec.get("layers")
+    if layers is not None:
+        if not isinstance(layers, (list, tuple)) or not layers:
+            raise ValueError(f"{where}.layers: null (every layer) or a non-empty list of indices")
+        if num_layers is not None:
+            check_layer_indices(layers, num_layers, f"{where}.layers")
+        else:
+            for index in layers:
+                if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 0:
+                    raise ValueError(
+                        f"{where}.layers: layer index {index!r} is not an integer >= 0"
+                    )
+    score_variant = spec.get("depth_score_variant")
+    if score_variant is not None:
+        kind, scope = parse_variant(score_variant, f"{where}.depth_score_variant")
+        if scope != "all":
+            raise ValueError(
+                f"{where}.depth_score_variant: {score_variant!r} intervenes only "
+                f"before a sampled position; the depth score needs an '_all' "
+                f"variant (the effect at the answer positions)"
+            )
+
+
+# --------------------------------------------------------------------------- linear_maps
+
+
+def validate_linear_map_settings(spec: dict, where: str = "depth_use.linear_maps") -> None:
+    """Config-time check of what the schema cannot say about the linear-map settings (it owns
+    every type, range and enum): finite ridge strengths and fractions that leave documents to
+    fit on. ValueError naming the key."""
+    if not all(math.isfinite(a) for a in spec["alphas"]):
+        raise ValueError(f"{where}.alphas: ridge strengths must be finite")
+    if spec["val_fraction"] + spec["test_fraction"] >= 1:
+        raise ValueError(
+            f"{where}.test_fraction: val_fraction + test_fraction must leave documents to fit on"
+        )
+
+
+def tokenizer_difference(a, b) -> str | None:
+    """How two loaded tokenizers differ in the ids they give (vocabulary, bos/eos id), or None
+    when they map every token to the same id."""
+    if a.get_vocab() != b.get_vocab():
+        return f"different tokenizers (vocabularies of {len(a)} and {len(b)} tokens differ)"
+    for attr in ("bos_token_id", "eos_token_id"):
+        if getattr(a, attr) != getattr(b, attr):
+            return f"different {attr}"
+    return None
+
+
+def check_same_tokenizer(path_a: str, path_b: str, where: str = "depth_use.linear_maps") -> None:
+    """Raise ValueError (naming `where`) unless the two checkpoints' tokenizers map every token
+    to the same id (same vocabulary and special tokens); reads only tokenizer files."""
+    from depthlab.models.architectures import load_tokenizer
+
+    try:
+        a, b = load_tokenizer(path_a), load_tokenizer(path_b)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{where}: cannot load a tokenizer to compare ({error})") from None
+    difference = tokenizer_difference(a, b)
+    if difference is None:
+        return
+    if difference.startswith("different tokenizers"):
+        raise ValueError(
+            f"{where}: models {path_a} and {path_b} have {difference}; a linear map "
+            f"between their states position by position needs the same tokens "
+            f"(alignment: word_ends pairs the ends of words instead)"
+        )
+    raise ValueError(f"{where}: models {path_a} and {path_b} have {difference}")

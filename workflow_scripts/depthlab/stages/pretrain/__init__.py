@@ -1,0 +1,1 @@
+"""Pretraining: the training job of the six norm schemes, its figures."""

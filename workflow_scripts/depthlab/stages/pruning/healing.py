@@ -1,0 +1,294 @@
+"""Healing a pruned model: LoRA (peft) on the pretraining corpus, QLoRA when configured.
+
+Gromov et al. heal each pruned model with QLoRA: the base weights in 4-bit NF4 (bitsandbytes),
+LoRA adapters on the MLP, C4, 5000 steps, global batch 16, cosine schedule with 100 warmup steps,
+sequence length 2048 (up to 7B) or 4096. Here:
+
+  method  lora   adapters on the full-precision pruned model
+          qlora  the pruned model is exported and reloaded with 4-bit NF4 weights
+                 (`BitsAndBytesConfig(load_in_4bit=True)`; bitsandbytes has a CPU backend), the
+                 adapters train against the quantised base
+  data    random windows of the run's train split (`train.bin`, the pretraining corpus), the
+          batch of step s drawn from (seed, s) as in pretraining (depthlab.stages.pretrain.training.train_batch)
+  merge   the trained adapters are merged (`merge_and_unload`) into the *full-precision* pruned
+          weights (QLoRA too: its adapters are loaded onto the fp32 pruned model and merged),
+          so a healed variant is an ordinary model evaluated exactly like an unhealed one.
+
+A pruned model dispatched over several GPUs (depthlab.core.placement) heals as it is: peft puts each
+adapter on its layer's GPU, the batches go to the input embedding's device, QLoRA's 4-bit copy
+is spread over the same GPUs, and the adapters merge into the weights where they lie. peft can
+neither train nor merge adapters on weights accelerate offloads to the CPU or disk (they sit on
+`meta` between passes), so a model with offloaded weights is refused.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from depthlab.core.errors import PruningError
+from depthlab.core.placement import gpu_budget, has_offloaded_weights, input_device, is_dispatched
+from depthlab.core.tracking import Progress, Tracker
+from depthlab.models.architectures import _register_depthlab_models
+from depthlab.plan.stage_settings import HealSettings
+from depthlab.stages.pretrain.training import (
+    IGNORE,
+    language_model_loss,
+    lr_multiplier,
+    train_batch,
+)
+from depthlab.stages.pruning.layer_removal import export_pruned
+
+
+def _schedule(settings: HealSettings):
+    shape = SimpleNamespace(
+        warmup_steps=settings.warmup_steps, steps=settings.steps, min_lr_ratio=settings.min_lr_ratio
+    )
+
+    def multiplier(step: int) -> float:
+        if settings.schedule == "constant":
+            return min(1.0, (step + 1) / settings.warmup_steps) if settings.warmup_steps else 1.0
+        return lr_multiplier(step, shape)
+
+    return multiplier
+
+
+def _lora_config(settings: HealSettings):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=settings.rank,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=list(settings.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def _check_targets(model, settings: HealSettings) -> None:
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    missing = [t for t in settings.target_modules if t not in names]
+    if missing:
+        raise PruningError(
+            f"pruning.healing.target_modules: {missing} are not modules of {type(model).__name__}"
+        )
+
+
+def _quantised_placement(pruned, device: str) -> dict:
+    """QLoRA's 4-bit copy on `device`, or balanced over the job's GPUs when the pruned model is
+    dispatched over several."""
+    if device.startswith("cuda") and is_dispatched(pruned):
+        return {"device_map": "balanced", "max_memory": gpu_budget(device)}
+    return {"device_map": {"": device}}
+
+
+def compute_dtype(pruned) -> torch.dtype:
+    """QLoRA's compute dtype: the pruned model's own when it is 16-bit (bf16 on the paper's GPUs,
+    as in QLoRA itself; fp32 compute runs at ~1/16 of an A100's bf16 rate), else fp32."""
+    dtype = next(pruned.parameters()).dtype
+    return dtype if dtype in (torch.bfloat16, torch.float16) else torch.float32
+
+
+def _quantised_copy(pruned, device: str):
+    """The pruned model reloaded with 4-bit NF4 linear weights (QLoRA's frozen base)."""
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig  # QLoRA only
+
+    _register_depthlab_models()
+    dtype = compute_dtype(pruned)
+    config = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=dtype,
+        bnb_4bit_use_double_quant=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="depthlab-qlora-") as folder:
+        # the export keeps each layer's LNS factor / DeepNorm alpha of its original depth
+        export_pruned(pruned, (), folder)
+        quantised = AutoModelForCausalLM.from_pretrained(
+            folder,
+            quantization_config=config,
+            dtype=dtype,
+            **_quantised_placement(pruned, device),
+        )
+    return quantised
+
+
+def accumulated_loss(model, window: torch.Tensor, micro_batch_size: int | None) -> torch.Tensor:
+    """The batch's mean next-token loss, its gradient accumulated over chunks of
+    `micro_batch_size` rows (None: one pass), each chunk weighted by its share of the batch's
+    scored targets, so the gradient is the whole batch's whatever the chunking."""
+    rows = window.shape[0]
+    micro = micro_batch_size or rows
+    if micro >= rows:
+        loss = language_model_loss(model, window, None)
+        loss.backward()
+        return loss.detach()
+    scored = (window[:, 1:] != IGNORE).sum()
+    total = torch.zeros((), device=window.device)
+    for chunk in window.split(micro):
+        share = (chunk[:, 1:] != IGNORE).sum() / scored
+        if not share:
+            continue  # all padding: no target, no gradient
+        loss = language_model_loss(model, chunk, None) * share
+        loss.backward()
+        total += loss.detach()
+    return total
+
+
+def _check_healable(pruned, settings: HealSettings) -> None:
+    """PruningError when the adapters cannot train on `pruned` as configured."""
+    _check_targets(pruned, settings)
+    if has_offloaded_weights(pruned):
+        raise PruningError(
+            "pruning.healing: the pruned model has weights offloaded to the CPU or disk "
+            "(device_map / max_memory), where peft can neither train nor merge adapters; give "
+            "the job GPUs that hold the model"
+        )
+    context = getattr(pruned.config, "max_position_embeddings", None)
+    if context is not None and settings.seq_len > context:
+        raise PruningError(
+            f"pruning.healing.seq_len: {settings.seq_len} exceeds the model's "
+            f"context of {context} positions"
+        )
+
+
+def _adapter_base(pruned, settings: HealSettings, device: str):
+    """The model the adapters train against: `pruned` itself (LoRA) or its 4-bit copy (QLoRA),
+    with gradient checkpointing when configured."""
+    base = _quantised_copy(pruned, device) if settings.method == "qlora" else pruned
+    if settings.method == "qlora":
+        from peft import prepare_model_for_kbit_training
+
+        base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
+    if settings.gradient_checkpointing:
+        # non-reentrant: the frozen base's inputs need no requires_grad for the adapters' grads
+        base.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
+        )
+    return base
+
+
+def _optimizer(model, settings: HealSettings) -> tuple:
+    """(AdamW over the adapters, its warmup + cosine (or constant) schedule)."""
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=settings.lr,
+        weight_decay=settings.weight_decay,
+    )
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(settings))
+
+
+def _train_adapters(
+    model, optimizer, scheduler, train_tokens, settings, seed, inputs_at, progress, tracker
+) -> list[float]:
+    """settings.steps optimizer steps on random train windows; the loss of each step. Closes
+    `progress` and `tracker` when done."""
+    losses = []
+    for step in range(settings.steps):
+        window = train_batch(train_tokens, step, seed, settings.batch_size, settings.seq_len).to(
+            inputs_at
+        )
+        loss = accumulated_loss(model, window, settings.micro_batch_size)
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        progress.update(1, loss=losses[-1], lr=lr)
+        tracker.scalars(step + 1, {"heal/loss": losses[-1], "heal/lr": lr})
+    progress.close()
+    tracker.close()
+    return losses
+
+
+def _merge_adapters(model, pruned, settings: HealSettings):
+    """The adapters merged into the full-precision pruned weights (QLoRA's moved onto `pruned`
+    first), in eval mode with every parameter frozen."""
+    from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+
+    if settings.method == "qlora":
+        adapters = get_peft_model_state_dict(model)
+        model = get_peft_model(pruned, _lora_config(settings))
+        set_peft_model_state_dict(model, adapters)
+    merged = model.merge_and_unload().eval()
+    if settings.gradient_checkpointing:
+        merged.activation_checkpointing_disable()
+    for parameter in merged.parameters():
+        parameter.requires_grad_(False)
+    return merged
+
+
+def _heal_record(settings: HealSettings, trainable: int, seconds: float, losses: list) -> dict:
+    return {
+        "method": settings.method,
+        "steps": settings.steps,
+        "trainable_parameters": int(trainable),
+        "train_seconds": round(seconds, 3),
+        "first_train_loss": losses[0] if losses else None,
+        "last_train_loss": float(np.mean(losses[-max(1, len(losses) // 10) :])) if losses else None,
+    }
+
+
+def heal(
+    pruned,
+    train_tokens: np.ndarray,
+    settings: HealSettings,
+    seed: int,
+    device: str = "cpu",
+    log=None,
+    tensorboard_dir=None,
+    wandb: dict | None = None,
+    run_name: str = "healing",
+    run_config: dict | None = None,
+):
+    """Train adapters on `pruned` (a model of its own, e.g. depthlab.stages.pruning.layer_removal.prune_copy;
+    it is modified: the adapters are merged into it) and return (merged model in eval mode, record).
+    `log` also gets a progress line about every quarter of the steps (a bar on a terminal);
+    `tensorboard_dir`: where to write the loss and lr as TensorBoard scalars (None: nowhere);
+    `wandb`: the resolved `tracking.wandb` settings (None: no W&B run), for a run `run_name`
+    with config `run_config`."""
+    # peft is imported when a model is healed, not with this module (config-time validation
+    # and stages without healing import it)
+    from peft import get_peft_model
+
+    _check_healable(pruned, settings)
+    torch.manual_seed(seed)
+    base = _adapter_base(pruned, settings, device)
+    model = get_peft_model(base, _lora_config(settings))
+    inputs_at = input_device(base)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    optimizer, scheduler = _optimizer(model, settings)
+    model.train()
+    start = time.perf_counter()
+    progress = Progress(
+        settings.steps,
+        "healing",
+        enabled=log is not None,
+        every=max(1, settings.steps // 4),
+        write=log,
+    )
+    tracker = Tracker(
+        tensorboard_dir,
+        enabled=tensorboard_dir is not None,
+        wandb=wandb,
+        run_name=run_name,
+        run_config=run_config,
+    )
+    losses = _train_adapters(
+        model, optimizer, scheduler, train_tokens, settings, seed, inputs_at, progress, tracker
+    )
+    seconds = time.perf_counter() - start
+    merged = _merge_adapters(model, pruned, settings)
+    record = _heal_record(settings, trainable, seconds, losses)
+    if log:
+        log(
+            f"healed ({settings.method}, {settings.steps} steps, {trainable} adapter "
+            f"parameters) in {seconds:.1f} s: train loss {record['first_train_loss']:.3f} -> "
+            f"{record['last_train_loss']:.3f}"
+        )
+    return merged, record

@@ -1,0 +1,1 @@
+"""The teacher-student toy models of Liu et al.: training, exponent fits, figures."""

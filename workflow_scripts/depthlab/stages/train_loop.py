@@ -1,0 +1,270 @@
+"""The training loop that pretraining (depthlab.stages.pretrain.training) and fine-tuning (depthlab.stages.finetune.finetuning)
+share: step iteration, gradient clipping, the AdamW and schedule steps, the train log and its
+TensorBoard / W&B scalars, periodic evaluation, the resumable state and the run record.
+
+A run subclasses TrainingLoop with what differs: the loss of a step's batch (`train_loss`, which
+also runs the backward pass), the held-out loss (`validate`) and what to do with it
+(`validated`), and optionally a look at the gradient before clipping at evaluation steps
+(`gradients_taken`). Batches are a pure function of (seed, step), so resuming restores only the
+step counter, the weights, the optimizer, the schedule, torch's RNG and the logs; a run resumed
+after a kill ends bit-identical to one that was never interrupted.
+
+The resumable state (`state.pt`) holds only tensors and plain Python values and is read with
+`torch.load(weights_only=True)`: a state file cannot run code. It carries a fingerprint of the
+run (a state saved by a different run is never resumed) and how many processes the run has
+taken and their summed wall time, so a resumed run's provenance records that it resumed, from
+which step, and its total time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from depthlab.core.atomic_files import atomic_path, write_dataframe
+from depthlab.core.errors import CheckpointError
+from depthlab.core.tracking import Progress, Tracker
+
+LOG_COLUMNS = ["step", "tokens", "split", "loss", "lr", "wall_s"]
+STATE_KEYS = (
+    "fingerprint",
+    "step",
+    "model",
+    "optimizer",
+    "scheduler",
+    "torch_rng",
+    "log_rows",
+    "wall_s",
+)  # and a loop's `extra_rows` (pretraining: "layer_rows"), "processes", "total_wall_s"
+
+
+def run_fingerprint(model_decl: dict, seed: int, data_meta: dict, world_size: int) -> str:
+    """Identifies a training run; a saved state from a different run is never resumed."""
+    blob = json.dumps(
+        {"model": model_decl, "seed": seed, "data": data_meta, "world_size": world_size},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def save_state(path: Path, state: dict) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load_state(path: Path, device) -> dict:
+    """A saved training state, unpickled with weights_only=True (tensors and plain values only).
+    CheckpointError naming the file when it cannot be read that way or lacks a part."""
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as error:  # noqa: BLE001 - UnpicklingError, zip errors, EOF, ...
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CheckpointError(
+            f"{path}: not a training state that loads safely "
+            f"({type(error).__name__}: {first}); delete it to start the run "
+            f"over"
+        ) from None
+    missing = [key for key in STATE_KEYS if not isinstance(state, dict) or key not in state]
+    if missing:
+        raise CheckpointError(
+            f"{path}: not a training state (no {', '.join(missing)}); delete "
+            f"it to start the run over"
+        )
+    return state
+
+
+def run_record(
+    resumed_from: int | None, earlier_processes: int, earlier_wall: float, process_start: float
+) -> dict:
+    """Whether the run resumed, from which step, its processes and their total wall time."""
+    return {
+        "resumed": resumed_from is not None,
+        "resumed_from_step": resumed_from,
+        "processes": earlier_processes + 1,
+        "total_wall_s": round(earlier_wall + time.perf_counter() - process_start, 3),
+    }
+
+
+class TrainingLoop:
+    """One resumable run of `model` (the unwrapped module whose state is saved) under
+    `optimizer` and `scheduler`. `settings` gives steps, log_every, checkpoint_every and
+    grad_clip; `eval_at` the steps after which to evaluate (empty on the ranks that do not);
+    only `is_main` saves the state. `process_start`: this process's start (perf_counter)."""
+
+    extra_rows: tuple[str, ...] = ()  # row lists besides log_rows that the state carries
+    loss_hint = "lower the learning rate"  # what the non-finite loss error suggests
+    show_throughput = True  # tok/s in the progress lines
+
+    def __init__(
+        self,
+        name: str,
+        model,
+        optimizer,
+        scheduler,
+        settings,
+        *,
+        eval_at,
+        tokens_per_step: int,
+        state_path: Path,
+        fingerprint: str,
+        device,
+        process_start: float,
+        is_main: bool = True,
+    ):
+        self.name, self.model, self.optimizer, self.scheduler = name, model, optimizer, scheduler
+        self.steps, self.log_every = settings.steps, settings.log_every
+        self.checkpoint_every, self.grad_clip = settings.checkpoint_every, settings.grad_clip
+        self.eval_at, self.tokens_per_step = set(eval_at), tokens_per_step
+        self.state_path, self.fingerprint, self.device = Path(state_path), fingerprint, device
+        self.process_start, self.is_main = process_start, is_main
+        self.tracker = Tracker(None, enabled=False)
+        self.step, self.log_rows, self.wall_offset, self.wall = 0, [], 0.0, 0.0
+        self.started = time.perf_counter()
+        for key in self.extra_rows:
+            setattr(self, key, [])
+        # Earlier processes of this run (a resume): how many, and their summed wall time up to
+        # their last saved state (time after it was lost with the process).
+        self.earlier_processes, self.earlier_wall, self.resumed_from = 0, 0.0, None
+
+    # ---- what a run defines
+
+    def train_loss(self, step: int) -> float:
+        """Forward and backward pass of the batch of `step` (0-based); its mean loss."""
+        raise NotImplementedError
+
+    def gradients_taken(self, step: int) -> None:
+        """At an evaluation step: the gradient of update `step`, before clipping."""
+
+    def validate(self, step: int) -> float:
+        """The held-out loss after update `step`."""
+        raise NotImplementedError
+
+    def validated(self, step: int, val: float, tokens_per_s: float) -> None:
+        """After the val row of `step` is logged."""
+
+    def write_state(self, path: Path, state: dict) -> None:
+        save_state(path, state)
+
+    # ---- shared
+
+    def resume(self) -> None:
+        """Continue from state_path when it holds a state of this run (same fingerprint)."""
+        if not self.state_path.exists():
+            return
+        state = load_state(self.state_path, self.device)
+        if state["fingerprint"] != self.fingerprint:
+            print(
+                f"[{self.name}] ignoring {self.state_path}: saved by a different run configuration",
+                file=sys.stderr,
+            )
+            return
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"].cpu())
+        self.step, self.wall_offset = state["step"], state["wall_s"]
+        self.log_rows = state["log_rows"]
+        for key in self.extra_rows:  # absent from states saved before the loop kept them
+            setattr(self, key, state.get(key, []))
+        self.resumed_from = self.step
+        self.earlier_processes = int(state.get("processes", 1))  # states saved before the count
+        self.earlier_wall = float(state.get("total_wall_s", state["wall_s"]))
+        print(f"[{self.name}] resumed from step {self.step} ({self.state_path})", file=sys.stderr)
+
+    def checkpoint(self) -> None:
+        state = {
+            "fingerprint": self.fingerprint,
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "log_rows": self.log_rows,
+            **{key: getattr(self, key) for key in self.extra_rows},
+            "wall_s": self.wall,
+            "processes": self.earlier_processes + 1,
+            "total_wall_s": self.earlier_wall + time.perf_counter() - self.process_start,
+        }
+        self.write_state(self.state_path, state)
+        self.tracker.flush()  # what a resume keeps is on disk with the state
+
+    def run(self, progress: bool = True, progress_every: int | None = None) -> None:
+        """Train from self.step to the last step."""
+        self.started = time.perf_counter()
+        self.wall = self.wall_offset
+        bar = Progress(
+            self.steps, self.name, initial=self.step, enabled=progress, every=progress_every
+        )
+        self.model.train()
+        while self.step < self.steps:
+            loss = self.train_loss(self.step)
+            self.step += 1
+            lr, tokens_per_s = self.update(loss)
+            values = {"tok/s": tokens_per_s} if self.show_throughput else {}
+            bar.update(1, loss=loss, lr=lr, **values)
+        bar.close()
+
+    def update(self, loss: float) -> tuple[float, float]:
+        """After the backward pass of update self.step: the optimizer and schedule steps, the
+        logs, the evaluation and the state; the update's learning rate and tokens/s."""
+        step = self.step
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"[{self.name}] loss is {loss} at step {step}; stopping ({self.loss_hint})"
+            )
+        evaluating = step in self.eval_at
+        if evaluating:
+            self.gradients_taken(step)
+        if self.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+        self.wall = self.wall_offset + time.perf_counter() - self.started
+        tokens = step * self.tokens_per_step
+        tokens_per_s = (
+            (step - (self.resumed_from or 0))
+            * self.tokens_per_step
+            / max(self.wall - self.wall_offset, 1e-9)
+        )
+        if step % self.log_every == 0 or step == self.steps:
+            self.log_rows.append([step, tokens, "train", loss, lr, round(self.wall, 3)])
+            self.tracker.scalars(step, {"loss/train": loss, "lr": lr, "tokens_per_s": tokens_per_s})
+        if evaluating:
+            val = self.validate(step)
+            self.log_rows.append([step, tokens, "val", val, lr, round(self.wall, 3)])
+            self.tracker.scalars(step, {"loss/val": val})
+            self.validated(step, val, tokens_per_s)
+        if self.is_main and step % self.checkpoint_every == 0 and step < self.steps:
+            self.checkpoint()
+        return lr, tokens_per_s
+
+    def record(self) -> dict:
+        return run_record(
+            self.resumed_from, self.earlier_processes, self.earlier_wall, self.process_start
+        )
+
+    def write_outputs(self, folder: Path, summary: dict, provenance, **extra) -> None:
+        """train_log.csv and provenance.json of the finished run into `folder`: the run record
+        joins `summary` (updated in place), both join the provenance, then `extra`."""
+        write_dataframe(folder / "train_log.csv", pd.DataFrame(self.log_rows, columns=LOG_COLUMNS))
+        record = self.record()
+        summary.update(record)
+        provenance.extra.update(record)
+        provenance.extra["summary"] = summary
+        provenance.extra.update(extra)
+        provenance.write(folder / "provenance.json")
+
+    def discard_state(self) -> None:
+        """The finished run's state goes: a rerun starts over."""
+        self.state_path.unlink(missing_ok=True)
