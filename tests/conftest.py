@@ -9,6 +9,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# Test files import builders from other test files (make_run, real_lms_installed, test_workflow's
+# run helpers) across the folders that mirror the package: every test folder is importable.
+for folder in sorted(p for p in Path(__file__).parent.rglob("*") if p.is_dir()):
+    if folder.name != "__pycache__" and str(folder) not in sys.path:
+        sys.path.append(str(folder))
 
 
 @pytest.fixture(scope="module")
@@ -66,19 +71,19 @@ def pytest_sessionfinish(session, exitstatus):
 # or the Slurm run, are built once), and these files share their unit: they plan against the
 # session's finished run of config/test.yaml (finished_test_checkout), built once per worker.
 SAME_WORKER = {
-    "tests/test_rerun.py": "tests/test_workflow.py",
-    "tests/test_provenance_run.py": "tests/test_workflow.py",
+    "tests/workflow/test_rerun.py": "tests/workflow/test_workflow.py",
+    "tests/workflow/test_provenance_run.py": "tests/workflow/test_workflow.py",
 }
 # The longest units start first (longest-processing-time-first), so no long file starts last and
 # leaves the other worker idle at the end; seconds of each on the 2-core machine, 2026-12-02.
 SLOW_FIRST = (
-    "tests/test_workflow.py",  # 210 with test_rerun.py: the finished run and ~25 planning runs
-    "tests/test_slurm.py",  # 55: a one-node cluster started and a run through it (mostly waiting)
-    "tests/test_bench.py",  # 85
-    "tests/test_pretrain.py",  # 58
-    "tests/test_readme.py",  # 52
-    "tests/test_gguf_models.py",  # 47
-    "tests/test_config.py",  # 45
+    "tests/workflow/test_workflow.py",  # 210 with test_rerun.py: the finished run and ~25 planning runs
+    "tests/workflow/test_slurm.py",  # 55: a one-node cluster started and a run through it (mostly waiting)
+    "tests/workflow/test_bench.py",  # 85
+    "tests/unit/stages/pretrain/test_pretrain.py",  # 58
+    "tests/workflow/test_readme.py",  # 52
+    "tests/unit/models/test_gguf_models.py",  # 47
+    "tests/unit/config/test_config.py",  # 45
 )
 
 

@@ -1,7 +1,7 @@
 """How the tests start Snakemake for local (not Slurm) runs.
 
 The Slurm executor plugin runs `scontrol show config` (10 s timeout) whenever Snakemake starts.
-Where Slurm's client is installed but no controller answers (e.g. after tests/test_slurm.py
+Where Slurm's client is installed but no controller answers (e.g. after tests/workflow/test_slurm.py
 stops its one-node cluster), every local run would wait for it; stand-ins that answer "no
 cluster" at once keep local runs fast. The Slurm test itself uses the real tools.
 """

@@ -1,0 +1,332 @@
+"""The results page (depthlab.claims.results_page, workflow_scripts/record_results.py) on planted run
+folders: the claims it lists, the per-rule job times it sums, the machine and commit it names."""
+
+import csv
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from depthlab.claims import results_page as page
+
+ROOT = Path(__file__).resolve().parents[3]
+
+CLAIMS = [
+    {
+        "claim_id": "cod_val_loss",
+        "paper": "Curse of Depth",
+        "claim": "LNS reaches a lower validation loss than Pre-LN",
+        "paper_value": "lower",
+        "measured": "0.21417",
+        "low": "0.0246",
+        "high": "0.33712",
+        "interval": "over 3 seeds",
+        "seeds": "3",
+        "scale": "12 layers x 128, 262k tokens",
+        "verdict": "reproduced",
+        "reason": "interval above 0",
+        "size_band": "",
+        "size_measured": "",
+        "size_low": "",
+        "size_high": "",
+        "size_verdict": "no size stated",
+    },
+    {
+        "claim_id": "gromov_healing_gap:lns",
+        "paper": "Gromov et al.",
+        "claim": "|gap before| - |gap after| > 0",
+        "paper_value": "",
+        "measured": "",
+        "low": "",
+        "high": "",
+        "interval": "",
+        "seeds": "1",
+        "scale": "12 layers x 128, 262k tokens",
+        "verdict": "not testable at this scale",
+        "reason": "no healed variant",
+        "size_band": "",
+        "size_measured": "",
+        "size_low": "",
+        "size_high": "",
+        "size_verdict": "no size stated",
+    },
+    {
+        "claim_id": "liu_a_m:chinchilla_liu",
+        "paper": "Liu et al.",
+        "claim": "width exponent",
+        "paper_value": "0.97",
+        "measured": "0.94551",
+        "low": "0.83691",
+        "high": "1.0377",
+        "interval": "",
+        "seeds": "1",
+        "scale": "203 points (chinchilla_liu)",
+        "verdict": "reproduced",
+        "reason": "",
+        "size_band": "[0.8, 1.2]",
+        "size_measured": "0.94551",
+        "size_low": "0.83691",
+        "size_high": "1.0377",
+        "size_verdict": "size reproduced",
+    },
+]
+
+# rule -> {job: seconds}; a job in a subfolder (analysis's <text_set>/<model>) counts once
+BENCHMARKS = {
+    "pretrain_model": {"pre_ln": 120.25, "lns": 130.5, "post_ln": 99.0},
+    "analyse_model": {"val/pre_ln": 10.5, "val/lns": 11.25},
+    "make_claims": {"claims": 6.0},
+}
+HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def plant_run(run_dir: Path, commit: str = "a" * 40, dirty: bool = False) -> Path:
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "claims.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(CLAIMS[0]))
+        writer.writeheader()
+        writer.writerows(CLAIMS)
+    for rule, jobs in BENCHMARKS.items():
+        for job, seconds in jobs.items():
+            path = run_dir / "benchmarks" / rule / f"{job}.tsv"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(HEADER + f"{seconds}\t0:00:10\t1\t1\t1\t1\t0\t0\t90\t{seconds}\n")
+    for i, (start, end) in enumerate([("08:00:00", "08:02:00"), ("08:01:00", "08:10:30")]):
+        folder = run_dir / "models" / f"m{i}"
+        folder.mkdir(parents=True)
+        record = {
+            "git": {"commit": commit, "dirty": dirty},
+            "host": "planted-host",
+            "python": "3.11.7",
+            "packages": {"torch": "2.13.0+cpu"},
+            "start": f"2026-12-02T{start}+00:00",
+            "end": f"2026-12-02T{end}+00:00",
+        }
+        (folder / "provenance.json").write_text(json.dumps(record))
+    return run_dir
+
+
+def machine(host="planted-host", torch="2.13.0+cpu"):
+    return page.Machine("Planted CPU 9000", 2, 4, 23.5, host, "3.11.7", torch)
+
+
+def planted_page(run_dir: Path, **changes) -> str:
+    run = page.Run(
+        config_files=["config/default.yaml"],
+        run_dir="results/default",
+        command=".venv/bin/snakemake --cores all --configfile config/default.yaml",
+        wall_s=842.41,
+        wall_source="timed by record_results.py",
+        date=dt.datetime(2026, 12, 3, 9, 15, tzinfo=dt.UTC),
+        machine=machine(),
+        claims=page.read_claims(run_dir / "claims.csv"),
+        jobs=page.read_benchmarks(run_dir / "benchmarks"),
+        records=page.read_records(run_dir),
+    )
+    for key, value in changes.items():
+        setattr(run, key, value)
+    return page.render_page(run)
+
+
+def table_rows(text: str, heading: str) -> list[list[str]]:
+    section = text[text.index(heading) :]
+    section = section[: section.find("\n## ", 1)] if "\n## " in section[1:] else section
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows[2:]]
+
+
+def test_rule_times_sum_and_max_per_rule(tmp_path):
+    jobs = page.read_benchmarks(plant_run(tmp_path / "run") / "benchmarks")
+    assert len(jobs) == 6
+    times = {r.rule: r for r in page.rule_times(jobs)}
+    assert times["pretrain_model"].jobs == 3
+    assert times["pretrain_model"].total_s == pytest.approx(349.75)
+    assert times["pretrain_model"].max_s == pytest.approx(130.5)
+    assert times["pretrain_model"].longest == "lns"
+    assert times["analyse_model"].total_s == pytest.approx(21.75)
+    assert times["analyse_model"].longest == "val/lns"
+    # the rule with the most time first
+    assert [r.rule for r in page.rule_times(jobs)] == [
+        "pretrain_model",
+        "analyse_model",
+        "make_claims",
+    ]
+
+
+def test_page_holds_the_per_rule_sums_and_the_total(tmp_path):
+    text = planted_page(plant_run(tmp_path / "run"))
+    rows = {row[0]: row for row in table_rows(text, "## Job time per rule")}
+    assert rows["`pretrain_model`"][1:4] == ["3", "349.8", "130.5"]
+    assert rows["`analyse_model`"][1:4] == ["2", "21.8", "11.2"]
+    assert rows["`make_claims`"][1:4] == ["1", "6.0", "6.0"]
+    assert rows["**total**"][1:3] == ["6", "377.5"]
+    assert "6, 377.5 s of job time in all" in text
+
+
+def test_page_lists_every_claim_with_its_interval_seeds_and_verdicts(tmp_path):
+    text = planted_page(plant_run(tmp_path / "run"))
+    rows = {row[0].split()[0]: row for row in table_rows(text, "## Claims")}
+    assert set(rows) == {f"`{c['claim_id']}`" for c in CLAIMS}
+    # the claim's statement beside its id; a | inside it stays inside its cell
+    assert "`gromov_healing_gap:lns` \\|gap before\\| - \\|gap after\\| > 0 |" in text
+    val_loss = rows["`cod_val_loss`"]
+    assert val_loss[1] == "0.2142 [0.0246, 0.3371] (over 3 seeds)"  # claims.md's 4 digits
+    assert val_loss[2] == "3"
+    assert val_loss[3] == "12 layers x 128, 262k tokens"
+    assert val_loss[4] == "**reproduced**: interval above 0"
+    assert val_loss[5] == "no size stated"
+    assert rows["`gromov_healing_gap:lns`"][1] == "-"
+    assert rows["`liu_a_m:chinchilla_liu`"][5] == (
+        "**size reproduced**: 0.9455 [0.8369, 1.038] vs band [0.8, 1.2]"
+    )
+    assert "3 claims: 2 reproduced, 1 not testable at this scale" in text
+
+
+def test_page_names_the_machine_commit_and_wall_time(tmp_path):
+    text = planted_page(plant_run(tmp_path / "run", commit="b" * 40, dirty=True))
+    assert "2026-12-03 09:15 UTC" in text
+    assert f"`{'b' * 40}` (dirty: uncommitted changes; 2 of 2 records)" in text
+    assert "842.4 s (14 min 2 s), timed by record_results.py" in text
+    # first record's start 08:00:00 to the last end 08:10:30
+    assert "630.0 s (10 min 30 s), from its records" in text
+    assert "Planted CPU 9000, 2 available to the run (of 4 on the machine)" in text
+    assert "23.5 GiB" in text and "3.11.7 / 2.13.0+cpu" in text
+    assert "verdicts" in page.MACHINE_NOTE and page.MACHINE_NOTE in text
+    assert "**Note:**" not in text  # same host and torch as the records
+
+
+def test_page_warns_when_the_machine_is_not_the_runs(tmp_path):
+    run_dir = plant_run(tmp_path / "run")
+    text = planted_page(run_dir, machine=machine(host="elsewhere", torch="2.12.0"))
+    assert "records name host planted-host, this page was written on elsewhere" in text
+    assert "The run's jobs used torch 2.13.0+cpu." in text
+
+
+def test_benchmarks_before_the_invocation_are_left_out(tmp_path):
+    folder = plant_run(tmp_path / "run") / "benchmarks"
+    old = folder / "pretrain_model" / "pre_ln.tsv"
+    os.utime(old, (1_000_000, 1_000_000))
+    jobs = page.read_benchmarks(folder, since=2_000_000)
+    assert len(jobs) == 5 and "pre_ln" not in {j.job for j in jobs if j.rule == "pretrain_model"}
+
+
+def test_machine_info_from_planted_proc_files(tmp_path):
+    (tmp_path / "cpuinfo").write_text(
+        "processor\t: 0\nmodel name\t: Planted EPYC 7B13\nflags\t: avx\n\n"
+        "processor\t: 1\nmodel name\t: Planted EPYC 7B13\n"
+    )
+    (tmp_path / "meminfo").write_text("MemTotal:       24683568 kB\nMemFree: 1 kB\n")
+    found = page.machine_info(tmp_path / "cpuinfo", tmp_path / "meminfo")
+    assert found.cpu_model == "Planted EPYC 7B13"
+    assert found.memory_gib == pytest.approx(24683568 / 2**20)
+    assert found.cores >= 1 and found.cores_total >= found.cores
+
+
+@pytest.mark.parametrize(
+    "log, seconds",
+    [
+        ("Finished job 0.\n74 of 74 steps (100%) done\n842.41 s wall\ndone\n", 842.41),
+        ("...\nreal\t14m2.410s\nuser\t1m0.000s\nsys\t0m1.000s\n", 842.41),
+        ("real 0m5.5s\n12.0 s wall\n", 12.0),  # the last timing wins
+        ("32 of 32 steps (100%) done\nElapsed time: 0:07:34.759769\n", 454.759769),
+        ("Elapsed time: 1 day, 2:00:00\n", 93600.0),
+        ("74 of 74 steps (100%) done\n", None),
+    ],
+)
+def test_wall_time_from_log(log, seconds):
+    found = page.wall_time_from_log(log)
+    assert found == (pytest.approx(seconds) if seconds is not None else None)
+
+
+def test_duration():
+    assert page.duration(842.41) == "842.4 s (14 min 2 s)"
+    assert page.duration(3725) == "3725.0 s (1 h 2 min 5 s)"
+
+
+def test_page_name_is_the_config_stem():
+    assert page.page_name(["config/default.yaml"]) == "default"
+    assert page.page_path(["a.yaml", "config/local/mine.yaml"]) == Path("docs/results/mine.md")
+
+
+def test_record_results_script_reads_a_finished_run(tmp_path):
+    """The script end to end (--finished): the page from a planted run folder and log, its
+    figure copied beside it."""
+    run_dir = plant_run(tmp_path / "run")
+    (run_dir / "figures").mkdir()
+    (run_dir / "figures" / "loss_curves.png").write_bytes(b"planted png")
+    log = tmp_path / "suite.log"
+    log.write_text("74 of 74 steps (100%) done\n100.25 s wall\n")
+    out = tmp_path / "page.md"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "workflow_scripts/record_results.py",
+            "--configfile",
+            "config/test.yaml",
+            "--finished",
+            "--results",
+            str(run_dir),
+            "--log",
+            str(log),
+            "--command",
+            ".venv/bin/snakemake --cores 2",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    assert "# Results: `config/test.yaml`" in text
+    assert "`results/test/`" in text  # named by the config's run_name, wherever it was read
+    assert "100.2 s (1 min 40 s), from its log (`suite.log`)" in text
+    assert "`.venv/bin/snakemake --cores 2`" in text
+    assert "| **total** | 6 | 377.5 | | |" in text
+    assert (tmp_path / "page" / "loss_curves.png").read_bytes() == b"planted png"
+    assert "![loss_curves.png](page/loss_curves.png)" in text
+
+
+def test_record_results_script_names_a_missing_figure(tmp_path):
+    run_dir = plant_run(tmp_path / "run")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "workflow_scripts/record_results.py",
+            "--configfile",
+            "config/test.yaml",
+            "--finished",
+            "--results",
+            str(run_dir),
+            "--figure",
+            "nope.png",
+            "--out",
+            str(tmp_path / "page.md"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and "nope.png: no such figure" in result.stderr
+    assert not (tmp_path / "page.md").exists()
+
+
+def test_record_results_script_refuses_timing_without_finished(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "workflow_scripts/record_results.py",
+            "--configfile",
+            "config/test.yaml",
+            "--wall-time",
+            "5",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and "add --finished" in result.stderr
