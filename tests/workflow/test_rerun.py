@@ -24,7 +24,9 @@ pytestmark = pytest.mark.workflow
 
 @pytest.fixture(scope="module")
 def checkout(finished_test_checkout):
-    return finished_test_checkout  # up to date: tests/workflow/test_workflow.py checks the no-op rerun
+    return (
+        finished_test_checkout  # up to date: tests/workflow/test_workflow.py checks the no-op rerun
+    )
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 wall time, the claims table and the job time of every rule, read from a finished run's folder.
 
 Measured numbers are generated, never typed: the README and the docs quote only what such a page
-holds (tests/test_readme.py checks it). workflow_scripts/record_results.py runs the suite and
+holds (tests/workflow/test_readme.py checks it). workflow_scripts/record_results.py runs the suite and
 writes the page; everything here reads files given to it (a run folder, /proc files, a log), so
 tests can feed it planted ones. No Snakemake import: the page is written after Snakemake exits.
 """

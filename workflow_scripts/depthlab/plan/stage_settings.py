@@ -2,7 +2,7 @@
 maps) and the names they check against. No torch or numpy here (transformers only to compare two
 local checkpoints' tokenizers): the Snakefile resolves every job's spec through these checks on
 each invocation, `snakemake -n` included, and importing the model code would add several seconds
-to each. The stage modules import what they need from here; tests/test_config.py checks that
+to each. The stage modules import what they need from here; tests/unit/config/test_config.py checks that
 resolving the shipped configs imports no torch.
 """
 

@@ -291,7 +291,7 @@ def read_measurements(folder: str | Path):
             raise PruningError(
                 f"pruning: {folder / name} does not exist (run prune_model on this model first)"
             )
-    # pandas >= 3.1 parses every float back to the value written (tests/test_posthoc_rules.py)
+    # pandas >= 3.1 parses every float back to the value written (tests/workflow/test_posthoc_rules.py)
     sweep = pd.read_csv(folder / "sweep.csv", dtype={"removed": str})
     sweep["removed"] = sweep["removed"].fillna("")
     return sweep, json.loads((folder / "summary.json").read_text())
