@@ -11,7 +11,7 @@ import numpy
 import pytest
 from requirements_helpers import pinning_file, require_pinned
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the helpers and every test folder
 ABSENT = "depthlab_no_such_module"
 # a package that does not import, inside a test and at module level (a test file's
 # `gguf = require_pinned("gguf")`): (the file, what a CI run reports)
@@ -89,7 +89,7 @@ def test_a_run_under_ci_fails_where_it_would_skip(case, tmp_path):
 
 def test_every_test_imports_pinned_packages_through_the_helper():
     calls, skips = [], []
-    for path in sorted(TESTS.glob("*.py")):
+    for path in sorted(TESTS.rglob("*.py")):
         text = path.read_text()
         calls += [(path.name, m) for m in re.findall(r"require_pinned\(\"([\w.]+)\"", text)]
         if path.name not in (Path(__file__).name, "requirements_helpers.py") and (

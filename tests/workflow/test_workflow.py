@@ -144,7 +144,7 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
         # measures.py: the analysis pass and what reads it (its figures, the angular block choice of
         # the pruning stage)
         (
-            "measures.py",
+            "stages/analysis/measures.py",
             {
                 "analyse_model",
                 "plot_analysis",
@@ -158,15 +158,18 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
         # the generic power-law fitter, imported through scaling_fits.py and toy_fit.py: both fit
         # stages, the sweep collector (scaling_fits.py) and the fit figures; never toy training
         (
-            "power_law_fitter.py",
+            "stages/scaling/power_law_fitter.py",
             {"collect_sweep", "fit_scaling", "plot_scaling", "fit_toy", "make_claims", "all"},
         ),
         # the skip-intervention engine: the skip job and what reads it; not the problem set, not
         # the model trained on it
-        ("interventions.py", {"skip_interventions", "plot_depth_use", "make_claims", "all"}),
+        (
+            "stages/depth_use/interventions.py",
+            {"skip_interventions", "plot_depth_use", "make_claims", "all"},
+        ),
         # the residual-stream hooks: every model-reading job and what reads them; never training
         (
-            "residual_stream.py",
+            "stages/analysis/residual_stream.py",
             {
                 "analyse_model",
                 "plot_analysis",
@@ -197,10 +200,10 @@ def _reword_docstring(text: str) -> str:
 @pytest.mark.parametrize(
     "relative",
     [
-        LIBRARY / "interventions.py",
-        LIBRARY / "residual_stream.py",
-        LIBRARY / "architectures.py",
-        LIBRARY / "atomic_files.py",
+        LIBRARY / "stages/depth_use/interventions.py",
+        LIBRARY / "stages/analysis/residual_stream.py",
+        LIBRARY / "models/architectures.py",
+        LIBRARY / "core/atomic_files.py",
         Path("workflow_scripts") / "pretrain_model.py",
     ],
 )

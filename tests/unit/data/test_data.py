@@ -212,7 +212,9 @@ def test_max_megabytes_stops_the_walk_at_the_same_document_with_workers():
     recorded = description["megabytes_per_package"].values()
     contributed = sum(value > 0 for value in recorded)
     assert contributed >= 1
-    assert sum(recorded) == pytest.approx(sum(sizes) / 1e6, abs=0.0005 * contributed + 1e-12)
+    # with workers a package may also count the one document in flight when the cap is hit
+    tolerance = 0.0005 * contributed + max(sizes) / 1e6
+    assert sum(recorded) == pytest.approx(sum(sizes) / 1e6, abs=tolerance)
 
 
 def test_split_of_a_document_does_not_depend_on_the_others(tmp_path):

@@ -38,7 +38,14 @@ TOL = 1e-5  # float32; max |logit| is ~5 with the weights below
 # classes, then one custom-code case with lm-eval.
 LOADER = textwrap.dedent("""
     import importlib.util, json, sys
-    assert importlib.util.find_spec("depthlab") is None, "depthlab is importable here"
+    # depthlab is installed in the venv (editable): hide it, as on a machine without it
+    sys.modules["depthlab"] = None
+    try:
+        import depthlab  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        raise AssertionError("depthlab is importable here")
     import numpy as np
     import torch
     torch.set_num_threads(1)
@@ -67,7 +74,7 @@ LOADER = textwrap.dedent("""
                   arguments=(request["context"], request["continuation"]))], disable_tqdm=True)
     report["lm_eval"] = {"class": type(lm.model).__name__, "loglikelihood": loglikelihood}
 
-    assert not any(name.split(".")[0] == "depthlab" for name in sys.modules)
+    assert not any(name.split(".")[0] == "depthlab" and sys.modules[name] is not None for name in sys.modules)
     print(json.dumps(report))
 """)
 LM_EVAL_CASE, CONTEXT, CONTINUATION = "mix_ln", "w3 w17 w5 w9", " w22 w1 w30"
