@@ -6,7 +6,7 @@ Writes into the spec's `out` folder (results/<run>/models/<name>/): config.json,
 model.safetensors, the tokenizer files and provenance.json. See depthlab/models/gguf.py.
 
 Spec (`convert_gguf` job, named <model>): model_name, files (the GGUF file, or its chunks in order;
-each a path or pkg:<package>/<file>), sha256 (of the assembled file), dtype, out.
+each a path or pkg:<package>/<file>), sha256 (of the assembled file), out.
 
 By hand: python workflow_scripts/convert_gguf.py --config config/default.yaml --job <model>
 """

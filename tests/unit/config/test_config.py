@@ -515,6 +515,77 @@ def test_pruning_per_model_overrides_reach_only_their_model():
         resolve(config)
 
 
+def test_pruning_per_model_strategies_grids_and_healing_reach_only_their_model():
+    """A 30-layer hub model beside 12-layer models trained here: its own strategies, n_grid,
+    greedy cap, healing and lm-eval switch; lm-eval's `inherit` grid follows the model's own
+    n_grid; a grid past the model's depth names the override."""
+    config = load("test.yaml")
+    config["pruning"]["models"] = ["pre_ln", "lns"]
+    config["pruning"]["lm_eval"]["n_grid"] = "inherit"
+    config["pruning"]["per_model"] = {
+        "lns": {
+            "strategies": ["angular", "deepest", "greedy", "block_influence"],
+            "n_grid": [1],
+            "greedy_max_n": 1,
+            "healing": {"strategies": ["angular", "deepest"], "n_grid": [1], "steps": 3},
+            "speed": {"enabled": False},
+        }
+    }
+    jobs = resolve(config).jobs("prune_model")
+    lns, pre_ln = jobs["lns"], jobs["pre_ln"]
+    assert lns["strategies"] == ["angular", "deepest", "greedy", "block_influence"]
+    assert lns["n_grid"] == [1] == lns["lm_eval"]["n_grid"] and lns["greedy_max_n"] == 1
+    assert lns["healing"] == {
+        **config["pruning"]["healing"],
+        "strategies": ["angular", "deepest"],
+        "n_grid": [1],
+        "steps": 3,
+    }
+    assert lns["speed"]["enabled"] is False
+    assert pre_ln["strategies"] == config["pruning"]["strategies"]
+    assert pre_ln["n_grid"] == config["pruning"]["n_grid"] == pre_ln["lm_eval"]["n_grid"]
+    assert "greedy_max_n" not in pre_ln and pre_ln["healing"] == config["pruning"]["healing"]
+    config["pruning"]["per_model"]["lns"]["n_grid"] = [64]
+    with pytest.raises(ConfigError, match=r"^pruning\.per_model\.lns\.n_grid: block size 64"):
+        resolve(config)
+
+
+def test_a_text_set_analyses_only_its_models_and_a_shard_draws_no_figures():
+    config = load("test.yaml")
+    config["analysis"]["text_sets"]["val_0"] = {
+        "source": "val",
+        "models": ["lns"],
+        "shard": {"index": 0, "count": 2},
+    }
+    resolved = resolve(config)
+    analysed = resolved.jobs("analyse_model")
+    assert [job for job in analysed if job.startswith("val_0/")] == ["val_0/lns"]
+    assert len([job for job in analysed if job.startswith("val/")]) > 1
+    assert list(resolved.jobs("plot_analysis")) == ["val"]
+    config["analysis"]["text_sets"]["val_0"]["models"] = ["ghost"]
+    with pytest.raises(ConfigError, match=r"^analysis\.text_sets\.val_0\.models\[0\]: "):
+        resolve(config)
+
+
+def test_depth_score_families_choose_what_each_model_is_scored_on():
+    config = load("test.yaml")
+    problems = config["depth_use"]["problems"]
+    problems["families"]["addition"] = {"levels": [1], "terms": 2, "shots": 1, "eval_per_level": 3}
+    config["depth_use"]["depth_score"]["families"] = {"depth_problems": ["hops"]}
+    jobs = resolve(config).jobs("skip_interventions")
+    assert jobs["depth_problems"]["problem_families"] == ["hops"]
+    config["depth_use"]["depth_score"]["families"] = {"depth_problems": ["sums"]}
+    with pytest.raises(
+        ConfigError, match=r"^depth_use\.depth_score\.families\.depth_problems\[0\]: 'sums'"
+    ):
+        resolve(config)
+    config["depth_use"]["depth_score"]["families"] = {"lns": ["hops"]}
+    with pytest.raises(ConfigError, match=r"^depth_use\.depth_score\.families\.lns: not a model"):
+        resolve(config)
+    del config["depth_use"]["depth_score"]["families"]
+    assert "problem_families" not in resolve(config).jobs("skip_interventions")["depth_problems"]
+
+
 def test_nested_command_line_override_reaches_the_job(tmp_path):
     config = load("test.yaml")
     assert config["analysis"]["max_samples"] != 7
@@ -535,10 +606,10 @@ def test_script_run_by_hand_resolves_the_workflow_spec(tmp_path):
 
     parser = stage_parser(None, "analyse_model")
     by_hand = job_spec(
-        parser.parse_args(["--config", str(ROOT / "config" / "default.yaml"), "--job", "val/lns"])
+        parser.parse_args(["--config", str(ROOT / "config" / "default.yaml"), "--job", "val/lns_s0"])
     )
     resolved = resolve(load("default.yaml"))
-    assert by_hand == resolved.jobs("analyse_model")["val/lns"]
+    assert by_hand == resolved.jobs("analyse_model")["val/lns_s0"]
     default = load("default.yaml")["analysis"]
     for key in ("max_samples", "max_length", "batch_size", "logit_lens_stride"):
         assert by_hand[key] == default[key]
@@ -553,7 +624,7 @@ def test_script_run_by_hand_resolves_the_workflow_spec(tmp_path):
         text=True,
         timeout=60,
     )
-    assert listing.returncode == 0 and "val/lns" in listing.stdout
+    assert listing.returncode == 0 and "val/lns_s0" in listing.stdout
 
 
 def test_sweep_expansion_and_training_overrides():

@@ -143,20 +143,28 @@ def test_converted_folder_loads_plainly_and_matches_the_gguf_model(tiny, convert
     assert torch.equal(logits(plain, ids), expected)
 
 
-def test_dtype_is_applied(tiny, tmp_path):
-    from transformers import AutoModelForCausalLM
+def test_the_folder_holds_the_exact_weights_whatever_the_compute_dtype(tiny, converted):
+    """A model declared `dtype: bfloat16` converts to the same float32 folder (the dequantized
+    GGUF, not a rounding of it); the stages load it in bfloat16."""
+    from safetensors.torch import load_file
 
-    out = tmp_path / "half"
-    spec = {
-        "model_name": "tiny",
+    config = load_config(REPO_ROOT / "config" / "test.yaml")
+    config["models"]["tiny_gguf"] = {
+        "kind": "gguf",
         "files": [str(tiny)],
         "sha256": sha256(tiny),
         "dtype": "bfloat16",
-        "out": str(out),
     }
-    convert(spec, log=lambda *_: None)
-    model = AutoModelForCausalLM.from_pretrained(out, dtype="auto")
-    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    config["analysis"]["models"] = [*config["analysis"]["models"], "tiny_gguf"]
+    resolved = resolve(config)
+    spec = resolved.jobs("convert_gguf")["tiny_gguf"]
+    assert "dtype" not in spec
+    assert resolved.jobs("analyse_model")["val/tiny_gguf"]["dtype"] == "bfloat16"
+    weights = load_file(converted[0] / "model.safetensors")
+    assert {w.dtype for w in weights.values()} == {torch.float32}
+    reference, _ = load_gguf(tiny, "tiny")
+    state = reference.state_dict()
+    assert all(torch.equal(weights[name], state[name]) for name in weights)
 
 
 def test_chunks_assemble_in_order(tiny, tmp_path):
@@ -278,7 +286,6 @@ def test_config_kind_gguf(tiny):
         "model_name": "tiny_gguf",
         "files": [str(tiny)],
         "sha256": sha256(tiny),
-        "dtype": "float32",
         "out": folder,
     }
     assert model_location(resolved, "tiny_gguf") == folder

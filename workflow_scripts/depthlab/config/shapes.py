@@ -32,7 +32,7 @@ def model_shape(resolved: Resolved, name: str, base_dir: Path) -> Shape | None:
     if model["kind"] == "gguf":
         first = gguf_sources(model, base_dir, f"models.{name}.files")[0]
         try:
-            return gguf_shape(first, model.get("dtype", "float32"))
+            return gguf_shape(first, "float32")  # convert_gguf stores float32
         except (OSError, ValueError, KeyError) as error:
             raise ConfigError(f"models.{name}.files[0]: {first}: {error}") from None
     folder = declared_checkpoint_folder(resolved, name)

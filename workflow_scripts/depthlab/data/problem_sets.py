@@ -67,7 +67,7 @@ from depthlab.data.prepare import EOS_TOKEN, PAD_TOKEN, token_dtype
 FAMILIES = ("arithmetic", "hops", "lookup")  # synthetic, generated here, with training data
 TEXT_FAMILIES = ("addition",)  # natural text, generated here, evaluation only
 ALL_FAMILIES = FAMILIES + TEXT_FAMILIES + tuple(DATASET_FAMILIES)
-TEXT_KEYS = {"addition": ("levels", "terms", "shots")}
+TEXT_KEYS = {"addition": ("levels", "terms", "shots", "eval_per_level")}
 MAX_ADDITION_DIGITS = 9  # far past what ~100M-parameter LMs add; operands stay in int64
 MAX_ADDITION_TERMS = 10
 MAX_SHOTS = 32  # < 9 ** 2, the fewest distinct questions of a level: examples can be distinct
@@ -175,6 +175,11 @@ def validate_text_family(name: str, family, key: str) -> None:
         raise ProblemError(
             f"{key}.terms: an integer in 2..{MAX_ADDITION_TERMS}, the numbers added "
             f"(got {family.get('terms')!r})"
+        )
+    if "eval_per_level" in family and not _int_in(family["eval_per_level"], 1, 10**6):
+        raise ProblemError(
+            f"{key}.eval_per_level: a positive integer, the problems per level "
+            f"(got {family['eval_per_level']!r})"
         )
     if not _int_in(family.get("shots"), 0, MAX_SHOTS):
         raise ProblemError(
@@ -428,7 +433,8 @@ def _evaluation_set(spec: dict, synthetic: dict, seed: int) -> tuple[list[dict],
     offset = len(_levels(synthetic))
     for name, cfg in spec["families"].items():
         if name in TEXT_FAMILIES:
-            evaluation += text_problems(name, cfg, spec["eval_per_level"], seed, offset)
+            per_level = cfg.get("eval_per_level", spec["eval_per_level"])
+            evaluation += text_problems(name, cfg, per_level, seed, offset)
             offset += len(cfg["levels"])
             continue
         if name not in DATASET_FAMILIES:

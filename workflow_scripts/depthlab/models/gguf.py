@@ -198,14 +198,13 @@ def plain_model(loaded):
 
 
 def convert(spec: dict, log=print) -> dict:
-    """The `convert_gguf` job. Spec: model_name, files (sources, in order), sha256, dtype
-    (float32 default), out. Returns the summary it records in provenance.json."""
+    """The `convert_gguf` job. Spec: model_name, files (sources, in order), sha256, out. The
+    folder holds the dequantized weights exactly, in float32 (every GGUF quantization
+    dequantizes into float32 without rounding): a job applies the model's compute dtype when it
+    loads the folder. Returns the summary it records in provenance.json."""
     from depthlab.core.provenance import Provenance
 
     name = spec["model_name"]
-    dtype = spec.get("dtype") or "float32"
-    if dtype not in DTYPES:
-        raise GGUFError(f"model {name}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     sources = list(spec["files"])
     locals_ = [source_path(str(source), name) for source in sources]
     provenance = Provenance("convert_gguf", config=spec, inputs=locals_)
@@ -222,9 +221,6 @@ def convert(spec: dict, log=print) -> dict:
         loaded, tokenizer = load_gguf(path, name, "float32")
         model = plain_model(loaded)
         del loaded
-        import torch
-
-        model = model.to(getattr(torch, dtype))
         shutil.rmtree(staging)
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
@@ -233,7 +229,7 @@ def convert(spec: dict, log=print) -> dict:
             "architecture": type(model).__name__,
             "layers": model.config.num_hidden_layers,
             "parameters": sum(p.numel() for p in model.parameters()),
-            "dtype": dtype,
+            "dtype": "float32",
             "sha256": digest,
         }
         provenance.extra["summary"] = summary

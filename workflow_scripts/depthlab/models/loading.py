@@ -44,7 +44,8 @@ def load_model(
     `device` is cuda and the model is larger than one of the job's several GPUs (device_map
     auto) or `device_map` names a strategy or a map, dispatched by accelerate over several
     devices, whole decoder layers per device, weights loaded straight onto their device in
-    `dtype`.
+    `dtype` (`auto`: bfloat16 where `device` multiplies bf16 natively, else float32,
+    depthlab.core.devices.resolve_dtype).
 
     A local folder is checked first (`check_model_files`): no config.json, missing or truncated
     weights raise CheckpointError naming the file, and so does any error transformers or
@@ -54,6 +55,7 @@ def load_model(
     from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
+    from depthlab.core.devices import resolve_dtype
     from depthlab.core.placement import (
         check_device_map,
         check_max_memory,
@@ -68,7 +70,7 @@ def load_model(
     if folder is not None:
         check_model_files(folder)
     if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
+        dtype = getattr(torch, resolve_dtype(dtype, device))
     try:
         config = AutoConfig.from_pretrained(path, revision=revision)
     except (OSError, ValueError, KeyError) as error:

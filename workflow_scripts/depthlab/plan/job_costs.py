@@ -87,8 +87,8 @@ class Assumptions:
         return self.gpu["memory_gb"] * GiB * (1 - self.sizing["gpu_memory_headroom"])
 
     def flops_per_second(self, dtype: str) -> float:
-        key = {"bfloat16": "bf16_tflops", "float16": "bf16_tflops", "float32": "fp32_tflops",
-               "float64": "fp64_tflops"}[dtype]  # fmt: skip
+        key = {"bfloat16": "bf16_tflops", "float16": "bf16_tflops", "auto": "bf16_tflops",
+               "float32": "fp32_tflops", "float64": "fp64_tflops"}[dtype]  # fmt: skip
         return self.gpu[key] * 1e12 * self.gpu["utilisation"]
 
     def lines(self) -> list[str]:

@@ -30,7 +30,8 @@ from pathlib import Path
 import yaml
 
 HUB_TABLE = Path(__file__).with_name("hub_architectures.yaml")
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# auto: bf16 on the GPUs the plan sizes for (depthlab.core.devices.resolve_dtype)
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
 SAFETENSORS_DTYPES = {"F64": "float32", "F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from depthlab.config.models import (
+    ModelOverrides,
     data_folder,
     declared_models,
     figure_facts,
@@ -35,12 +36,22 @@ def resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
     if not analysis:
         return
     paths = resolved.paths
-    names = declared_models(resolved, analysis["models"], "analysis.models")
+    default_names = declared_models(resolved, analysis["models"], "analysis.models")
+    overrides = ModelOverrides(
+        resolved, "analysis", analysis.get("per_model") or {}, default_names, "analysis.models"
+    )
     fmt = resolved.config["figures"]["format"]
     for text_set, spec in analysis["text_sets"].items():
-        settings = {k: spec.get(k, analysis[k]) for k in ANALYSIS_TEXT_KEYS}
+        names = default_names
+        if "models" in spec:
+            names = declared_models(
+                resolved, spec["models"], f"analysis.text_sets.{text_set}.models"
+            )
         texts = text_set_texts(resolved, text_set, base_dir, "analysis.text_sets")
         for name in names:
+            # the stage's defaults, then the model's per_model, then the text set's own keys
+            chosen = {**analysis, **overrides.of(name), **spec}
+            settings = {k: chosen[k] for k in ANALYSIS_TEXT_KEYS}
             model = resolved.models[name]
             out = paths.analysis(text_set, name)
             resolved.add(
@@ -54,7 +65,7 @@ def resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
                     "text_set": text_set,
                     "texts": texts,
                     **settings,
-                    "logit_lens_stride": analysis["logit_lens_stride"],
+                    "logit_lens_stride": chosen["logit_lens_stride"],
                     "add_special_tokens": reads_special_tokens(model),
                     "device": analysis["device"],
                     "out": out,
@@ -66,6 +77,8 @@ def resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
                     "texts": [texts["input"]] if texts["input"] else [],
                 },
             )
+        if "shard" in spec:  # a replicate for the claims' intervals: the full set has figures
+            continue
         figures = {
             figure: paths.figure(f"analysis/{text_set}/{figure}", fmt)
             for figure in ANALYSIS_FIGURES

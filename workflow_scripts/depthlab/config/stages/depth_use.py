@@ -109,6 +109,7 @@ def _add_skip_interventions(
         skip_models + score_models,
         "depth_use.skip.models or depth_use.depth_score.models",
     )
+    families = _scored_families(resolved, score, score_models) if score_models else {}
     skip_folders = []
     for name in dict.fromkeys(skip_models + score_models):
         key = (
@@ -129,12 +130,39 @@ def _add_skip_interventions(
             settings["max_length"],
             overrides.key(name, "max_length"),
         )
-        skip_folders.append(_add_skip_job(resolved, name, settings, name in score_models, base_dir))
+        skip_folders.append(
+            _add_skip_job(resolved, name, settings, name in score_models, families, base_dir)
+        )
     return skip_folders
 
 
+def _scored_families(resolved: Resolved, score: dict, score_models: list) -> dict:
+    """{model: the problem families its depth score reads, or None for every family}, from
+    depth_use.depth_score.families (keyed by model or seeded base name), checked against the
+    declared families and the scored models."""
+    declared = list(resolved.config["depth_use"]["problems"]["families"])
+    chosen = score.get("families") or {}
+    groups = seed_groups(resolved)
+    for group, families in chosen.items():
+        if not set(groups.get(group, [group])) & set(score_models):
+            raise ConfigError(
+                f"depth_use.depth_score.families.{group}: not a model of "
+                f"depth_use.depth_score.models"
+            )
+        for index, family in enumerate(families):
+            if family not in declared:
+                raise ConfigError(
+                    f"depth_use.depth_score.families.{group}[{index}]: '{family}' is not a "
+                    f"family of depth_use.problems.families ({', '.join(declared)})"
+                )
+    return {
+        name: chosen.get(name, chosen.get(resolved.models[name].get("seed_group", name)))
+        for name in score_models
+    }
+
+
 def _add_skip_job(
-    resolved: Resolved, name: str, settings: dict, scored: bool, base_dir: Path
+    resolved: Resolved, name: str, settings: dict, scored: bool, families: dict, base_dir: Path
 ) -> str:
     """One model's skip_interventions job (with the depth score when `scored`); returns its
     folder."""
@@ -160,6 +188,8 @@ def _add_skip_job(
             **settings,
             "seed": config["seed"],
             "problems": f"{paths.problems}/problems.jsonl" if scored else None,
+            # only when chosen, so a config without depth_score.families keeps its specs
+            **({"problem_families": families[name]} if families.get(name) else {}),
             "add_special_tokens": reads_special_tokens(model),
             "depth_score_variant": score["variant"],
             "prepend_bos": score["prepend_bos"],

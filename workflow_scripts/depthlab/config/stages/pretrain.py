@@ -43,7 +43,6 @@ def resolve_convert_gguf(resolved: Resolved) -> None:
                 "model_name": name,
                 "files": model["files"],
                 "sha256": model["sha256"].lower(),
-                "dtype": model.get("dtype", "float32"),
                 "out": paths.model(name),
             },
             outputs=[paths.model(name)],

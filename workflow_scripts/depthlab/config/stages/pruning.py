@@ -52,7 +52,7 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
     )
     for index, name in enumerate(names):
         key = f"pruning.models[{index}]"
-        settings = merge(shared, overrides.of(name))
+        settings = _model_settings(shared, overrides.of(name))
         _check_pruned_model(resolved, name, key, settings, overrides)
         _add_model_jobs(resolved, name, settings)
     _add_pruning_figures(resolved, names)
@@ -104,9 +104,16 @@ def _shared_settings(pruning: dict) -> dict:
     if "greedy_max_n" in pruning:
         shared["greedy_max_n"] = pruning["greedy_max_n"]
     shared["retokenize"] = {**RETOKENIZE_DEFAULT, **(pruning.get("retokenize") or {})}
-    if lm_eval["n_grid"] == "inherit":  # the job gets the grid itself (null: every n)
-        shared["lm_eval"]["n_grid"] = pruning["n_grid"]
     return shared
+
+
+def _model_settings(shared: dict, override: dict) -> dict:
+    """One model's settings: the shared ones with its per_model override; lm-eval's `inherit`
+    grid becomes the model's own n_grid (the job gets the grid itself; null: every n)."""
+    settings = merge(shared, override)
+    if settings["lm_eval"]["n_grid"] == "inherit":
+        settings["lm_eval"] = {**settings["lm_eval"], "n_grid": settings["n_grid"]}
+    return settings
 
 
 def _check_pruned_model(
@@ -156,7 +163,10 @@ def _check_pruned_model(
         )
     layers = model_layers(resolved, name, key)
     if layers is not None:
-        library_check(validate_pruning_settings, settings, layers, "pruning")
+        try:
+            validate_pruning_settings(settings, layers, "pruning")
+        except ValueError as error:
+            raise ConfigError(_overridden_key(str(error), name, overrides)) from None
     text_set = resolved.config["pruning"]["text_set"]
     if f"{text_set}/{name}" not in resolved.jobs("analyse_model"):
         raise ConfigError(
@@ -164,6 +174,18 @@ def _check_pruned_model(
             f"on text set '{text_set}' (pruning.text_set); add it to "
             f"analysis.models / analysis.text_sets"
         )
+
+
+def _overridden_key(message: str, name: str, overrides: ModelOverrides) -> str:
+    """A check's message that starts with a `pruning.<path>` key, naming instead the model's
+    per_model override where one sets that path (the key the user would edit)."""
+    key, colon, _ = message.partition(":")
+    if not colon or not key.startswith("pruning."):
+        return message
+    path = [part.split("[", 1)[0] for part in key.removeprefix("pruning.").split(".")]
+    if ".per_model." not in overrides.key(name, *path):
+        return message
+    return f"pruning.per_model.{overrides.group(name)}." + message.removeprefix("pruning.")
 
 
 def _check_task_length(tasks: dict, model: dict, name: str) -> None:

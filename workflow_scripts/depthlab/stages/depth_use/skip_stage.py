@@ -76,6 +76,8 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     if spec["problems"]:
         clock = time.perf_counter()
         problems = read_problems(spec["problems"], "spec.problems")
+        if spec.get("problem_families"):  # depth_use.depth_score.families
+            problems = [p for p in problems if p["family"] in spec["problem_families"]]
         tables = depth_score_tables(
             adapter,
             tokenizer,

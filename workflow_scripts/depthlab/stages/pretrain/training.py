@@ -52,6 +52,7 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer
 
 from depthlab.core.atomic_files import atomic_path, write_dataframe
+from depthlab.core.devices import native_bf16
 from depthlab.core.provenance import Provenance
 from depthlab.core.tracking import Tracker
 from depthlab.data import prepare as data_lib
@@ -127,14 +128,6 @@ def evaluation_steps(settings: TrainSettings) -> list[int]:
             )
         )
     return sorted(steps)
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether `device` multiplies bf16 natively: a CUDA GPU with bf16, or a CPU whose oneDNN
-    has bf16 kernels (elsewhere torch emulates them, far slower than fp32)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def effective_precision(precision: str, device: torch.device | str) -> str:
