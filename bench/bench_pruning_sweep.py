@@ -41,7 +41,6 @@ def inputs(args):
     from depthlab.stages.pruning.strategies import read_distance_matrix
 
     if args.model:
-        from depthlab.data.prepare import load_tokens
         from depthlab.models.architectures import load_model
 
         model = load_model(args.model, dtype=args.dtype)

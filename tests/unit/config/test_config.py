@@ -606,7 +606,9 @@ def test_script_run_by_hand_resolves_the_workflow_spec(tmp_path):
 
     parser = stage_parser(None, "analyse_model")
     by_hand = job_spec(
-        parser.parse_args(["--config", str(ROOT / "config" / "default.yaml"), "--job", "val/lns_s0"])
+        parser.parse_args(
+            ["--config", str(ROOT / "config" / "default.yaml"), "--job", "val/lns_s0"]
+        )
     )
     resolved = resolve(load("default.yaml"))
     assert by_hand == resolved.jobs("analyse_model")["val/lns_s0"]
