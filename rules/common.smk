@@ -70,9 +70,10 @@ def log_spec_changes(family, wildcards, text):
             logger.info(line)
 
 
-# Scheduling: the longest chain of a run is the data -> the pruned models' pretraining -> their
-# analysis -> pruning (about 4 of the default suite's minutes); its jobs go first and the many
-# short jobs fill the other core, instead of the chain starting late and running alone at the end.
+# Scheduling: the longest chains of a run are the data -> the pruned models' pretraining (or a
+# real LM's conversion) -> their analysis -> pruning, and a real LM's skip interventions; their
+# jobs go first and the many short jobs fill the other core, instead of a chain starting late
+# and running alone at the end.
 PRUNED_MODELS = set(RESOLVED.jobs("prune_model"))
 
 

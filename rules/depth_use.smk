@@ -45,6 +45,8 @@ rule skip_interventions:
         benchmark_file("skip_interventions")
     conda:
         ENVIRONMENT
+    # a pruned model's skip job (a real LM's: minutes) starts early, not last and alone
+    priority: pruning_path_priority(20, "job")
     threads: stage_threads("depth_use")
     resources:
         **job_resources("skip_interventions"),

@@ -80,6 +80,8 @@ if jobs("convert_gguf"):
             benchmark_file("convert_gguf")
         conda:
             ENVIRONMENT
+        # a converted model that is pruned heads the run's longest chain (see PRUNED_MODELS)
+        priority: pruning_path_priority(35, "job")
         threads: stage_threads("convert")
         resources:
             **job_resources("convert_gguf"),

@@ -10,7 +10,8 @@ Spec (`export_pruned` job, one per pruned model with pruning.export items):
   model_name  the model's name in the config
   model       the model's HF folder (as prune_model read it)
   revision    hub revision of a hub model (null)
-  dtype       float32 | bfloat16 | float16: the precision it is loaded and saved in
+  dtype       auto | float32 | bfloat16 | float16: the precision it is loaded and saved in
+              (auto: bfloat16 where the device multiplies it natively, else float32)
   pruning     the prune_model output folder (sweep.csv: each strategy's removal set per n)
   auto_depth  the choose_depth output folder (auto_depth.json)
   export      [{strategy, metric}]: which choices to export

@@ -38,11 +38,12 @@ Spec keys (all required; null where marked):
   max_rows              stacked intervention rows per forward (memory bound)
   seed                  seed of the sampled t
   problems              null or a problems.jsonl
+  problem_families      (optional) only these families of it (depth_use.depth_score.families)
   depth_score_variant   an _all variant (e.g. layer_all)
   prepend_bos           prompts start with the tokenizer's bos token (the problem model: eos =
                         the document boundary it was trained after)
   bootstrap             {resamples, confidence}
-  dtype, device         float32 | bfloat16 | float16; auto | cpu | cuda
+  dtype, device         auto | float32 | bfloat16 | float16; auto | cpu | cuda
 
 Example (default run): --spec '{"model_name": "depth_problems",
   "model_path": "results/default/models/depth_problems", "revision": null,

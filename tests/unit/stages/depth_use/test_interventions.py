@@ -241,7 +241,12 @@ def test_script_writes_effects_accuracy_and_depth_scores(tmp_path):
     problems = tmp_path / "problems"
     meta = write_problem_set(
         {
-            "families": {"hops": {"levels": [1, 2], "relations": 2}},
+            "families": {
+                "hops": {"levels": [1, 2], "relations": 2},
+                # natural text outside the synthetic vocabulary: its own count per level, and
+                # the job below scores only hops (spec problem_families)
+                "addition": {"levels": [1], "terms": 2, "shots": 1, "eval_per_level": 2},
+            },
             "train_problems": 20,
             "val_problems": 12,
             "eval_per_level": 6,
@@ -249,6 +254,8 @@ def test_script_writes_effects_accuracy_and_depth_scores(tmp_path):
         problems,
         seed=0,
     )
+    written = [json.loads(line) for line in (problems / "problems.jsonl").open()]
+    assert [p["family"] for p in written] == ["hops"] * 12 + ["addition"] * 2
     config = make_config(
         {"hidden_size": 16, "num_layers": 3, "num_heads": 2, "intermediate_size": 32},
         "pre_ln",
@@ -285,6 +292,7 @@ def test_script_writes_effects_accuracy_and_depth_scores(tmp_path):
         "max_rows": 16,
         "seed": 0,
         "problems": str(problems / "problems.jsonl"),
+        "problem_families": ["hops"],
         "depth_score_variant": "layer_all",
         "prepend_bos": True,
         "bootstrap": {"resamples": 50, "confidence": 0.9},
@@ -302,7 +310,8 @@ def test_script_writes_effects_accuracy_and_depth_scores(tmp_path):
     effects = pd.read_csv(tmp_path / "skip" / "effects.csv")
     assert set(effects["variant"]) == {"layer_all", "mlp_future"}
     assert len(effects) == 2 * 3 * (3 + 1)  # variants x skipped x (L + output)
-    assert list(pd.read_csv(tmp_path / "skip" / "accuracy.csv")["level"]) == [1, 2]
+    accuracy = pd.read_csv(tmp_path / "skip" / "accuracy.csv")
+    assert list(accuracy["level"]) == [1, 2] and set(accuracy["family"]) == {"hops"}
     scores = pd.read_csv(tmp_path / "skip" / "depth_score.csv")
     assert scores["depth_score"].between(0, 2).all()
     assert (scores["ci_low"] <= scores["depth_score"]).all()

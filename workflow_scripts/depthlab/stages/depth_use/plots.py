@@ -94,13 +94,16 @@ def read_linear_maps(folders):
     return (pd.concat(frames, ignore_index=True) if frames else None), summaries
 
 
-def effect_matrix(effects, model: str, variant: str, aggregate: str = "max") -> np.ndarray:
-    """(skipped layers, L) matrix of one model and variant; rows of unskipped layers are NaN."""
+def effect_matrix(effects, model: str, variant: str, aggregate: str = "max") -> np.ndarray | None:
+    """(skipped layers, L) matrix of one model and variant; rows of unskipped layers are NaN.
+    None when the model's job did not measure the variant (depth_use.skip.per_model variants)."""
     rows = effects[
         (effects["model"] == model)
         & (effects["variant"] == variant)
         & (effects["measure"] == "update")
     ]
+    if rows.empty:
+        return None
     L = int(rows["layer"].max()) + 1
     matrix = np.full((L, L), np.nan)
     matrix[rows["skipped"].to_numpy(), rows["layer"].to_numpy()] = rows[aggregate].to_numpy()
@@ -129,12 +132,18 @@ def plot_skip_effects(effects, summaries, aggregate: str = "max"):
     # saturate and the title gives the largest.
     norm = Normalize(vmin=0.0, vmax=1.0)
     largest = max(
-        (np.nanmax(m) for m in matrices.values() if np.isfinite(m).any()), default=float("nan")
+        (np.nanmax(m) for m in matrices.values() if m is not None and np.isfinite(m).any()),
+        default=float("nan"),
     )
     for row, model in enumerate(models):
         for col, variant in enumerate(variants):
             ax = axes[row, col]
             matrix = matrices[model, variant]
+            if matrix is None:
+                ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+                ax.set_title(f"{model}\n{VARIANT_LABELS[variant]}", fontsize=8)
+                ax.set_axis_off()
+                continue
             image = ax.imshow(
                 matrix, norm=norm, cmap="viridis", interpolation="nearest", origin="upper"
             )
