@@ -183,7 +183,7 @@ def loss_check(args, model, data_dir: Path, tmp: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", default=str(ROOT / "config" / "default.yaml"))
-    parser.add_argument("--model", default="pre_ln")
+    parser.add_argument("--model", default="pre_ln_s0")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)

@@ -45,7 +45,7 @@ SMOKE = {
         ["--loss-seeds", "0", "1", "--loss-steps", "2"],
         [
             rf"seed 1 fp32: final val loss {NUMBER}",
-            rf"loss check, pre_ln, 2 seeds, \w+ vs fp32: final val loss mean {NUMBER} vs "
+            rf"loss check, pre_ln_s0, 2 seeds, \w+ vs fp32: final val loss mean {NUMBER} vs "
             rf"{NUMBER}; paired difference [-+]{NUMBER} \[[-+]{NUMBER}, [-+]{NUMBER}\] .*; seed "
             rf"std of the fp32 final loss {NUMBER}; largest .* {NUMBER}",
             r"within seed noise: .*: (yes|no)",

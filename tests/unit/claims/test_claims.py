@@ -665,12 +665,13 @@ def test_config_pairs_pre_ln_with_lns_of_the_same_architecture_only():
         "architecture": {**config["models"]["lns"]["architecture"], "hidden_size": 256},
     }
     spec = resolve(config).jobs("make_claims")["claims"]
-    assert spec["cod_pairs"] == [["pre_ln", ["pre_ln"], "lns", ["lns"]]]
-    assert set(spec["pruning"]) == {"pre_ln", "lns"}
+    pre_ln, lns = ([f"{base}_s{seed}" for seed in range(3)] for base in ("pre_ln", "lns"))
+    assert spec["cod_pairs"] == [["pre_ln", pre_ln, "lns", lns]]  # lns_wide: another shape
+    assert set(spec["pruning"]) == {*pre_ln, *lns, "smollm2"}
     # the seeded problem model: its seeds scored one by one, decided as one group
     seeds = [f"depth_problems_s{seed}" for seed in range(3)]
-    assert set(spec["depth_score"]) == set(seeds)
-    assert spec["depth_groups"] == {"depth_problems": seeds}
+    assert set(spec["depth_score"]) == {*seeds, "smollm2"}
+    assert spec["depth_groups"] == {"depth_problems": seeds, "smollm2": ["smollm2"]}
 
 
 def test_claims_rule_plans_after_the_stages_it_reads():
@@ -773,11 +774,13 @@ def test_config_reads_pretrained_models_over_their_shards(tmp_path):
     analyses = resolved.jobs("analyse_model")
     assert analyses["val_1/llm"]["texts"]["shard"] == [1, 3]
     assert not analyses["val_1/llm"]["logit_lens"] and analyses["val/llm"]["logit_lens"]
-    # the MiniLM encoder has no LM head: not a pretrained LM the papers speak of
-    assert set(spec["pretrained"]) == {"llm"}
-    assert spec["pretrained"]["llm"]["analysis"] == [
-        f"results/default/analysis/val_{i}/llm" for i in range(3)
-    ]
+    # the MiniLM encoder has no LM head: not a pretrained LM the papers speak of; the default
+    # suite's SmolLM2 is one
+    assert set(spec["pretrained"]) == {"llm", "smollm2"}
+    for name in ("llm", "smollm2"):
+        assert spec["pretrained"][name]["analysis"] == [
+            f"results/default/analysis/val_{i}/{name}" for i in range(3)
+        ]
     bad = load_config(ROOT / "config" / "default.yaml")
     bad["analysis"]["text_sets"]["val_9"] = {"source": "val", "shard": {"index": 3, "count": 3}}
     with pytest.raises(Exception, match=r"analysis\.text_sets\.val_9\.shard\.index: 3"):

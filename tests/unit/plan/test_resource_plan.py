@@ -302,7 +302,7 @@ def test_the_default_configs_jobs_keep_their_stage_resources_and_specs():
     } == {  # fmt: skip
         f: {j: spec_json(s) for j, s in jobs.items()} for f, jobs in resolved.families.items()
     }
-    assert jobs_of(changed.resource_plan, "analyse_model")["val/lns"].request["mem_mb"] == 3333
+    assert jobs_of(changed.resource_plan, "analyse_model")["val/lns_s0"].request["mem_mb"] == 3333
 
 
 def test_snakemake_gets_the_default_stage_resources_and_the_paper_per_job_ones(tmp_path):

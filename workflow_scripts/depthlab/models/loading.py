@@ -44,8 +44,7 @@ def load_model(
     `device` is cuda and the model is larger than one of the job's several GPUs (device_map
     auto) or `device_map` names a strategy or a map, dispatched by accelerate over several
     devices, whole decoder layers per device, weights loaded straight onto their device in
-    `dtype` (`auto`: bfloat16 where `device` multiplies bf16 natively, else float32,
-    depthlab.core.devices.resolve_dtype).
+    `dtype` (`auto`: depthlab.core.devices.resolve_dtype).
 
     A local folder is checked first (`check_model_files`): no config.json, missing or truncated
     weights raise CheckpointError naming the file, and so does any error transformers or
