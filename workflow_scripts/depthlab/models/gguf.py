@@ -28,7 +28,6 @@ from depthlab.core.errors import GGUFError
 from depthlab.models.architectures import resolve_model_path
 
 ASSEMBLED_NAME = "assembled.gguf"
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 def source_path(source: str, model: str = "?") -> Path:
