@@ -63,20 +63,23 @@ def test_the_paper_lm_eval_runs_one_job_per_removal_set(paper):
 
 def test_a_too_small_limit_is_refused_naming_the_job_and_the_key():
     small = copy.deepcopy(config("paper.yaml"))
-    small["cluster"]["max_runtime"] = 100
+    small["cluster"]["max_runtime"] = 150
     with pytest.raises(
         ConfigError,
-        match=r"^cluster\.max_runtime: job heal_pruned\[llama2_70b/\w+_n\d+\] requests 1\d\d\.\d h, "
-        r"above the limit of 100 h; change pruning\.healing\.steps .* or "
+        match=r"^cluster\.max_runtime: job heal_pruned\[llama2_70b/angular_n1\] requests 1\d\d\.\d h, "
+        r"above the limit of 150 h; change pruning\.healing\.steps .* or "
         r"models\.llama2_70b\.resources\.runtime, or cluster\.max_runtime",
     ):
         resolve(small)
-    # lm-eval inside prune_model again: the 70B model's prune job is ~1,500 hours
+    small["cluster"]["max_runtime"] = 100  # the 70B model's loss sweep alone is above it
+    with pytest.raises(ConfigError, match=r"^cluster\.max_runtime: job prune_model\[llama2_70b\]"):
+        resolve(small)
+    # lm-eval inside prune_model again: the 13B model's prune job is the first above the limit
     together = copy.deepcopy(config("paper.yaml"))
     together["pruning"]["lm_eval"]["per_set_jobs"] = False
     with pytest.raises(
         ConfigError,
-        match=r"^cluster\.max_runtime: job prune_model\[llama2_7b\] requests [\d,.]+ h, above "
+        match=r"^cluster\.max_runtime: job prune_model\[llama2_13b\] requests [\d,.]+ h, above "
         r"the limit of 168 h; change pruning\.lm_eval\.per_set_jobs",
     ):
         resolve(together)

@@ -635,10 +635,11 @@ def test_auto_depth_on_a_hand_made_table():
 # ------------------------------------------------------------------ bad input
 
 
-def test_validation_names_the_key(pruning_spec):
+def test_validation_names_the_key(pruning_spec, test_config):
     def settings(**overrides):
         return {**pruning_spec, **overrides}
 
+    healing = test_config["pruning"]["healing"]  # the config's section (a heal job's spec)
     validate_pruning_settings(settings(), 12)
     with pytest.raises(ValueError, match=r"pruning\.n_grid: block size 12 >= "):
         validate_pruning_settings(settings(n_grid=[1, 12]), 12)
@@ -658,7 +659,7 @@ def test_validation_names_the_key(pruning_spec):
             }
         )
     with pytest.raises(ValueError, match=r"pruning\.healing\.rank"):
-        validate_pruning_settings(settings(healing={**pruning_spec["healing"], "rank": 0}), 12)
+        validate_pruning_settings(settings(healing={**healing, "enabled": True, "rank": 0}), 12)
     with pytest.raises(ValueError, match=r"pruning\.n_grid: block size 3 is outside"):
         grid([3], 3)
 

@@ -1,4 +1,4 @@
-"""The prune_model stage of one model: strategies and losses, lm-eval, healing, speed.
+"""The prune_model stage of one model: strategies and losses, lm-eval, speed.
 
 `run(spec, device, log)` reads as the stage's phases, one function each:
 
@@ -8,17 +8,17 @@
             greedy_max_n when set (no greedy set beyond: lm-eval scores greedy where it has a
             set, healing and speed may not name greedy beyond the cap: rejected at config time)
   evaluate  lm-eval of the full model, of the sets of lm_eval.n_grid and of single layers
-  heal      LoRA / QLoRA on a pruned copy of each set of healing.n_grid, its loss and lm-eval
+            (unless lm_eval.per_set_jobs: then each set is an evaluate_pruned job)
   speed     measured throughput of the exported sets of speed.n_grid against the full model
-  write     the tables, summary.json and provenance.json into the output
+  write     measured.json, the block choice, Block Influence, greedy and speed tables,
+            summary.json and provenance.json into the output
 
-The choices made on these measurements are jobs of their own that read the tables back
-(depthlab.stages.pruning.strategies: auto depth in choose_depth, the export of its choices in export_pruned), so a
-tolerance or an export reruns them alone, never this stage.
-
-This is the one module that imports the strategies (depthlab.stages.pruning.strategies), healing, the lm-eval tasks
-and the speed measurement together; each of them imports depthlab.stages.pruning.layer_removal, none imports
-this module or another of them.
+Healing is one heal_pruned job per (strategy, n) (depthlab.stages.pruning.variants), so a
+cluster heals the variants side by side; gather_pruning builds sweep.csv, single_layer.csv,
+window_losses.csv and healing.csv from this job's measured.json and those parts
+(depthlab.stages.pruning.tables). The choices made on these measurements are jobs of their own
+that read the tables back (depthlab.stages.pruning.strategies: auto depth in choose_depth, the
+export of its choices in export_pruned), so a tolerance or an export reruns them alone.
 
 Validation loss: every val loss of the stage (the sweep, single layers, healed variants) is
 the mean next-token cross-entropy over the scored positions of the validation windows: the last
@@ -48,9 +48,6 @@ The spec keys and output files are listed in workflow_scripts/prune_model.py; th
 one depthlab.config resolves (every key the schema requires is indexed, none given a second
 default here; the optional greedy_max_n and val.loss_tokens reach the spec only when the config
 sets them, absent meaning null as in the schema).
-
-Size: the stage reads plan -> evaluate -> heal -> speed -> write, one function each;
-the engines are in pruning, layer_removal, healing, lm_tasks and speed.
 """
 
 from __future__ import annotations
