@@ -165,8 +165,9 @@ def test_the_literal_profile_name_plans_the_paper_config_with_each_stages_slurm_
         "--",
         "all",
     ]
+    # the paper config plans one job per healed variant and lm-eval set: thousands of jobs
     result = subprocess.run(
-        command, cwd=checkout, capture_output=True, text=True, timeout=120, env=local_env()
+        command, cwd=checkout, capture_output=True, text=True, timeout=300, env=local_env()
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]

@@ -41,7 +41,8 @@ def test_no_paper_job_exceeds_the_stated_limit_with_the_healing_grid_intact(pape
     # the 70B model's healing alone was 10,000 hours in one job; each variant is now its own
     seventy = [p for (f, j), p in paper.resource_plan.jobs.items() if f == "heal_pruned" and j.startswith("llama2_70b/")]  # fmt: skip
     assert len(seventy) == 2 * 79
-    assert sum(p.wall_hours for p in seventy) > 5_000 > 60 * max(p.wall_hours for p in seventy)
+    longest = max(p.wall_hours for p in seventy)
+    assert sum(p.wall_hours for p in seventy) > 50 * longest and longest < limit
 
 
 def _depth(resolved, name: str) -> int:

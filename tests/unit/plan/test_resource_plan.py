@@ -314,7 +314,7 @@ def test_snakemake_gets_the_default_stage_resources_and_the_paper_per_job_ones(t
         result = subprocess.run(
             [SNAKEMAKE, "-n", "--cores", "1", "--directory", str(tmp_path / config_name),
              "--snakefile", str(ROOT / "Snakefile"), f"--configfile={ROOT / 'config' / config_name}"],
-            capture_output=True, text=True, timeout=120, cwd=ROOT, env=local_env(),
+            capture_output=True, text=True, timeout=300, cwd=ROOT, env=local_env(),
         )  # fmt: skip
         assert result.returncode == 0, result.stderr[-2000:]
         jobs = {}
