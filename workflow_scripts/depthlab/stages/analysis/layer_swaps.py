@@ -128,55 +128,73 @@ def replay(adapter, states, calls, kind: str, layer: int) -> torch.Tensor:
     return h
 
 
-def swap_effects(adapter, batches, read=None, layers=None) -> SwapResult:
+def scored_tokens(attention_mask: torch.Tensor, stride: int = 1, offset: int = 0):
+    """scored_positions, then every `stride`-th of them counted from `offset` (the number of
+    scored tokens seen before this batch), so the choice does not depend on batching."""
+    here, nxt = scored_positions(attention_mask)
+    if stride > 1:
+        keep = ((torch.arange(here.numel(), device=here.device) + offset) % stride) == 0
+        here, nxt = here[keep], nxt[keep]
+    return here, nxt, offset + int(keep.numel() if stride > 1 else here.numel())
+
+
+class SwapStatistics:
+    """Sums of the SWAP_MEASURES of every variant over batches (float64), fed one clean pass at
+    a time (`add`); `layers`: the positions l to vary (None: all)."""
+
+    def __init__(self, adapter, read, layers=None):
+        self.adapter, self.read = adapter, read
+        self.L = adapter.num_layers
+        self.chosen = [(k, l) for k, l in variants(self.L) if layers is None or l in layers]
+        self.intact = torch.zeros(2, dtype=ACCUMULATE)
+        self.sums = {v: torch.zeros(3, dtype=ACCUMULATE) for v in self.chosen}
+        self.tokens = 0
+
+    def add(self, states, calls, here: torch.Tensor, targets: torch.Tensor) -> None:
+        """One batch: its clean states and calls (interventions.clean_pass), the flat (B*T)
+        indices of the scored positions and their next tokens."""
+        if here.numel() == 0:
+            return
+        d = states[0].shape[-1]
+
+        def rows(h):
+            return h.reshape(-1, d).index_select(0, here)
+
+        loss, correct, _, intact_top1 = _score(self.read, rows(states[self.L]), targets)
+        self.intact += torch.stack([loss, correct]).cpu()
+        for kind, l in self.chosen:
+            h = replay(self.adapter, states, calls, kind, l)
+            loss, correct, agree, _ = _score(self.read, rows(h), targets, intact_top1)
+            self.sums[(kind, l)] += torch.stack([loss, correct, agree]).cpu()
+        self.tokens += int(here.numel())
+
+    def result(self) -> SwapResult:
+        if self.tokens == 0:
+            raise ValueError("layer swaps: no scored tokens (every document shorter than 2?)")
+        n = self.tokens
+        return SwapResult(
+            num_layers=self.L,
+            tokens=n,
+            intact={"loss": float(self.intact[0]) / n, "accuracy": float(self.intact[1]) / n},
+            values={v: dict(zip(SWAP_MEASURES, (s / n).tolist())) for v, s in self.sums.items()},
+        )
+
+
+def swap_effects(adapter, batches, read=None, layers=None, stride: int = 1) -> SwapResult:
     """Every swap and deletion of `adapter`'s model scored on `batches` (dicts with input_ids and
-    attention_mask); `layers`: the positions l to vary (None: all); `read`: h -> logits
-    (default depthlab.stages.analysis.tuned_lens.readout)."""
+    attention_mask), on every `stride`-th token with a next real token; `layers`: the
+    positions l to vary (None: all); `read`: h -> logits (default tuned_lens.readout)."""
     from depthlab.stages.analysis.tuned_lens import readout
     from depthlab.stages.depth_use.interventions import clean_pass
 
-    read = read or readout(adapter)
-    L = adapter.num_layers
-    chosen = [(k, l) for k, l in variants(L) if layers is None or l in layers]
+    statistics = SwapStatistics(adapter, read or readout(adapter), layers)
     device = adapter.input_device
-    intact = {
-        "loss": torch.zeros((), dtype=ACCUMULATE),
-        "correct": torch.zeros((), dtype=ACCUMULATE),
-    }
-    sums = {v: torch.zeros(3, dtype=ACCUMULATE) for v in chosen}
-    tokens = 0
-
+    seen = 0
     with torch.inference_mode():
         for batch in batches:
             input_ids = batch["input_ids"].to(device)
             attention_mask = batch["attention_mask"].to(device)
             states, calls = clean_pass(adapter, input_ids, attention_mask)
-            here, nxt = scored_positions(attention_mask)
-            if here.numel() == 0:
-                continue
-            targets = input_ids.reshape(-1).index_select(0, nxt)
-            d = states[0].shape[-1]
-
-            def final_rows(h, d=d, here=here):
-                return h.reshape(-1, d).index_select(0, here)
-
-            loss, correct, _, intact_top1 = _score(read, final_rows(states[L]), targets)
-            intact["loss"] += loss.cpu()
-            intact["correct"] += correct.cpu()
-            for kind, l in chosen:
-                h = replay(adapter, states, calls, kind, l)
-                loss, correct, agree, _ = _score(read, final_rows(h), targets, intact_top1)
-                sums[(kind, l)] += torch.stack([loss, correct, agree]).cpu()
-            tokens += int(here.numel())
-    if tokens == 0:
-        raise ValueError("layer swaps: no scored tokens (every document shorter than 2 tokens?)")
-    values = {v: dict(zip(SWAP_MEASURES, (s / tokens).tolist())) for v, s in sums.items()}
-    return SwapResult(
-        num_layers=L,
-        tokens=tokens,
-        intact={
-            "loss": float(intact["loss"]) / tokens,
-            "accuracy": float(intact["correct"]) / tokens,
-        },
-        values=values,
-    )
+            here, nxt, seen = scored_tokens(attention_mask, stride, seen)
+            statistics.add(states, calls, here, input_ids.reshape(-1).index_select(0, nxt))
+    return statistics.result()
