@@ -70,8 +70,8 @@ from depthlab.config.stages.analysis import ANALYSIS_FIGURES, resolve_analysis, 
 from depthlab.config.stages.claims import resolve_claims
 from depthlab.config.stages.data import resolve_data
 from depthlab.config.stages.depth_use import DEPTH_USE_FIGURES, resolve_depth_use
-from depthlab.config.stages.lens_swaps import resolve_lens_swaps
 from depthlab.config.stages.finetune import resolve_finetune
+from depthlab.config.stages.lens_swaps import resolve_lens_swaps
 from depthlab.config.stages.pretrain import resolve_pretrain, tracking_settings
 from depthlab.config.stages.pruning import PRUNING_FIGURES, resolve_pruning
 from depthlab.config.stages.scaling import merge_fit_spec, resolve_scaling

@@ -161,4 +161,3 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
         provenance.write(out / "provenance.json")
     plot_lens_swaps(frames, spec["model_name"], spec["figure"])
     return summary
-
