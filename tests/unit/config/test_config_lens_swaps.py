@@ -45,9 +45,7 @@ def test_test_config_jobs(test_yaml):
 def test_default_config_per_model(default_yaml):
     resolved = resolve(default_yaml)
     jobs = resolved.jobs("lens_swaps")
-    assert sorted(jobs) == sorted(
-        [f"pre_ln_s{s}" for s in range(3)] + [f"lns_s{s}" for s in range(3)] + ["smollm2"]
-    )
+    assert sorted(jobs) == sorted([f"pre_ln_s{s}" for s in range(3)] + ["smollm2"])
     smollm2 = jobs["smollm2"]
     assert list(smollm2["text_sets"]) == ["val_0", "val_1", "val_2", "val_3"]
     assert smollm2["text_sets"]["val_2"]["shard"] == [2, 4]

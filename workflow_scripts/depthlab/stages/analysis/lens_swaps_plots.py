@@ -41,6 +41,8 @@ def plot_lens_swaps(frames: dict, model: str, path: str) -> None:
             _band(ax, x, [r["value"].to_numpy() for r in rows], f"{name} lens", colours[name])
         ax.set_xlabel("state l (input of layer l; L = output)")
         ax.set_ylabel(ylabel)
+        if measure == "kl":  # the embedding's KL dwarfs the rest; the output's is 0 (not drawn)
+            ax.set_yscale("log")
         ax.legend(fontsize=8)
     ax = axes[2]
     for kind, label in (("swap", "swap l, l+1"), ("delete", "delete l")):

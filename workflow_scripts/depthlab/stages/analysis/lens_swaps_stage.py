@@ -95,7 +95,7 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     from safetensors.torch import save_file
 
     from depthlab.core.atomic_files import atomic_path, write_dataframe, write_json
-    from depthlab.core.provenance import Provenance
+    from depthlab.core.provenance import Provenance, sidecar_path
     from depthlab.stages.analysis.lens_swaps_plots import plot_lens_swaps
     from depthlab.stages.analysis.tuned_lens import LensSettings, train_translators
 
@@ -157,7 +157,7 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
             write_dataframe(out / text_set / "lens.csv", frames[text_set][0])
             write_dataframe(out / text_set / "swaps.csv", frames[text_set][1])
         write_json(out / "summary.json", summary)
+        plot_lens_swaps(frames, spec["model_name"], spec["figure"])
         provenance.extra["summary"] = summary
-        provenance.write(out / "provenance.json")
-    plot_lens_swaps(frames, spec["model_name"], spec["figure"])
+        provenance.write(out / "provenance.json", sidecar_path(spec["figure"]))
     return summary
