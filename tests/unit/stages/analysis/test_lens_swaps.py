@@ -246,3 +246,20 @@ def test_swap_effects_equal_direct_scores():
         assert row["accuracy"] == pytest.approx(v_acc)
         assert row["agreement"] == pytest.approx(v_agree)
         assert row["kept_accuracy"] == pytest.approx(v_acc / acc if acc else np.nan, nan_ok=True)
+
+
+def test_training_minimises_kl_from_the_final_distribution():
+    """The logged loss of the first step (identity translators, every pool token) is the mean
+    over layers of KL(p_L || q_l) computed directly; not the reverse KL."""
+    adapter, pool, _ = planted(tokens=64)
+    settings = LensSettings(train_tokens=64, steps=1, batch_tokens=64, lr=1e-3)
+    _, log = train_translators(adapter, pool, settings)
+    weight = adapter.model.head.weight.detach().double().numpy()
+    states = pool.double().numpy()
+    final = log_softmax(states[-1] @ weight.T, axis=-1)
+    direct = [
+        (np.exp(final) * (final - log_softmax(states[l] @ weight.T, axis=-1))).sum(-1).mean()
+        for l in range(2)
+    ]
+    assert log.loss[0] == pytest.approx(np.mean(direct), rel=1e-5)
+    assert log.final_layer_loss == pytest.approx(direct, rel=1e-5)
