@@ -80,6 +80,8 @@ def test_translator_recovers_planted_map():
         assert torch.allclose(b[l], b_true, atol=2e-2), (l, (b[l] - b_true).abs().max())
     assert log.loss[0] > 0.05 and log.loss[-1] < 1e-3
     assert len(log.loss) == settings.steps and log.optimizer == "adam"
+    # linear decay to 0 (the paper's schedule): step k runs at lr (1 - k / steps)
+    assert log.lr_per_step == pytest.approx([0.05 * (1 - k / 400) for k in range(400)])
     # the identity (the logit lens) is far from it; the trained lens' KL on held-out states ~0
     _, held_pool, _ = planted(tokens=128, data_seed=1)
     stats = LensStatistics(2, translators)

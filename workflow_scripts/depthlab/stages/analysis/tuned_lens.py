@@ -112,6 +112,7 @@ class TrainingLog:
     optimizer: str
     schedule: str
     loss: list[float]  # per step: the mean over layers of each layer's mean KL (nats)
+    lr_per_step: list[float] = field(default_factory=list)  # the lr each step ran with
     final_layer_loss: list[float] = field(default_factory=list)  # per layer, the last step's
     seconds: float = 0.0
 
@@ -147,7 +148,7 @@ def train_translators(
     )
     generator = torch.Generator().manual_seed(settings.seed)
     batch = min(settings.batch_tokens, tokens)
-    losses, layer_losses = [], np.zeros(L)
+    losses, lrs, layer_losses = [], [], np.zeros(L)
     vocab = None
     for step in range(settings.steps):
         index = torch.randperm(tokens, generator=generator)[:batch].to(device)
@@ -167,6 +168,7 @@ def train_translators(
             kl.sum().backward()
             layer_losses[first : first + len(layers)] = kl.detach().double().cpu().numpy()
             total += float(kl.detach().sum())
+        lrs.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         schedule.step()
         losses.append(total / max(L, 1))
@@ -180,6 +182,7 @@ def train_translators(
         optimizer="adam",
         schedule="linear decay to 0",
         loss=losses,
+        lr_per_step=lrs,
         final_layer_loss=layer_losses.tolist(),
         seconds=round(time.perf_counter() - start, 3),
     )
