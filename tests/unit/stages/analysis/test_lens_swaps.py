@@ -265,3 +265,81 @@ def test_training_minimises_kl_from_the_final_distribution():
     ]
     assert log.loss[0] == pytest.approx(np.mean(direct), rel=1e-5)
     assert log.final_layer_loss == pytest.approx(direct, rel=1e-5)
+
+
+# -- the job ---------------------------------------------------------------------------------------
+
+
+def test_job_end_to_end_trains_on_train_documents_only(tmp_path, data_dir, monkeypatch):
+    """The lens_swaps job on a tiny saved model and the test config's data: its outputs, the
+    translators read back from safetensors, training documents from train.bin only (none of the
+    evaluation documents), and the claims table reading the folder."""
+    import json
+
+    import depthlab.data.model_tokens as model_tokens
+    import pandas as pd
+    from depthlab.claims import build_claims
+    from depthlab.claims.run_data import read_run_data
+    from depthlab.data.model_tokens import run_tokenizer, val_documents
+    from depthlab.models.decoders import build_model, make_config
+    from depthlab.stages.analysis.lens_swaps_stage import run
+    from safetensors.torch import load_file
+
+    tokenizer = run_tokenizer(data_dir)
+    architecture = dict(hidden_size=32, num_layers=4, num_heads=2, intermediate_size=64)
+    model = build_model(make_config(architecture, "lns", len(tokenizer), 64), 0)
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+    trained_on = []
+    original = model_tokens.train_documents
+
+    def recording(data):
+        for text in original(data):
+            trained_on.append(text)
+            yield text
+
+    monkeypatch.setattr(model_tokens, "train_documents", recording)
+    val = {"source": "jsonl", "path": str(data_dir / "val.jsonl"), "input": str(data_dir)}
+    spec = {
+        "model_name": "tiny", "model_path": str(folder), "dtype": "float32", "revision": None,
+        "train_data": str(data_dir), "text_sets": {"val": val, "val_1": {**val, "shard": [1, 2]}},
+        "text_field": "text", "max_samples": 4, "max_length": 16, "batch_size": 2, "stride": 1,
+        "add_special_tokens": False, "seed": 0, "device": "cpu",
+        "tuned_lens": {"train_tokens": 96, "steps": 5, "batch_tokens": 32, "lr": 1e-3},
+        "out": str(tmp_path / "out"), "figure": str(tmp_path / "figure.png"),
+    }  # fmt: skip
+    summary = run(spec, log=lambda message: None)
+    out = tmp_path / "out"
+    assert trained_on and not set(trained_on) & set(val_documents(data_dir))
+    assert summary["train_tokens"] == 96
+    tensors = load_file(str(out / "translators.safetensors"))
+    assert tensors["A"].shape == (4, 32, 32) and tensors["b"].shape == (4, 32)
+    training = json.loads((out / "lens_training.json").read_text())
+    assert len(training["loss"]) == 5 and training["steps"] == 5 and training["lr"] == 1e-3
+    for text_set in ("val", "val_1"):
+        lens = pd.read_csv(out / text_set / "lens.csv")
+        swaps = pd.read_csv(out / text_set / "swaps.csv")
+        assert set(lens["lens"]) == {"logit", "tuned"} and lens["layer"].max() == 4
+        assert (
+            len(swaps) == 1 + 3 + 4 and (swaps["tokens"] == summary["eval_tokens"][text_set]).all()
+        )
+    assert (tmp_path / "figure.png").stat().st_size > 10_000
+    assert (tmp_path / "figure.provenance.json").is_file()
+    assert json.loads((out / "provenance.json").read_text())["stage"] == "lens_swaps"
+
+    empty = {k: {} for k in ("models", "analysis", "pruning", "depth_score", "linear_maps", "fits")}
+    data = read_run_data(
+        {**empty, "data": [], "cod_pairs": [], "pruning_groups": {}, "depth_groups": {},
+         "map_groups": {}, "bootstrap": {"resamples": 10, "seed": 0},
+         "lens_swaps": {"folders": {"tiny": [str(out / "val"), str(out / "val_1")]},
+                        "groups": {"tiny": ["tiny"]}}}
+    )  # fmt: skip
+    table = build_claims(data)
+    assert set(table["claim_id"]) == {"belrose_tuned_lens:tiny", "lad_layer_swaps:tiny"}
+    rows = table.set_index("claim_id")
+    assert "2 document shards" in rows.loc["belrose_tuned_lens:tiny", "interval"]
+    # an untrained model's intact top-1 accuracy may be 0: no kept share, so not testable
+    lad = rows.loc["lad_layer_swaps:tiny"]
+    assert "2 document shards" in lad["interval"] or lad["verdict"] == "not testable at this scale"
