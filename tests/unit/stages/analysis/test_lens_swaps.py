@@ -34,6 +34,7 @@ from depthlab.stages.pruning.layer_removal import (
     prune_copy,
 )
 from scipy.special import log_softmax
+from test_pruning import make
 from tiny_models import FAMILIES, build, random_batch
 
 torch.set_num_threads(1)
@@ -186,10 +187,13 @@ def test_variant_orders():
         variant_order("swap", 3, 4)
 
 
-@pytest.mark.parametrize("family", CAUSAL)
+@pytest.mark.parametrize("family", [*CAUSAL, "qwen2_sliding", "gemma3_softcap"])
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 def test_replay_equals_rebuilt_model(family, padding_side):
-    model = build(family)
+    """Every family, plus alternating sliding / full attention layers (a moved layer keeps its
+    kind, as the rebuilt model's permuted layer_types say) and Gemma 3's final-logit softcap (the
+    readout applies it as the model's forward does)."""
+    model = make(family)
     adapter = adapt(model)
     L = adapter.num_layers
     batch = random_batch([9, 6, 4], padding_side=padding_side)
@@ -200,7 +204,7 @@ def test_replay_equals_rebuilt_model(family, padding_side):
             order = variant_order(kind, l, L)
             rebuilt = prune_copy(model, [l]) if kind == "delete" else reordered_copy(model, order)
             expected = model_logits(rebuilt, batch)[mask]
-            got = adapter.logits(replay(adapter, states, calls, kind, l))[mask]
+            got = readout(adapter)(replay(adapter, states, calls, kind, l))[mask]
             torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
             if kind == "swap":  # the swap changes the output far more than the replay errs
                 change = (got - model_logits(model, batch)[mask]).abs().max()
