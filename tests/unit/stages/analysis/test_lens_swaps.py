@@ -131,11 +131,11 @@ def test_readout_applies_the_softcap():
     assert capped.abs().max() <= 0.5
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "opt", "depthlab_lns"])
+@pytest.mark.parametrize("family", [*CAUSAL, "gemma3_softcap"])
 def test_tuned_lens_beats_logit_lens_on_a_real_model(family):
     """On a tiny model's own states (its final state as the target), training lowers the
     held-out KL of the tuned lens below the logit lens' at every layer but the last."""
-    model = build(family)
+    model = make(family)
     adapter = adapt(model)
     L = adapter.num_layers
 
@@ -153,7 +153,9 @@ def test_tuned_lens_beats_logit_lens_on_a_real_model(family):
     stats.add(readout(adapter), held, torch.zeros(held.shape[1], dtype=torch.long))
     frame = stats.frame().set_index(["lens", "measure", "layer"])["value"]
     for l in range(L):
-        assert frame[("tuned", "kl", l)] < frame[("logit", "kl", l)], l
+        tuned, logit = frame[("tuned", "kl", l)], frame[("logit", "kl", l)]
+        # where the logit lens is already at the output (KL ~1e-7), within float noise of it
+        assert tuned < logit if logit > 1e-4 else tuned < logit + 1e-6, (l, tuned, logit)
 
 
 # -- swaps and deletions -----------------------------------------------------------------------
