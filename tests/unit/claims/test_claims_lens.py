@@ -7,7 +7,7 @@ import pytest
 from depthlab.claims import RunData, build_claims
 from depthlab.claims.lens import middle_swaps, swap_statistics, tuned_lens_gap
 from depthlab.claims.verdicts import INDICATIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED
-from depthlab.core.paper_values import PAPER_VALUES
+from depthlab.core.paper_values_lens import PAPER_VALUES
 
 LAYERS = 12
 

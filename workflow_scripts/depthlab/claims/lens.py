@@ -14,8 +14,8 @@ from depthlab.claims.measures import over_shards
 from depthlab.claims.rows import claim_row, decide, not_learned, scale_of
 from depthlab.claims.run_data import RunData
 from depthlab.claims.verdicts import Estimate, band_text, over_seeds, verdict_positive
-from depthlab.core import paper_values as pv
-from depthlab.core.paper_values import BELROSE, LAD
+from depthlab.core import paper_values_lens as pv
+from depthlab.core.paper_values_lens import BELROSE, LAD, PAPER_VALUES
 
 
 def tuned_lens_gap(lens: pd.DataFrame) -> float:
@@ -80,6 +80,7 @@ def lens_swaps_claims(data: RunData) -> list[dict]:
                 gap,
                 scale,
                 decide(gap, verdict_positive(gap, blockers, negligible), trained, blockers),
+                paper_value=PAPER_VALUES["belrose_tuned_lens_kl"].describe(),
             )
         )
         both = _estimate(data, members, lambda r: swap_statistics(r[1])[2], "min margin each")
@@ -98,6 +99,7 @@ def lens_swaps_claims(data: RunData) -> list[dict]:
                 both,
                 scale,
                 decide(both, verdict_positive(both, blockers, 0.0), trained, blockers),
+                paper_value=PAPER_VALUES["lad_swap_kept_accuracy"].describe(),
                 size=(pv.LAD_SWAP_BAND, band_text(pv.LAD_SWAP_BAND), middle),
             )
         )

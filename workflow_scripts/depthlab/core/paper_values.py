@@ -30,8 +30,6 @@ GROMOV = "Gromov et al. 2025 (arXiv 2403.17887)"
 CSORDAS = "Csordás et al. 2025 (arXiv 2505.13898)"
 LIU = "Liu et al. 2026 (arXiv 2602.05970)"
 BESIROGLU = "Besiroglu et al. 2024 (arXiv 2404.10102)"
-BELROSE = "Belrose et al. 2023 (tuned lens, arXiv 2303.08112)"
-LAD = "Lad et al. 2024 (stages of inference, arXiv 2406.19384)"
 
 
 @dataclass(frozen=True)
@@ -56,14 +54,6 @@ class PaperValue:
             shown = f"{self.value:g}" if isinstance(self.value, float | int) else str(self.value)
         return f"{shown} ({self.source})"
 
-
-# Belrose et al.: the tuned lens' KL must be lower than the logit lens' by more than this at every
-# layer but the last (nats; the logit lens' KL is several nats in the middle of SmolLM2).
-BELROSE_KL_GAP_NEGLIGIBLE = 0.01
-# Lad et al.: "most" of the intact top-1 accuracy is more than half of it; the middle layers are
-# the positions l with L/4 <= l and l + 1 < L - L/4 (both swapped layers in the middle half).
-LAD_MOST = 0.5
-LAD_SWAP_BAND = (0.72, 0.95)
 
 # ---------------------------------------------------------------------------------------------
 # Curse of Depth (Sun et al. 2025, arXiv 2502.05795): LLaMA-130M / 250M / 350M / 1B on C4.
@@ -213,24 +203,6 @@ PAPER_VALUES: dict[str, PaperValue] = {
         "beyond it accuracy falls towards chance)",
         quote="minimal degradation of performance on different question-answering benchmarks "
         "until after a large fraction (up to half) of the layers are removed",
-    ),
-    # Belrose et al. (tuned lens) and Lad et al. (layer swaps)
-    "belrose_tuned_lens_kl": PaperValue(
-        BELROSE,
-        "Sec. 3 and Fig. 1 / the per-layer KL comparisons of tuned and logit lens",
-        None,
-        "the tuned lens' KL divergence to the final output distribution is lower than the "
-        "logit lens' at every layer but the last (where both are the output)",
-        derived="read off the paper's per-layer bits-per-byte / KL curves of both lenses",
-    ),
-    "lad_swap_kept_accuracy": PaperValue(
-        LAD,
-        "layer-swap experiments (swapping adjacent layers)",
-        None,
-        "swapping adjacent middle layers keeps 72-95% of the intact model's top-1 accuracy; "
-        "swapping the first layer with the second does not keep most of it",
-        derived="the 72-95% range issue 34 quotes from the paper's swap results (not re-read "
-        "from the paper here); the first-layer statement from its swap curves",
     ),
     # Csordás et al.
     "csordas_linear_maps": PaperValue(
