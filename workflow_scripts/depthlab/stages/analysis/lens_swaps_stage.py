@@ -39,6 +39,7 @@ def _train_batches(spec: dict, tokenizer, max_length: int):
         tokenizer,
         max_length=max_length,
         batch_size=spec["batch_size"],
+        sort_window=1,  # documents in train.bin order: no bias towards the shortest ones
         add_special_tokens=spec["add_special_tokens"],
     )
 
