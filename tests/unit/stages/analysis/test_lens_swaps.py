@@ -158,6 +158,26 @@ def test_tuned_lens_beats_logit_lens_on_a_real_model(family):
         assert tuned < logit if logit > 1e-4 else tuned < logit + 1e-6, (l, tuned, logit)
 
 
+def test_a_bfloat16_model_trains_and_reads_its_lens():
+    """The pool is float32; a bf16 model's head reads it in bf16 (no dtype error), and the swaps
+    run in bf16 too."""
+    model = build("llama", dtype=torch.bfloat16)
+    adapter = adapt(model)
+    batch = random_batch([12] * 8)
+    with torch.no_grad():
+        states, _ = clean_pass(adapter, batch["input_ids"], batch["attention_mask"])
+    pool = torch.stack([s.reshape(-1, s.shape[-1]) for s in states]).float()
+    translators, log = train_translators(adapter, pool, LensSettings(96, 3, 32, 1e-3))
+    assert all(np.isfinite(log.loss)) and translators.weight.dtype == torch.float32
+    stats = LensStatistics(adapter.num_layers, translators)
+    with torch.no_grad():
+        stats.add(readout(adapter), torch.stack([s.reshape(-1, s.shape[-1]) for s in states]),
+                  batch["input_ids"].reshape(-1))  # fmt: skip
+    assert np.isfinite(stats.frame()["value"]).all()
+    result = swap_effects(adapter, [batch])
+    assert np.isfinite(result.frame()["loss"]).all()
+
+
 # -- swaps and deletions -----------------------------------------------------------------------
 
 

@@ -49,12 +49,16 @@ LENSES = ("logit", "tuned")
 
 
 def readout(adapter):
-    """h -> the model's logits on h, at least float32: final norm, project_out, LM head and the
-    config's final_logit_softcapping (Gemma 2/3: cap * tanh(logits / cap)) as its forward does."""
+    """h -> the model's logits on h (cast to the head's dtype), at least float32: final norm,
+    project_out, LM head and the config's final_logit_softcapping (Gemma 2/3:
+    cap * tanh(logits / cap)) as its forward does."""
     cap = getattr(getattr(adapter.model, "config", None), "final_logit_softcapping", None)
+    # the head reads states in its own dtype (a bf16 model's head would reject the float32 pool
+    # of the lens' training); autograd flows through the cast
+    dtype = getattr(getattr(adapter.lm_head, "weight", None), "dtype", None)
 
     def read(hidden: torch.Tensor) -> torch.Tensor:
-        logits = adapter.logits(hidden)
+        logits = adapter.logits(hidden if dtype is None else hidden.to(dtype))
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         return torch.tanh(logits / cap) * cap if cap else logits
 
