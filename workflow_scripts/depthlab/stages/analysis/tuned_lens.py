@@ -55,7 +55,7 @@ def readout(adapter):
     cap = getattr(getattr(adapter.model, "config", None), "final_logit_softcapping", None)
     # the head reads states in its own dtype (a bf16 model's head would reject the float32 pool
     # of the lens' training); autograd flows through the cast
-    dtype = getattr(getattr(adapter.lm_head, "weight", None), "dtype", None)
+    dtype = getattr(getattr(getattr(adapter, "lm_head", None), "weight", None), "dtype", None)
 
     def read(hidden: torch.Tensor) -> torch.Tensor:
         logits = adapter.logits(hidden if dtype is None else hidden.to(dtype))
