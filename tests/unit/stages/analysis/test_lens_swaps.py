@@ -14,6 +14,7 @@ from depthlab.models.architectures import adapt
 from depthlab.stages.analysis.layer_swaps import (
     replay,
     scored_positions,
+    scored_tokens,
     swap_effects,
     variant_order,
     variants,
@@ -369,3 +370,17 @@ def test_job_end_to_end_trains_on_train_documents_only(tmp_path, data_dir, monke
     # an untrained model's intact top-1 accuracy may be 0: no kept share, so not testable
     lad = rows.loc["lad_layer_swaps:tiny"]
     assert "2 document shards" in lad["interval"] or lad["verdict"] == "not testable at this scale"
+
+
+def test_stride_does_not_depend_on_batching():
+    batch = random_batch([9, 6, 4])
+    here, nxt = scored_positions(batch["attention_mask"])
+    every, every_next, seen = scored_tokens(batch["attention_mask"], stride=3)
+    assert seen == here.numel() == 8 + 5 + 3
+    assert torch.equal(every, here[::3]) and torch.equal(every_next, nxt[::3])
+    # split into two batches: the second continues the count of the first
+    first = {k: v[:1] for k, v in batch.items()}
+    rest = {k: v[1:] for k, v in batch.items()}
+    a, _, seen = scored_tokens(first["attention_mask"], 3, 0)
+    b, _, _ = scored_tokens(rest["attention_mask"], 3, seen)
+    assert len(a) + len(b) == len(every)

@@ -129,13 +129,15 @@ def replay(adapter, states, calls, kind: str, layer: int) -> torch.Tensor:
 
 
 def scored_tokens(attention_mask: torch.Tensor, stride: int = 1, offset: int = 0):
-    """scored_positions, then every `stride`-th of them counted from `offset` (the number of
-    scored tokens seen before this batch), so the choice does not depend on batching."""
+    """(here, next, offset + count): scored_positions, then every `stride`-th of them counted from
+    `offset` (the number of scored tokens seen before this batch), so the choice does not depend
+    on batching; count is this batch's scored tokens before the stride."""
     here, nxt = scored_positions(attention_mask)
+    count = here.numel()
     if stride > 1:
-        keep = ((torch.arange(here.numel(), device=here.device) + offset) % stride) == 0
+        keep = ((torch.arange(count, device=here.device) + offset) % stride) == 0
         here, nxt = here[keep], nxt[keep]
-    return here, nxt, offset + int(keep.numel() if stride > 1 else here.numel())
+    return here, nxt, offset + count
 
 
 class SwapStatistics:
