@@ -148,7 +148,8 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     A, b = translators.matrices()
     metadata = {"model": spec["model_name"], "training": json.dumps(vars(settings))}
     with atomic_path(spec["out"], is_dir=True) as out:
-        save_file({"A": A.contiguous(), "b": b.contiguous()}, str(out / "translators.safetensors"),
+        save_file({"A": A.cpu().contiguous(), "b": b.cpu().contiguous()},
+                  str(out / "translators.safetensors"),
                   metadata=metadata)  # fmt: skip
         write_json(out / "lens_training.json", training.as_dict())
         frames = {}

@@ -84,7 +84,7 @@ class Translators(nn.Module):
 
     def matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(A, b): A[l] = I + W_l (L, d, d), b (L, d)."""
-        eye = torch.eye(self.weight.shape[-1], dtype=self.weight.dtype)
+        eye = torch.eye(self.weight.shape[-1], dtype=self.weight.dtype, device=self.weight.device)
         return (self.weight.detach() + eye).clone(), self.bias.detach().clone()
 
     @classmethod
