@@ -35,10 +35,11 @@ def swaps_frame(middle_kept, first_kept, other=0.3):
 
 def test_statistics_against_direct_computation():
     gaps = np.linspace(0.5, 2.0, LAYERS)
-    gaps[4] = -0.2
-    assert tuned_lens_gap(lens_frame(gaps)) == pytest.approx(-0.2)
+    gaps[4] = -0.3
+    # relative: 1 - (3 - gap) / 3 = gap / 3 at the worst layer
+    assert tuned_lens_gap(lens_frame(gaps)) == pytest.approx(-0.1)
     # the last state (both lenses are the output) never counts
-    assert tuned_lens_gap(lens_frame(np.full(LAYERS + 1, 1.0))) == pytest.approx(1.0)
+    assert tuned_lens_gap(lens_frame(np.full(LAYERS + 1, 1.5))) == pytest.approx(0.5)
     assert middle_swaps(12) == [3, 4, 5, 6, 7]
     assert middle_swaps(30) == [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]
     assert middle_swaps(4) == [1]

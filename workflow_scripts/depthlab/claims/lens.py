@@ -19,11 +19,14 @@ from depthlab.core.paper_values_lens import BELROSE, LAD, PAPER_VALUES
 
 
 def tuned_lens_gap(lens: pd.DataFrame) -> float:
-    """min over states l < L of KL(logit lens) - KL(tuned lens): positive when the tuned lens is
-    closer to the final distribution at every layer but the last."""
+    """min over states l < L of 1 - KL(tuned lens) / KL(logit lens), the tuned lens' relative
+    reduction of the KL to the final distribution: positive when it is closer at every layer but
+    the last. Relative, since the logit lens' KL spans orders of magnitude over depth (a 12 x 64
+    model: 1.8 nats at the embedding, 0.004 before the last layer) and an absolute margin would
+    be unreachable near the output whatever the lens."""
     kl = lens[lens["measure"] == "kl"].pivot(index="layer", columns="lens", values="value")
     kl = kl[kl.index < kl.index.max()]
-    return float((kl["logit"] - kl["tuned"]).min()) if len(kl) else math.nan
+    return float((1 - kl["tuned"] / kl["logit"]).min()) if len(kl) else math.nan
 
 
 def middle_swaps(num_layers: int) -> list[int]:
@@ -66,15 +69,15 @@ def lens_swaps_claims(data: RunData) -> list[dict]:
         trained = any(m in data.trained for m in members)
         blockers = not_learned(data, members) if trained else []
         scale = scale_of(data, members)
-        gap = _estimate(data, members, lambda r: tuned_lens_gap(r[0]), "min KL gap each")
+        gap = _estimate(data, members, lambda r: tuned_lens_gap(r[0]), "min KL reduction each")
         negligible = pv.BELROSE_KL_GAP_NEGLIGIBLE
         rows.append(
             claim_row(
                 f"belrose_tuned_lens:{group}",
                 BELROSE,
                 f"{group}: the tuned lens is closer to the final distribution than the logit "
-                f"lens at every layer but the last: min over states l < L of KL(p_L || logit "
-                f"lens) - KL(p_L || tuned lens) > {negligible:g} nats (held-out documents; "
+                f"lens at every layer but the last: min over states l < L of 1 - KL(p_L || "
+                f"tuned lens) / KL(p_L || logit lens) > {negligible:g} (held-out documents; "
                 f"translators trained on the train split)",
                 "belrose_tuned_lens_kl",
                 gap,

@@ -10,8 +10,9 @@ from depthlab.core.paper_values import PaperValue
 BELROSE = "Belrose et al. 2023 (tuned lens, arXiv 2303.08112)"
 LAD = "Lad et al. 2024 (stages of inference, arXiv 2406.19384)"
 
-# Belrose et al.: the tuned lens' KL must be lower than the logit lens' by more than this at every
-# layer but the last (nats; the logit lens' KL is several nats in the middle of SmolLM2).
+# Belrose et al.: the tuned lens' KL must be lower than the logit lens' by more than this fraction
+# of it at every layer but the last (a relative margin: the logit lens' KL runs from nats in the
+# middle of SmolLM2 to thousandths of a nat before the last layer of a 12 x 64 model).
 BELROSE_KL_GAP_NEGLIGIBLE = 0.01
 # Lad et al.: "most" of the intact top-1 accuracy is more than half of it; the middle layers are
 # the positions l with L/4 <= l and l + 1 < L - L/4 (both swapped layers in the middle half).
