@@ -322,8 +322,8 @@ def test_job_end_to_end_trains_on_train_documents_only(tmp_path, data_dir, monke
     trained_on = []
     original = model_tokens.train_documents
 
-    def recording(data):
-        for text in original(data):
+    def recording(data, **kwargs):
+        for text in original(data, **kwargs):
             trained_on.append(text)
             yield text
 
