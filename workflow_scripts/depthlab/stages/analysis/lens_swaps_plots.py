@@ -35,13 +35,15 @@ def plot_lens_swaps(frames: dict, model: str, path: str) -> None:
     ):
         for name in ("logit", "tuned"):
             rows = [f[(f["lens"] == name) & (f["measure"] == measure)] for f in lens]
+            if measure == "kl":  # the output's own KL is 0: off a log axis
+                rows = [r[r["layer"] < r["layer"].max()] for r in rows]
             if any(r.empty for r in rows):
                 continue
             x = rows[0]["layer"].to_numpy()
             _band(ax, x, [r["value"].to_numpy() for r in rows], f"{name} lens", colours[name])
         ax.set_xlabel("state l (input of layer l; L = output)")
         ax.set_ylabel(ylabel)
-        if measure == "kl":  # the embedding's KL dwarfs the rest; the output's is 0 (not drawn)
+        if measure == "kl":  # the embedding's KL dwarfs the rest
             ax.set_yscale("log")
         ax.legend(fontsize=8)
     ax = axes[2]
