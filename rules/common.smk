@@ -1,6 +1,7 @@
 # Helpers shared by the rules: job specs, scripts and the library code they import, logs,
 # resources. Stage-specific logic (which jobs, their inputs) lives in depthlab.config.
 import json
+import math
 import re
 
 from depthlab.core.code_fingerprint import code_fingerprint, import_closure
@@ -134,13 +135,23 @@ def stage_launcher(stage):
     return ["python"]
 
 
+MAX_RUNTIME = (config.get("cluster") or {}).get("max_runtime")
+
+
+def retry_runtime(minutes, attempt):
+    """A job's time limit on its `attempt`-th try: grown with each retry, never above
+    cluster.max_runtime (hours), which the partition would refuse."""
+    grown = minutes * attempt
+    return grown if MAX_RUNTIME is None else min(grown, math.ceil(MAX_RUNTIME * 60))
+
+
 def stage_resources(stage, gpu=True):
     """Slurm-facing resources of a stage from config; memory and runtime grow with each retry
     (`retries:` in the Slurm profile), so an out-of-memory or time-limit kill can succeed."""
     spec = config["resources"][stage]
     resources = {
         "mem_mb": lambda wildcards, attempt: spec["mem_mb"] * attempt,
-        "runtime": lambda wildcards, attempt: spec["runtime"] * attempt,
+        "runtime": lambda wildcards, attempt: retry_runtime(spec["runtime"], attempt),
     }
     if gpu and spec["gpu"] > 0:
         resources["gpu"] = spec["gpu"]
@@ -168,7 +179,9 @@ def job_resources(family):
         return requests[RESOLVED.job_for(family, wildcards)]
 
     resources["mem_mb"] = lambda wildcards, attempt: request(wildcards)["mem_mb"] * attempt
-    resources["runtime"] = lambda wildcards, attempt: request(wildcards)["runtime"] * attempt
+    resources["runtime"] = lambda wildcards, attempt: retry_runtime(
+        request(wildcards)["runtime"], attempt
+    )
     for key in ("gpu", "gpu_memory_mb", "disk_mb"):
         if any(r.get(key) for r in requests.values()):
             resources[key] = lambda wildcards, key=key: request(wildcards).get(key, 0)

@@ -36,7 +36,7 @@ STAGE_TARGETS = {
     "scaling": expand(rules.fit_scaling.output, job=jobs("fit_scaling"))
     + expand(rules.plot_scaling.output.figure, job=jobs("plot_scaling")),
     "pruning": (list(rules.build_lm_tasks.output) if jobs("build_lm_tasks") else [])
-    + expand(rules.prune_model.output.pruning, job=jobs("prune_model"))
+    + expand(rules.gather_pruning.output.pruning, job=jobs("gather_pruning"))
     + expand(rules.choose_depth.output.choice, job=jobs("choose_depth"))
     + expand(rules.export_pruned.output.models, job=jobs("export_pruned"))
     + (list(rules.plot_pruning.output.figures) if jobs("plot_pruning") else []),

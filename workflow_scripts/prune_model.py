@@ -1,11 +1,13 @@
 #!/usr/bin/env python
 """Layer-removal ablations of one model (Gromov et al. 2024; Curse of Depth per-layer ablation):
 strategies angular / deepest / greedy / block_influence (ShortGPT) over a grid of block sizes,
-single-layer removal, lm-eval on the run's offline tasks, LoRA/QLoRA healing, measured speed.
-The choices made on these measurements are their own seconds-long jobs that read the tables
-back: choose_depth.py (auto depth) and export_pruned.py (the chosen pruned models).
-See depthlab/stages/pruning/stage.py (the phases), pruning.py (strategies, loss sweep),
-layer_removal.py (view, copy, export), lm_tasks.py, healing.py and speed.py.
+single-layer removal, lm-eval on the run's offline tasks, measured speed. Healing is one
+heal_pruned.py job per variant, lm-eval one evaluate_pruned.py job per removal set when
+lm_eval.per_set_jobs; gather_pruning.py writes the stage's tables from them all. The choices made
+on the tables are their own seconds-long jobs: choose_depth.py (auto depth) and export_pruned.py
+(the chosen pruned models). See depthlab/stages/pruning/stage.py (the phases), strategies.py
+(strategies, loss sweep), layer_removal.py (view, copy, export), lm_tasks.py, speed.py and
+tables.py (measured.json and the gathered tables).
 
 Spec (`prune_model` job, one per model); paths:
   model_name      the model's name in the config (a label in every table)
@@ -35,41 +37,34 @@ settings:
   lm_eval         {enabled, tasks (null: every task of the folder), n_grid (null: every n; a
                    config's `inherit` arrives here as the top-level n_grid),
                    single_layer (lm-eval on every single-layer removal), batch_size,
-                   bootstrap_iters}
-  healing         {enabled, strategies, n_grid, method (lora|qlora), rank, alpha, dropout,
-                   target_modules, steps, batch_size, seq_len, lr, warmup_steps, min_lr_ratio,
-                   schedule (cosine|constant), weight_decay}
+                   bootstrap_iters, per_set_jobs (true: no lm-eval here, each set is an
+                   evaluate_pruned job)}
   speed           {enabled, strategy, n_grid, batch_size, prompt_length, new_tokens, repeats}
-  tracking        {tensorboard, progress_every, wandb}: healing's curves (with healing only)
 
-Outputs in `out`: window_losses.csv (removed, strategy, n, window, loss: the loss per
-validation window of the full model, single layers and every strategy set; see
-depthlab/stages/pruning/stage.py), block_choice.csv (n, l_star, distance), block_influence.csv (layer,
-cos_adjacent, block_influence, rank; with block_influence), single_layer.csv (layer, val_loss,
-delta_loss, task, acc, acc_stderr, delta_acc, ...), sweep.csv (model, strategy, n, fraction,
-removed, healed, val_loss, val_ppl, delta_loss, task, acc, acc_stderr, acc_norm,
-acc_norm_stderr, samples), greedy_path.csv, healing.csv, speed.csv,
-summary.json (token_source: which tokenizer made the validation and healing ids;
+Outputs in `out` (what gather_pruning.py builds the tables from): measured.json (the removal set
+of every strategy and n, the loss of every set and single layer, per validation window too, and
+the lm-eval rows scored here; see depthlab/stages/pruning/tables.py), block_choice.csv (n, l_star,
+distance), block_influence.csv (layer, cos_adjacent, block_influence, rank; with block_influence),
+greedy_path.csv, speed.csv, summary.json (token_source: which tokenizer made the validation ids;
 window_losses: windows, scored positions per window, window starts, overlap; greedy_max_n),
-tensorboard/<strategy>_n<n>/ (each healed variant's loss and lr, with tracking.tensorboard),
-provenance.json.
+provenance.json. The gathered folder adds sweep.csv (model, strategy, n, fraction, removed,
+healed, val_loss, val_ppl, delta_loss, task, acc, acc_stderr, acc_norm, acc_norm_stderr,
+samples), single_layer.csv (layer, val_loss, delta_loss, task, acc, acc_stderr, delta_acc, ...),
+window_losses.csv (removed, strategy, n, healed, window, loss), healing.csv and
+tensorboard/<strategy>_n<n>/.
 
 Example: {"model_name": "pre_ln", "model_kind": "pretrain",
 "model": "results/default/models/pre_ln",
 "analysis": "results/default/analysis/val/pre_ln", "data": "results/default/data",
 "tasks": "results/default/pruning/tasks",
 "datasets_cache": "results/default/pruning/.datasets_cache/pre_ln",
-"out": "results/default/pruning/pre_ln", "seed": 0, "revision": null, "device": "auto",
+"out": "results/default/pruning_jobs/pre_ln/measured", "seed": 0, "revision": null, "device": "auto",
 "dtype": "float32",
 "strategies": ["angular", "deepest", "greedy"], "n_grid": null,
 "greedy_max_n": null,
 "val": {"windows": 32, "seq_len": 64, "batch_size": 16, "loss_tokens": null},
 "lm_eval": {"enabled": true, "tasks": null, "n_grid": [3, 6, 9], "single_layer": true,
- "batch_size": 64, "bootstrap_iters": 1000},
-"healing": {"enabled": true, "strategies": ["angular"], "n_grid": [3, 6, 9], "method": "lora",
- "rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["gate_proj", "up_proj", "down_proj"],
- "steps": 40, "batch_size": 8, "seq_len": 64, "lr": 0.002, "warmup_steps": 4,
- "min_lr_ratio": 0.1, "schedule": "cosine", "weight_decay": 0.0},
+ "batch_size": 64, "bootstrap_iters": 1000, "per_set_jobs": false},
 "speed": {"enabled": true, "strategy": "angular", "n_grid": [3, 6, 9], "batch_size": 4,
  "prompt_length": 32, "new_tokens": 32, "repeats": 3}}
 """

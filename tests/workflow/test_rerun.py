@@ -36,7 +36,15 @@ def checkout(finished_test_checkout):
         # claims table that reads it
         (
             "pruning={strategies: [angular, deepest]}",
-            {"prune_model", "choose_depth", "plot_pruning", "make_claims", "all"},
+            {
+                "prune_model",
+                "heal_pruned",
+                "gather_pruning",
+                "choose_depth",
+                "plot_pruning",
+                "make_claims",
+                "all",
+            },  # fmt: skip
         ),
         # an analysis setting: both analyses, their figure, the pruning that reads the angular
         # distances (and what reads it), the claims table
@@ -46,6 +54,8 @@ def checkout(finished_test_checkout):
                 "analyse_model",
                 "plot_analysis",
                 "prune_model",
+                "heal_pruned",
+                "gather_pruning",
                 "choose_depth",
                 "plot_pruning",
                 "make_claims",
@@ -64,6 +74,8 @@ def test_editing_one_stage_script_reruns_its_rule_and_what_reads_it(checkout):
     dry = plan_after_edit(checkout, Path("workflow_scripts") / "prune_model.py")
     assert planned_rules(dry) == {
         "prune_model",
+        "heal_pruned",
+        "gather_pruning",
         "choose_depth",
         "plot_pruning",
         "make_claims",
@@ -100,8 +112,25 @@ def spec_change_lines(result) -> list[str]:
         # a measurement setting: every job whose spec it changes is named with the key
         (
             "pruning={val: {windows: 5}}",
-            {"prune_model", "choose_depth", "plot_pruning", "make_claims", "all"},
-            ["prune_model[lns]: val.windows 4 -> 5"],
+            {
+                "prune_model",
+                "heal_pruned",
+                "gather_pruning",
+                "choose_depth",
+                "plot_pruning",
+                "make_claims",
+                "all",
+            },  # fmt: skip
+            [
+                "heal_pruned[lns/angular_n2]: val.windows 4 -> 5",
+                "prune_model[lns]: val.windows 4 -> 5",
+            ],
+        ),
+        # a healing setting: the heal job alone (not the loss sweep), the tables and their readers
+        (
+            "pruning={healing: {steps: 4}}",
+            {"heal_pruned", "gather_pruning", "choose_depth", "plot_pruning", "make_claims", "all"},
+            ["heal_pruned[lns/angular_n2]: healing.steps 3 -> 4"],
         ),
     ],
 )

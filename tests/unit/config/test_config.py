@@ -531,20 +531,31 @@ def test_pruning_per_model_strategies_grids_and_healing_reach_only_their_model()
             "speed": {"enabled": False},
         }
     }
-    jobs = resolve(config).jobs("prune_model")
+    resolved = resolve(config)
+    jobs = resolved.jobs("prune_model")
     lns, pre_ln = jobs["lns"], jobs["pre_ln"]
     assert lns["strategies"] == ["angular", "deepest", "greedy", "block_influence"]
     assert lns["n_grid"] == [1] == lns["lm_eval"]["n_grid"] and lns["greedy_max_n"] == 1
-    assert lns["healing"] == {
-        **config["pruning"]["healing"],
-        "strategies": ["angular", "deepest"],
-        "n_grid": [1],
-        "steps": 3,
-    }
     assert lns["speed"]["enabled"] is False
     assert pre_ln["strategies"] == config["pruning"]["strategies"]
     assert pre_ln["n_grid"] == config["pruning"]["n_grid"] == pre_ln["lm_eval"]["n_grid"]
-    assert "greedy_max_n" not in pre_ln and pre_ln["healing"] == config["pruning"]["healing"]
+    assert "greedy_max_n" not in pre_ln
+    # healing is one heal_pruned job per (strategy, n): lns heals both of its strategies at its
+    # own n and steps, pre_ln the section's strategies and grid; prune_model's spec has none
+    heals = resolved.jobs("heal_pruned")
+    healing = {
+        k: v for k, v in config["pruning"]["healing"].items() if k not in ("strategies", "n_grid")
+    }
+    assert [job for job in heals if job.startswith("lns/")] == ["lns/angular_n1", "lns/deepest_n1"]
+    assert heals["lns/deepest_n1"]["healing"] == {**healing, "steps": 3}
+    assert (heals["lns/deepest_n1"]["strategy"], heals["lns/deepest_n1"]["n"]) == ("deepest", 1)
+    assert [job for job in heals if job.startswith("pre_ln/")] == [
+        f"pre_ln/{strategy}_n{n}"
+        for strategy in config["pruning"]["healing"]["strategies"]
+        for n in config["pruning"]["healing"]["n_grid"]
+    ]
+    assert heals["pre_ln/angular_n2"]["healing"] == healing
+    assert "healing" not in lns and "healing" not in pre_ln
     config["pruning"]["per_model"]["lns"]["n_grid"] = [64]
     with pytest.raises(ConfigError, match=r"^pruning\.per_model\.lns\.n_grid: block size 64"):
         resolve(config)

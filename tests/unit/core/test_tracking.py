@@ -403,6 +403,8 @@ def test_wandb_online_without_a_login_stops_the_job_with_one_line_naming_the_key
 
 def test_healing_curves_land_in_the_pruning_output_and_in_wandb(tmp_path, wandb_env, test_config):
     from depthlab.stages.pruning import stage as pruning_stage
+    from depthlab.stages.pruning.tables import gather
+    from depthlab.stages.pruning.variants import heal_variant
     from test_lm_tasks import make_run
 
     run = make_run(tmp_path / "run", train_steps=0, layers=3, documents=150)
@@ -426,6 +428,7 @@ def test_healing_curves_land_in_the_pruning_output_and_in_wandb(tmp_path, wandb_
         "weight_decay": 0.0,
     }
     (resolved,) = resolve(test_config).jobs("prune_model").values()
+    measured = tmp_path / "pruning_jobs" / "m" / "measured"
     spec = {
         **resolved,
         "model_name": "m",
@@ -434,19 +437,33 @@ def test_healing_curves_land_in_the_pruning_output_and_in_wandb(tmp_path, wandb_
         "data": str(run["data"]),
         "tasks": str(run["tasks"]),
         "datasets_cache": str(tmp_path / "cache"),
-        "out": str(out),
+        "out": str(measured),
         "seed": 0,
         "strategies": ["deepest"],
         "n_grid": [1, 2],
         "val": {"windows": 2, "seq_len": 16, "batch_size": 2},
         "lm_eval": {**resolved["lm_eval"], "enabled": False},
-        "healing": healing,
-        "auto_depth": {"tolerances": {}},
-        "export": [],
         "speed": {**resolved["speed"], "enabled": False},
-        "tracking": {"tensorboard": True, "progress_every": None, "wandb": wandb_env},
     }
     pruning_stage.run(spec, log=lambda message: None)
+    # each healed variant is a heal_pruned job of its own; gather_pruning copies its curves
+    heals = []
+    for n in (1, 2):
+        heal_spec = {
+            **{key: spec[key] for key in ("model_name", "model_kind", "model", "revision", "data",
+                                         "tasks", "datasets_cache", "seed", "device", "dtype",
+                                         "val", "lm_eval")},
+            "measured": str(measured),
+            "strategy": "deepest",
+            "n": n,
+            "healing": {k: v for k, v in healing.items() if k not in ("strategies", "n_grid")},
+            "tracking": {"tensorboard": True, "progress_every": None, "wandb": wandb_env},
+            "out": str(tmp_path / "pruning_jobs" / "m" / "heal" / f"deepest_n{n}"),
+        }  # fmt: skip
+        heal_variant(heal_spec, log=lambda message: None)
+        heals.append(heal_spec["out"])
+    gather({"model_name": "m", "measured": str(measured), "heals": heals, "evaluations": [],
+            "seed": 0, "out": str(out)})  # fmt: skip
     healed = pd.read_csv(out / "healing.csv")
     runs = wandb_runs(Path(wandb_env["dir"]))
     assert sorted(runs) == ["m-heal-deepest_n1", "m-heal-deepest_n2"]
@@ -458,8 +475,14 @@ def test_healing_curves_land_in_the_pruning_output_and_in_wandb(tmp_path, wandb_
         config, history = runs[f"m-heal-{variant}"]
         assert history[1]["heal/loss"] == record.first_train_loss
         assert config["variant"]["n"] == record.n and config["healing"]["steps"] == 3
-    # the live folder beside the output is gone once the output is complete
+    # no live folder beside the outputs once they are complete
     assert sorted(p.name for p in out.parent.iterdir()) == ["m"]
+    assert sorted(
+        p.name for p in (out.parent.parent / "pruning_jobs" / "m" / "heal").iterdir()
+    ) == [
+        "deepest_n1",
+        "deepest_n2",
+    ]
 
 
 def test_library_progress_bars_stay_out_of_a_job_log():

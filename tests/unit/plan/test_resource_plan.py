@@ -250,7 +250,7 @@ def test_pretraining_state_must_fit_one_gpu_and_its_gpus_come_from_the_stage():
                        r"pretrain_model's ~[\d.]+ GB of training state \(llama1b_"):  # fmt: skip
         resolve(small_gpu)
     with pytest.raises(ConfigError, match=r"^models\.llama1b_lns\.resources\.gpu: pretraining runs one process per GPU"):  # fmt: skip
-        resolve(with_models(config("paper.yaml"), llama1b_lns={"gpu": 4}))
+        resolve(with_models(config("paper.yaml"), llama1b_lns={"gpu": 2}))
 
 
 def test_a_cpu_job_whose_host_memory_cannot_hold_its_model_is_refused_naming_the_stage_key():

@@ -82,6 +82,16 @@ class RunPaths:
     def pruning(self, model: str) -> str:
         return f"{self.root}/pruning/{model}"
 
+    def pruning_measured(self, model: str) -> str:
+        """prune_model's measurements, from which gather_pruning writes pruning(model)."""
+        return f"{self.root}/pruning_jobs/{model}/measured"
+
+    def pruning_heal(self, model: str, variant: str) -> str:
+        return f"{self.root}/pruning_jobs/{model}/heal/{variant}"
+
+    def pruning_evaluation(self, model: str, variant: str) -> str:
+        return f"{self.root}/pruning_jobs/{model}/lm_eval/{variant}"
+
     def datasets_cache(self, model: str) -> str:
         return f"{self.root}/pruning/.datasets_cache/{model}"
 

@@ -27,6 +27,7 @@ class Resolved:
     inputs: dict = field(default_factory=dict)
     model_resources: dict = field(default_factory=dict)  # models.<name>.resources
     resource_plan: object = None  # depthlab.plan.resource_plan.ResourcePlan, set by resolve()
+    _indexes: dict = field(default_factory=dict, repr=False, compare=False)
 
     def jobs(self, family: str) -> dict:
         return self.families.get(family, {})
@@ -51,10 +52,23 @@ class Resolved:
         jobs = self.wildcards.get(family, {})
         if not wanted and len(jobs) == 1:
             return next(iter(jobs))  # a rule without wildcards: its family's one job
-        for job, values in jobs.items():
-            if {key: str(value) for key, value in values.items()} == wanted:
-                return job
-        raise KeyError(f"{family}: no job has wildcards {wanted}")
+        job = self._job_index(family).get(frozenset(wanted.items()))
+        if job is None:
+            raise KeyError(f"{family}: no job has wildcards {wanted}")
+        return job
+
+    def _job_index(self, family: str) -> dict:
+        """{wildcard items: job} of a family, built once its jobs are all added (Snakemake asks
+        for thousands of jobs while it plans a cluster config: a scan per call is quadratic)."""
+        jobs = self.wildcards.get(family, {})
+        index = self._indexes.get(family)
+        if index is None or len(index) != len(jobs):
+            index = {
+                frozenset((key, str(value)) for key, value in values.items()): job
+                for job, values in jobs.items()
+            }
+            self._indexes[family] = index
+        return index
 
     def spec_for(self, family: str, wildcards) -> dict:
         return self.jobs(family)[self.job_for(family, wildcards)]

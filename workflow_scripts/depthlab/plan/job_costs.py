@@ -256,9 +256,44 @@ def _lm_eval_tokens(spec: dict, tasks_config: dict) -> float:
     return tokens
 
 
+def _sweep_phase(shape: Shape, spec: dict, b: int) -> Phase:
+    """The loss sweep's memory: the weights and the cached states of every window, one batch."""
+    L, d = shape.num_layers, shape.hidden_size
+    val = spec["val"]
+    seq = _context(val["seq_len"], shape)
+    val_tokens = val["windows"] * seq
+    return Phase(
+        "loss sweep",
+        split={
+            "weights": shape.parameters * b,
+            "cached states of every window": (L + 1) * val_tokens * d * b,
+        },
+        fixed={
+            "batch": _inference_batch(shape, val["batch_size"] * seq, b) + SWEEP_CACHE,
+            "loss logits": LOSS_CHUNK * 12,
+        },
+    )
+
+
+def _lm_eval_phase(shape: Shape, spec: dict, b: int, split: dict) -> Phase:
+    rows = spec["lm_eval"]["batch_size"] * _context(LM_EVAL_CONTEXT, shape)
+    return Phase(
+        "lm-eval",
+        split=dict(split),
+        fixed={"batch": _inference_batch(shape, rows, b), "logits": rows * shape.vocab_size * 8},
+    )
+
+
+def _lm_eval_flops(shape: Shape, spec: dict, tasks_config: dict) -> float:
+    """FLOPs of one lm-eval evaluation of one variant (a request: half the longest context)."""
+    return _lm_eval_tokens(spec, tasks_config) * forward_flops(shape, LM_EVAL_CONTEXT // 2)
+
+
 def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, download: float) -> Work:
+    """prune_model: the loss sweep, lm-eval of the unhealed sets (unless each set is its own
+    evaluate_pruned job) and the speed measurement; healing is heal_pruned's (heal_work)."""
     dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
-    L, d, V = shape.num_layers, shape.hidden_size, shape.vocab_size
+    L = shape.num_layers
     weights = shape.parameters * b
     n_values = _grid(spec["n_grid"], L)
     val = spec["val"]
@@ -275,70 +310,18 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
     def has_set(strategy: str, n: int) -> bool:
         return n in n_values and (strategy != "greedy" or n <= greedy_end)
 
-    healing, lm = spec["healing"], spec["lm_eval"]
-    heal_sets = []
-    if healing["enabled"]:
-        heal_n = _grid(healing.get("n_grid"), L)
-        heal_sets = [
-            n for s in (healing.get("strategies") or strategies) for n in heal_n if has_set(s, n)
-        ]
+    lm = spec["lm_eval"]
     variants = 0
-    if lm["enabled"]:
+    if lm["enabled"] and not lm.get("per_set_jobs"):
         lm_n = n_values if lm["n_grid"] is None else _grid(lm["n_grid"], L)
         variants = 1 + len({(s, n) for s in strategies for n in lm_n if has_set(s, n)})
-        variants += (L if lm["single_layer"] else 0) + len(heal_sets)
+        variants += L if lm["single_layer"] else 0
     flops = {dtype: sweep_passes * val_tokens * forward_flops(shape, seq)}
-    lm_flops = forward_flops(shape, LM_EVAL_CONTEXT // 2)  # a request: half the longest, on average
-    flops[dtype] += variants * _lm_eval_tokens(spec, tasks_config) * lm_flops
-    phases = [
-        Phase(
-            "loss sweep",
-            split={
-                "weights": weights,
-                "cached states of every window": (L + 1) * val_tokens * d * b,
-            },
-            fixed={
-                "batch": _inference_batch(shape, val["batch_size"] * seq, b) + SWEEP_CACHE,
-                "loss logits": LOSS_CHUNK * 12,
-            },
-        )
-    ]
+    flops[dtype] += variants * _lm_eval_flops(shape, spec, tasks_config)
+    phases = [_sweep_phase(shape, spec, b)]
     if variants:
-        rows = lm["batch_size"] * _context(LM_EVAL_CONTEXT, shape)
-        phases.append(
-            Phase(
-                "lm-eval",
-                split=dict(phases[0].split),
-                fixed={"batch": _inference_batch(shape, rows, b), "logits": rows * V * 8},
-            )
-        )
+        phases.append(_lm_eval_phase(shape, spec, b, phases[0].split))
     disk = download
-    if heal_sets:
-        heal_seq = _context(healing["seq_len"], shape)
-        heal_tokens = healing["steps"] * healing["batch_size"] * heal_seq
-        keep = sum((L - n) / L for n in heal_sets) / len(heal_sets)  # mean share of layers kept
-        qlora = healing["method"] == "qlora"
-        heal_dtype = dtype  # QLoRA computes in the model's dtype (depthlab.stages.pruning.healing.compute_dtype)
-        frozen = 2 * forward_flops(shape, heal_seq) * keep  # forward + input gradients
-        flops[heal_dtype] = flops.get(heal_dtype, 0) + len(heal_sets) * heal_tokens * frozen
-        flops[dtype] += len(heal_sets) * val_tokens * forward_flops(shape, seq) * keep
-        # one forward/backward holds micro_batch_size rows; with checkpointing only each
-        # layer's input is kept, plus one layer's activations while it is recomputed
-        rows = (healing.get("micro_batch_size") or healing["batch_size"]) * heal_seq
-        activations = _layer_activations(shape, rows, b)
-        if healing.get("gradient_checkpointing"):
-            activations = rows * shape.hidden_size * b * L + activations / L
-        heal_split = {
-            **phases[0].split,
-            "pruned copy": weights,
-            "adapters + AdamW (fp32)": _lora_parameters(shape, healing) * 16,
-            "training activations": activations,
-        }
-        if qlora:
-            matrices = L * layer_matrix_parameters(shape)
-            heal_split["4-bit copy"] = matrices * 0.5 + (shape.parameters - matrices) * 4
-            disk += weights  # the pruned copy exported for its 4-bit reload
-        phases.append(Phase("healing", split=heal_split, fixed={"logits": rows * V * 12}))
     speed = spec["speed"]
     if speed["enabled"]:
         speed_n = _grid(speed["n_grid"], L)
@@ -353,6 +336,68 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
         weights_what=_what(name, shape, dtype),
         host=2 * shape.weight_bytes(),  # exports and reloads stage a copy in host memory
         disk=disk,
+    )
+
+
+def heal_work(name: str, spec: dict, shape: Shape, tasks_config: dict, download: float) -> Work:
+    """heal_pruned: one variant's (Q)LoRA healing with n layers removed, its validation loss and
+    (lm_eval.enabled) one lm-eval evaluation."""
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    L = shape.num_layers
+    weights = shape.parameters * b
+    healing = spec["healing"]
+    keep = (L - spec["n"]) / L  # the share of layers the pruned copy keeps
+    seq = _context(spec["val"]["seq_len"], shape)
+    val_tokens = spec["val"]["windows"] * seq
+    heal_seq = _context(healing["seq_len"], shape)
+    heal_tokens = healing["steps"] * healing["batch_size"] * heal_seq
+    # QLoRA computes in the model's dtype (depthlab.stages.pruning.healing.compute_dtype)
+    frozen = 2 * forward_flops(shape, heal_seq) * keep  # forward + input gradients
+    flops = {dtype: heal_tokens * frozen + val_tokens * forward_flops(shape, seq) * keep}
+    # one forward/backward holds micro_batch_size rows; with checkpointing only each layer's
+    # input is kept, plus one layer's activations while it is recomputed
+    rows = (healing.get("micro_batch_size") or healing["batch_size"]) * heal_seq
+    activations = _layer_activations(shape, rows, b)
+    if healing.get("gradient_checkpointing"):
+        activations = rows * shape.hidden_size * b * L + activations / L
+    heal_split = {
+        "weights": weights,
+        "pruned copy": weights * keep,
+        "adapters + AdamW (fp32)": _lora_parameters(shape, healing) * 16,
+        "training activations": activations,
+    }
+    disk = download
+    if healing["method"] == "qlora":
+        matrices = L * layer_matrix_parameters(shape)
+        heal_split["4-bit copy"] = (matrices * 0.5 + (shape.parameters - matrices) * 4) * keep
+        disk += weights * keep  # the pruned copy exported for its 4-bit reload
+    phases = [Phase("healing", split=heal_split, fixed={"logits": rows * shape.vocab_size * 12})]
+    if spec["lm_eval"]["enabled"]:
+        flops[dtype] += _lm_eval_flops(shape, spec, tasks_config) * keep
+        phases.append(
+            _lm_eval_phase(shape, spec, b, {"weights": weights, "healed copy": weights * keep})
+        )
+    return Work(
+        flops=flops,
+        phases=phases,
+        weights=weights,
+        weights_what=_what(name, shape, dtype),
+        host=2 * shape.weight_bytes(),  # the 4-bit reload stages a copy in host memory
+        disk=disk,
+    )
+
+
+def evaluate_work(name: str, spec: dict, shape: Shape, tasks_config: dict, download: float) -> Work:
+    """evaluate_pruned: one lm-eval evaluation of one removal set of the model."""
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    weights = shape.parameters * b
+    return Work(
+        flops={dtype: _lm_eval_flops(shape, spec, tasks_config)},
+        phases=[_lm_eval_phase(shape, spec, b, {"weights": weights})],
+        weights=weights,
+        weights_what=_what(name, shape, dtype),
+        host=shape.weight_bytes(),
+        disk=download,
     )
 
 

@@ -19,6 +19,27 @@ def _limit_hours(plan: JobPlan) -> float:
     return plan.request["runtime"] / 60
 
 
+def parallel_wall_hours(jobs: list[JobPlan], gpus: int) -> float | None:
+    """Wall time of a rule's jobs on `gpus` GPUs: longest job first, each job starting when as
+    many GPUs as it requests are free (list scheduling, within 4/3 of the optimum for jobs of one
+    GPU; Graham 1969). None when a job requests more GPUs than there are or has no estimate."""
+    import heapq
+
+    timed = [j for j in jobs if j.wall_hours is not None]
+    if not timed or any(j.request.get("gpu", 0) > gpus for j in timed):
+        return None
+    free = [0.0] * gpus  # when each GPU is next free
+    heapq.heapify(free)
+    end = 0.0
+    for job in sorted(timed, key=lambda j: j.wall_hours, reverse=True):
+        taken = [heapq.heappop(free) for _ in range(max(1, job.request.get("gpu", 0)))]
+        finish = max(taken) + job.wall_hours
+        for _ in taken:
+            heapq.heappush(free, finish)
+        end = max(end, finish)
+    return end
+
+
 def stage_rows(plan: ResourcePlan) -> list[dict]:
     """One row per rule: jobs, GPUs per job, the largest memory requests, summed estimates."""
     rows = {}
@@ -59,9 +80,21 @@ def totals(plan: ResourcePlan) -> dict:
     }
 
 
-def markdown(plan: ResourcePlan, per_job: bool = True) -> str:
+def _parallel(plan: ResourcePlan, rule: str, gpus: int, parallel: dict) -> str:
+    jobs = [j for j in plan.jobs.values() if j.family == rule]
+    hours = parallel_wall_hours(jobs, gpus)
+    if hours is None:
+        if any(j.request.get("gpu", 0) > gpus for j in jobs):
+            return f"a job needs more than {gpus} GPUs"
+        return "—"
+    parallel[rule] = hours
+    return _hours(hours)
+
+
+def markdown(plan: ResourcePlan, per_job: bool = True, gpu_count: int | None = None) -> str:
     """The plan as markdown: assumptions, a table per rule, the totals, then (per_job) a row per
-    job. GB = 2^30 bytes, as Slurm and nvidia-smi count."""
+    job. GB = 2^30 bytes, as Slurm and nvidia-smi count. `gpu_count`: a column with each rule's wall
+    time when its jobs share that many GPUs (parallel_wall_hours)."""
     lines = ["## Assumptions", ""]
     if plan.assumptions is None:
         lines.append(
@@ -78,9 +111,11 @@ def markdown(plan: ResourcePlan, per_job: bool = True) -> str:
         "## Per rule",
         "",
         "| rule | jobs | GPUs per job | GPU memory per GPU (GB, max) | host memory (GB, max) "
-        "| est. GPU-hours | est. wall time (h, sum) | longest job (h) | disk (GB, sum) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| est. GPU-hours | est. wall time (h, sum) | longest job (h) | disk (GB, sum) |"
+        + (f" wall time on {gpu_count} GPUs (h) |" if gpu_count else ""),
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if gpu_count else ""),
     ]
+    parallel = {}
     for row in stage_rows(plan):
         gpus = sorted(row["gpus"])
         span = str(gpus[0]) if len(gpus) == 1 else f"{gpus[0]}-{gpus[-1]}"
@@ -88,6 +123,7 @@ def markdown(plan: ResourcePlan, per_job: bool = True) -> str:
             f"| `{row['rule']}` | {row['jobs']} | {span} | {_gb(row['gpu_memory_mb'] or None)} "
             f"| {_gb(row['mem_mb'])} | {_hours(row['gpu_hours'])} | {_hours(row['wall_hours'])} "
             f"| {_hours(row['longest_hours'])} | {_gb(row['disk_mb'] or None)} |"
+            + (f" {_parallel(plan, row['rule'], gpu_count, parallel)} |" if gpu_count else "")
         )
     total = totals(plan)
     estimated = plan.assumptions is not None
@@ -95,7 +131,8 @@ def markdown(plan: ResourcePlan, per_job: bool = True) -> str:
         f"| **total** | {total['jobs']} | | | "
         f"| **{_hours(total['gpu_hours'] if estimated else None)}** "
         f"| {_hours(total['wall_hours'] if estimated else None)} | "
-        f"| {_gb(total['disk_mb'] or None)} |",
+        f"| {_gb(total['disk_mb'] or None)} |"
+        + (f" {_hours(sum(parallel.values()))} |" if gpu_count else ""),
         "",
         f"Requested (GPUs x time limit): {total['requested_gpu_hours']:,.1f} GPU-hours"
         + (
@@ -111,6 +148,13 @@ def markdown(plan: ResourcePlan, per_job: bool = True) -> str:
         )
         + ".",
     ]
+    if gpu_count:
+        lines += [
+            "",
+            f"Wall time on {gpu_count} GPUs: each rule's jobs side by side (longest first), the rules "
+            f"one after another: {_hours(sum(parallel.values()))} h in all (rules with a job "
+            f"wider than {gpu_count} GPUs or no estimate not counted).",
+        ]
     notes = [j for j in plan.jobs.values() if j.notes]
     if notes:
         lines += ["", "Jobs that do not fit the stated GPU:", ""]

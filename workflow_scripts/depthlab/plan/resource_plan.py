@@ -48,8 +48,10 @@ from depthlab.plan.job_costs import (
     Phase,
     Work,
     analysis_work,
+    evaluate_work,
     finetune_eval_work,
     finetune_work,
+    heal_work,
     host_copy_work,
     linear_maps_work,
     pretrain_work,
@@ -65,6 +67,8 @@ MODEL_JOBS = {
     "pretrain_model": ("pretrain", True),
     "analyse_model": ("analysis", True),
     "prune_model": ("pruning", True),
+    "heal_pruned": ("pruning", True),
+    "evaluate_pruned": ("pruning", True),
     "skip_interventions": ("depth_use", True),
     "linear_maps": ("depth_use", True),
     "export_pruned": ("pruning", False),
@@ -164,8 +168,13 @@ class _Planner:
             return pretrain_work(name, spec, shape)
         if family == "analyse_model":
             return analysis_work(name, spec, shape, self.download(name))
-        if family == "prune_model":
-            return pruning_work(
+        pruning_works = {
+            "prune_model": pruning_work,
+            "heal_pruned": heal_work,
+            "evaluate_pruned": evaluate_work,
+        }
+        if family in pruning_works:
+            return pruning_works[family](
                 name, spec, shape, self.config["pruning"]["tasks"], self.download(name)
             )
         if family == "skip_interventions":
@@ -312,6 +321,37 @@ class _Planner:
             )
 
 
+# What to change when a job's time limit exceeds cluster.max_runtime, by rule ({model}: the
+# model's key, models.<name>)
+RUNTIME_KEYS = {
+    "pretrain_model": "resources.pretrain.gpu (its DDP processes share the tokens)",
+    "prune_model": "pruning.lm_eval.per_set_jobs (its lm-eval as one job per removal set), "
+    "pruning.n_grid or pruning.val.windows",
+    "heal_pruned": "pruning.healing.steps (or healing.batch_size, seq_len)",
+    "evaluate_pruned": "pruning.lm_eval.harness_tasks",
+}
+
+
+def check_max_runtime(plan: ResourcePlan, config: dict, model_keys: dict) -> None:
+    """Every job's time limit within cluster.max_runtime (hours): a ConfigError naming the first
+    job above it and the keys that shorten it (the rule's settings, the model's resources, the
+    limit itself), raised before any job runs."""
+    limit = (config.get("cluster") or {}).get("max_runtime")
+    if limit is None:
+        return
+    for plan_job in plan.jobs.values():
+        hours = plan_job.request["runtime"] / 60
+        if hours <= limit:
+            continue
+        keys = [RUNTIME_KEYS.get(plan_job.family, f"resources.{plan_job.stage}.runtime")]
+        keys += [f"{model_keys[name]}.resources.runtime" for name in plan_job.models]
+        raise ConfigError(
+            f"cluster.max_runtime: job {plan_job.family}[{plan_job.job}] requests "
+            f"{hours:,.1f} h, above the limit of {limit:g} h; change {' or '.join(keys)}, or "
+            f"cluster.max_runtime"
+        )
+
+
 def plan_resources(resolved, shapes: dict[str, Shape | None]) -> ResourcePlan:
     """The resource plan of a resolved config (depthlab.config.Resolved): every model-loading
     job's request, derived where `cluster.gpu` is given, overrides applied and checked
@@ -333,4 +373,7 @@ def plan_resources(resolved, shapes: dict[str, Shape | None]) -> ResourcePlan:
                 jobs[(family, job)] = JobPlan(family, job, stage, (), None, request, "stage")
         else:
             other[family] += len(resolved.jobs(family))
-    return ResourcePlan(planner.assumptions, jobs, other)
+    plan = ResourcePlan(planner.assumptions, jobs, other)
+    model_keys = {name: planner.model_key(name) for name in resolved.models}
+    check_max_runtime(plan, resolved.config, model_keys)
+    return plan

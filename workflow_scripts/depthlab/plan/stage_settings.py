@@ -39,6 +39,7 @@ def grid(n_grid: Sequence[int] | None, num_layers: int, key: str = "pruning.n_gr
 
 
 RETOKENIZE_KEYS = ("val_tokens", "train_tokens")
+NO_HEALING = {"enabled": False}
 
 
 def _check_grid(values, num_layers: int, key: str) -> None:
@@ -95,7 +96,8 @@ def _check_greedy_cap(settings: dict, num_layers: int, where: str) -> None:
             f"{where}.greedy_max_n: has no effect without greedy in {where}.strategies"
         )
     pruned = set(grid(settings["n_grid"], num_layers, f"{where}.n_grid"))
-    healing, speed = settings["healing"], settings["speed"]
+    # a prune_model spec has no healing section (healing is heal_pruned's): nothing to check
+    healing, speed = settings.get("healing", NO_HEALING), settings["speed"]
     uses = []
     if healing["enabled"] and "greedy" in (healing.get("strategies") or settings["strategies"]):
         uses.append(("healing", healing.get("n_grid")))
@@ -149,7 +151,7 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
     if lm_eval["enabled"]:
         _check_grid(lm_eval["n_grid"], num_layers, f"{where}.lm_eval.n_grid")
         _positive_ints(lm_eval, ("batch_size",), f"{where}.lm_eval")
-    healing = settings["healing"]
+    healing = settings.get("healing", NO_HEALING)
     if healing["enabled"]:
         for strategy in healing.get("strategies") or []:
             if strategy not in strategies:

@@ -49,6 +49,7 @@ from depthlab.stages.pruning.strategies import (
     read_cos_adjacent,
     validation_windows,
 )
+from depthlab.stages.pruning.tables import removed_label
 from tiny_models import VOCAB, build, random_batch
 
 torch.set_num_threads(1)
@@ -634,10 +635,11 @@ def test_auto_depth_on_a_hand_made_table():
 # ------------------------------------------------------------------ bad input
 
 
-def test_validation_names_the_key(pruning_spec):
+def test_validation_names_the_key(pruning_spec, test_config):
     def settings(**overrides):
         return {**pruning_spec, **overrides}
 
+    healing = test_config["pruning"]["healing"]  # the config's section (a heal job's spec)
     validate_pruning_settings(settings(), 12)
     with pytest.raises(ValueError, match=r"pruning\.n_grid: block size 12 >= "):
         validate_pruning_settings(settings(n_grid=[1, 12]), 12)
@@ -657,7 +659,7 @@ def test_validation_names_the_key(pruning_spec):
             }
         )
     with pytest.raises(ValueError, match=r"pruning\.healing\.rank"):
-        validate_pruning_settings(settings(healing={**pruning_spec["healing"], "rank": 0}), 12)
+        validate_pruning_settings(settings(healing={**healing, "enabled": True, "rank": 0}), 12)
     with pytest.raises(ValueError, match=r"pruning\.n_grid: block size 3 is outside"):
         grid([3], 3)
 
@@ -788,7 +790,58 @@ def test_model_without_lm_head_is_rejected():
 # ------------------------------------------------------------------ the stage script
 
 
-def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
+def _per_set_lm_eval_equals_lm_eval_in_the_job(spec, gather_spec, out, tmp_path):
+    """lm_eval.per_set_jobs: prune_model scores nothing, one evaluate_pruned job per removal set
+    (the full model, each strategy at lm_eval.n_grid, each single layer) and gather_pruning give
+    the very tables of lm-eval inside prune_model."""
+    from depthlab.stages.pruning.tables import gather
+    from depthlab.stages.pruning.variants import evaluate_variant
+
+    measured = tmp_path / "per_set" / "measured"
+    per_set = {
+        **spec,
+        "lm_eval": {**spec["lm_eval"], "per_set_jobs": True},
+        "speed": {**spec["speed"], "enabled": False},
+        "out": str(measured),
+    }
+    from depthlab.stages.pruning.stage import run as measure
+
+    summary = measure(per_set, "cpu", lambda message: None)
+    assert summary["lm_eval_variants"] == 0
+    layers = summary["num_layers"]
+    variants = ["full"] + [
+        f"{s}_n{n}" for s in spec["strategies"] for n in spec["lm_eval"]["n_grid"]
+    ]
+    variants += [f"single{layer}" for layer in range(layers)]
+    folders = []
+    for variant in variants:
+        folder = tmp_path / "per_set" / "lm_eval" / variant
+        job = {**{key: spec[key] for key in ("model_name", "model_kind", "model", "revision",
+                                             "tasks", "datasets_cache", "seed", "device", "dtype",
+                                             "lm_eval")},
+               "measured": str(measured), "variant": variant, "out": str(folder)}  # fmt: skip
+        if variant == "full":  # one through its script
+            result = subprocess.run(
+                [sys.executable, str(SCRIPTS / "evaluate_pruned.py"), "--spec", json.dumps(job)],
+                capture_output=True, text=True, timeout=300, cwd=REPO,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr[-3000:]
+        else:
+            evaluate_variant(job, "cpu", lambda message: None)
+        folders.append(str(folder))
+    tables = tmp_path / "per_set" / "tables"
+    gathered = gather({**gather_spec, "measured": str(measured), "evaluations": folders,
+                       "out": str(tables)})  # fmt: skip
+    in_job = json.loads((out / "summary.json").read_text())
+    assert gathered["lm_eval_variants"] == in_job["lm_eval_variants"] > 1 + layers
+    assert gathered["tasks_full_model"] == in_job["tasks_full_model"]
+    for name in ("sweep.csv", "single_layer.csv", "window_losses.csv"):
+        assert (tables / name).read_bytes() == (out / name).read_bytes(), name
+    with pytest.raises(PruningError, match=r"angular_n9: prune_model of 'm' measured no angular set of n = 9"):  # fmt: skip
+        evaluate_variant({**job, "variant": "angular_n9", "out": str(tmp_path / "x")}, "cpu")
+
+
+def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
     from depthlab.stages.analysis.measures import analyse
     from depthlab.stages.analysis.residual_stream import iter_token_batches
     from test_lm_tasks import make_run
@@ -802,6 +855,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     )
     measures.to_csv(run["analysis"] / "measures.csv", index=False)
     out = tmp_path / "pruning" / "m"
+    measured = tmp_path / "pruning_jobs" / "m" / "measured"
     spec = {
         **pruning_spec,
         "model_name": "m",
@@ -810,7 +864,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
         "data": str(run["data"]),
         "tasks": str(run["tasks"]),
         "datasets_cache": str(tmp_path / "cache"),
-        "out": str(out),
+        "out": str(measured),
         "seed": 0,
         "device": "cpu",
         "dtype": "float32",
@@ -825,7 +879,6 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
             "batch_size": 32,
             "bootstrap_iters": 100,
         },
-        "healing": {**pruning_spec["healing"], "enabled": False},
         "speed": {
             "enabled": True,
             "strategy": "deepest",
@@ -836,14 +889,18 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
             "repeats": 1,
         },
     }
-    result = subprocess.run(
-        [sys.executable, str(SCRIPTS / "prune_model.py"), "--spec", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    # prune_model measures, gather_pruning writes the tables (no healed variant here)
+    gather_spec = {"model_name": "m", "measured": str(measured), "heals": [], "evaluations": [],
+                   "seed": 0, "out": str(out)}  # fmt: skip
+    for script, job in (("prune_model.py", spec), ("gather_pruning.py", gather_spec)):
+        result = subprocess.run(
+            [sys.executable, str(SCRIPTS / script), "--spec", json.dumps(job)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
     sweep = pd.read_csv(out / "sweep.csv")
     blocks = pd.read_csv(out / "block_choice.csv")
     distance = (
@@ -971,6 +1028,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
         assert Path(path).stat().st_size > 1000
         assert Path(path).with_suffix("").with_name(Path(path).stem + ".provenance.json").is_file()
 
+    _per_set_lm_eval_equals_lm_eval_in_the_job(spec, gather_spec, out, tmp_path)
     # bad input: a missing task file is named, with no traceback
     (run["tasks"] / "depthlab_continuation.jsonl").unlink()
     result = subprocess.run(
@@ -1006,12 +1064,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
 
     # greedy capped at 2: the same first two greedy sets as the full path, and exactly the
     # removal sets the capped path needs scored (counted here from the tables of the full run)
-    from depthlab.stages.pruning.stage import (
-        Evaluation,
-        heal_variants,
-        split_tokens,
-        window_loss_table,
-    )
+    from depthlab.stages.pruning.stage import split_tokens
 
     capped = plan(
         {**spec, "greedy_max_n": 2, "lm_eval": {**spec["lm_eval"], "enabled": False}},
@@ -1046,25 +1099,48 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     assert all("curve_end_n" not in c for c in choices if c["strategy"] != "greedy")
     assert mark_greedy_cap(choices[:1], table, None) == choices[:1]
 
-    # val.loss_tokens reaches every val loss of the stage: the sweep and a healed variant's
+    # val.loss_tokens reaches every val loss of the stage: the sweep and a healed variant's,
+    # healed by its own heal_pruned job and gathered into the tables
     from depthlab.stages.pruning.healing import HealSettings, heal
+    from depthlab.stages.pruning.stage import run as measure
+    from depthlab.stages.pruning.tables import gather
+    from depthlab.stages.pruning.variants import heal_variant
 
     k = 5
-    healing = {**pruning_spec["healing"], "enabled": True, "strategies": ["deepest"], "n_grid": [1]}
+    from depthlab.config import resolve
+
+    heal_job = next(iter(resolve(test_config).jobs("heal_pruned").values()))
+    healing = heal_job["healing"]
     scored = {
         **spec,
         "val": {**spec["val"], "loss_tokens": k},
         "lm_eval": {**spec["lm_eval"], "enabled": False},
-        "healing": healing,
-        "tracking": {**pruning_spec["tracking"], "tensorboard": False},
+        "speed": {**spec["speed"], "enabled": False},
+        "out": str(tmp_path / "scored" / "measured"),
     }
     planned = plan(scored, "cpu", lambda message: None, PhaseClock())
     by_hand = last_positions_losses(planned.model, planned.windows, k)
     assert planned.base_loss == pytest.approx(by_hand.mean(), rel=1e-5)
     assert planned.base_loss != pytest.approx(summary["val_loss"], rel=1e-3)
-    healed = heal_variants(planned, Evaluation(None, {}, []), scored, "cpu", lambda message: None)
-    (record,) = healed.records
+    measure(scored, "cpu", lambda message: None)
+    heal_spec = {
+        **{key: scored[key] for key in ("model_name", "model_kind", "model", "revision", "data",
+                                        "tasks", "datasets_cache", "seed", "device", "dtype",
+                                        "val", "lm_eval")},
+        "measured": scored["out"],
+        "strategy": "deepest",
+        "n": 1,
+        "healing": healing,
+        "tracking": {**heal_job["tracking"], "tensorboard": False},
+        "out": str(tmp_path / "scored" / "heal" / "deepest_n1"),
+    }  # fmt: skip
+    heal_variant(heal_spec, "cpu", lambda message: None)
+    gathered = tmp_path / "scored" / "tables"
+    gather({"model_name": "m", "measured": scored["out"], "heals": [heal_spec["out"]],
+            "evaluations": [], "seed": 0, "out": str(gathered)})  # fmt: skip
+    (record,) = pd.read_csv(gathered / "healing.csv").to_dict("records")
     removed = planned.removals[("deepest", 1)]
+    assert record["removed"] == removed_label(removed) and record["strategy"] == "deepest"
     merged, _ = heal(
         prune_copy(planned.model, removed),
         split_tokens(scored, planned.tokenizer, "train")[0],
@@ -1074,14 +1150,14 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec):
     )
     healed_by_hand = last_positions_losses(merged, planned.windows, k)
     assert record["val_loss_healed"] == pytest.approx(healed_by_hand.mean(), rel=1e-5)
-    # the healed variant's per-window losses, and its rows in window_losses.csv
-    per_window = healed.window_losses[("deepest", 1, removed)]
-    np.testing.assert_allclose(per_window, healed_by_hand, rtol=1e-5)
-    table = window_loss_table(planned, scored["strategies"], healed.window_losses)
+    # the healed variant's rows in window_losses.csv and sweep.csv
+    table = pd.read_csv(gathered / "window_losses.csv", keep_default_na=False)
     rows = table[table["healed"]]
     assert set(rows["strategy"]) == {"deepest"} and set(rows["n"]) == {1}
     np.testing.assert_allclose(rows.sort_values("window")["loss"], healed_by_hand, rtol=1e-5)
     assert not table[~table["healed"]].empty
+    healed_row = pd.read_csv(gathered / "sweep.csv").query("healed")
+    assert list(healed_row["val_loss"]) == [record["val_loss_healed"]]
     assert record["val_loss_unhealed"] == pytest.approx(
         last_positions_losses(prune_copy(planned.model, removed), planned.windows, k).mean(),
         rel=1e-5,

@@ -54,7 +54,7 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
         key = f"pruning.models[{index}]"
         settings = _model_settings(shared, overrides.of(name))
         _check_pruned_model(resolved, name, key, settings, overrides)
-        _add_model_jobs(resolved, name, settings)
+        _add_model_jobs(resolved, name, settings, base_dir)
     _add_pruning_figures(resolved, names)
 
 
@@ -204,48 +204,224 @@ def _check_task_length(tasks: dict, model: dict, name: str) -> None:
         )
 
 
-def _add_model_jobs(resolved: Resolved, name: str, settings: dict) -> None:
-    """One model's jobs: prune_model (the measurements), choose_depth and, when the config
-    exports, export_pruned."""
-    out = _add_prune_model(resolved, name, settings)
+def _add_model_jobs(resolved: Resolved, name: str, settings: dict, base_dir: Path) -> None:
+    """One model's jobs: prune_model (the measurements), heal_pruned per healed variant,
+    evaluate_pruned per removal set (lm_eval.per_set_jobs), gather_pruning (the tables),
+    choose_depth and, when the config exports, export_pruned."""
+    measured = _add_prune_model(resolved, name, settings)
+    layers = _known_layers(resolved, name, settings, base_dir)
+    heals = _add_heal_jobs(resolved, name, settings, measured, layers)
+    evaluations = _add_evaluation_jobs(resolved, name, settings, measured, layers)
+    out = _add_gather_job(resolved, name, measured, heals, evaluations)
     _add_choice_jobs(resolved, name, settings, out)
 
 
+# prune_model's lm-eval keys a per-variant job reads (its grids choose which jobs exist)
+VARIANT_LM_EVAL_KEYS = ("enabled", "tasks", "batch_size", "bootstrap_iters", "harness_tasks")
+
+
+def _model_spec(resolved: Resolved, name: str, settings: dict) -> dict:
+    """The keys every pruning job of one model shares: the model, the run's data and tasks."""
+    model = resolved.models[name]
+    spec = {
+        "model_name": name,
+        "model_kind": model["kind"],
+        "model": model_location(resolved, name),
+        "revision": model.get("revision"),
+        "data": resolved.paths.data,
+        "tasks": resolved.paths.lm_tasks,
+        "seed": resolved.config["seed"],
+        "device": settings["device"],
+        "dtype": model.get("dtype", settings["dtype"]),
+    }
+    if model["kind"] != "pretrain":
+        # a model pretrained here reads the run's own ids: the caps cannot change its jobs
+        spec["retokenize"] = settings["retokenize"]
+    return spec
+
+
+def _model_inputs(resolved: Resolved, name: str, **more) -> dict:
+    paths = resolved.paths
+    return {
+        "model": resolved.model_inputs(name),
+        "data": [paths.data],
+        "tasks": [paths.lm_tasks],
+        **{key: [value] for key, value in more.items()},
+    }
+
+
 def _add_prune_model(resolved: Resolved, name: str, settings: dict) -> str:
-    """prune_model: the measurements; returns its folder."""
+    """prune_model: the measurements (the loss sweep, block choice, Block Influence, lm-eval
+    unless per set, speed); returns its folder. Healing is not in its spec: a healing setting
+    reruns the heal jobs only."""
     paths, config = resolved.paths, resolved.config
     text_set = config["pruning"]["text_set"]
-    model = resolved.models[name]
-    out = paths.pruning(name)
-    if model["kind"] == "pretrain":
-        # it reads the run's own ids: the re-encoding caps cannot change its job
-        settings = {k: v for k, v in settings.items() if k != "retokenize"}
+    out = paths.pruning_measured(name)
+    measuring = {k: v for k, v in settings.items() if k not in ("healing", "retokenize")}
     resolved.add(
         "prune_model",
         name,
         {
-            "model_name": name,
-            "model_kind": model["kind"],
-            "model": model_location(resolved, name),
+            **_model_spec(resolved, name, settings),
             "analysis": paths.analysis(text_set, name),
-            "data": paths.data,
-            "tasks": paths.lm_tasks,
             "datasets_cache": paths.datasets_cache(name),
             "out": out,
-            "seed": config["seed"],
-            **settings,
-            "revision": model.get("revision"),
-            "dtype": model.get("dtype", settings["dtype"]),
-            # healing's curves; without healing the tracking settings cannot change the job
-            **({"tracking": tracking_settings(config)} if settings["healing"]["enabled"] else {}),
+            **measuring,
         },
         outputs=[out, paths.datasets_cache(name)],
-        inputs={
-            "model": resolved.model_inputs(name),
-            "analysis": [paths.analysis(text_set, name)],
-            "data": [paths.data],
-            "tasks": [paths.lm_tasks],
+        inputs=_model_inputs(resolved, name, analysis=paths.analysis(text_set, name)),
+    )
+    return out
+
+
+def _known_layers(resolved: Resolved, name: str, settings: dict, base_dir: Path) -> int | None:
+    """The model's depth at config time (its architecture, checkpoint, GGUF header or the hub
+    table), needed to name the per-variant jobs of a grid given as null (every n)."""
+    layers = model_layers(resolved, name, f"models.{name}")
+    if layers is None:
+        from depthlab.config.shapes import model_shape
+
+        shape = model_shape(resolved, name, base_dir)
+        layers = shape.num_layers if shape is not None else None
+    return layers
+
+
+def _job_grid(n_grid, layers: int | None, key: str) -> list[int]:
+    from depthlab.plan.stage_settings import grid
+
+    if n_grid is None and layers is None:
+        raise ConfigError(
+            f"{key}: null (every n) needs the model's depth, which is not known before its "
+            f"download; give a list of block sizes"
+        )
+    return grid(n_grid, layers or max(n_grid) + 1, key)
+
+
+def _has_set(strategy: str, n: int, settings: dict, n_values: list[int]) -> bool:
+    """Whether prune_model measures a (strategy, n) set: n of its grid, greedy up to its cap."""
+    cap = settings.get("greedy_max_n") or max(n_values)
+    return (
+        strategy in settings["strategies"] and n in n_values and (strategy != "greedy" or n <= cap)
+    )
+
+
+def _add_heal_jobs(
+    resolved: Resolved, name: str, settings: dict, measured: str, layers: int | None
+) -> list[str]:
+    """heal_pruned: one job per healed (strategy, n); returns their folders in row order."""
+    healing = settings["healing"]
+    if not healing["enabled"]:
+        return []
+    paths = resolved.paths
+    n_values = _job_grid(settings["n_grid"], layers, "pruning.n_grid")
+    heal_n = _job_grid(healing.get("n_grid"), layers, "pruning.healing.n_grid")
+    folders = []
+    for strategy in healing.get("strategies") or settings["strategies"]:
+        for n in heal_n:
+            if not _has_set(strategy, n, settings, n_values):
+                continue
+            variant = f"{strategy}_n{n}"
+            out = paths.pruning_heal(name, variant)
+            cache = paths.datasets_cache(f"{name}.{variant}")
+            resolved.add(
+                "heal_pruned",
+                f"{name}/{variant}",
+                {
+                    **_model_spec(resolved, name, settings),
+                    "datasets_cache": cache,
+                    "measured": measured,
+                    "strategy": strategy,
+                    "n": n,
+                    "out": out,
+                    "val": settings["val"],
+                    "lm_eval": _variant_lm_eval(settings),
+                    "healing": {
+                        k: v for k, v in healing.items() if k not in ("strategies", "n_grid")
+                    },
+                    "tracking": tracking_settings(resolved.config),
+                },
+                outputs=[out, cache],
+                wildcards={"model": name, "variant": variant},
+                inputs=_model_inputs(resolved, name, measured=measured),
+            )
+            folders.append(out)
+    return folders
+
+
+def _variant_lm_eval(settings: dict) -> dict:
+    lm_eval = settings["lm_eval"]
+    return {k: lm_eval[k] for k in VARIANT_LM_EVAL_KEYS if k in lm_eval}
+
+
+def _add_evaluation_jobs(
+    resolved: Resolved, name: str, settings: dict, measured: str, layers: int | None
+) -> list[str]:
+    """evaluate_pruned: with lm_eval.per_set_jobs, one job per removal set lm-eval scores (the
+    full model, each (strategy, n) of lm_eval.n_grid, each single layer); their folders."""
+    lm_eval = settings["lm_eval"]
+    if not (lm_eval["enabled"] and lm_eval.get("per_set_jobs")):
+        return []
+    paths = resolved.paths
+    n_values = _job_grid(settings["n_grid"], layers, "pruning.n_grid")
+    task_n = (
+        n_values
+        if lm_eval["n_grid"] is None
+        else _job_grid(lm_eval["n_grid"], layers, "pruning.lm_eval.n_grid")
+    )
+    variants = ["full"] + [
+        f"{strategy}_n{n}"
+        for strategy in settings["strategies"]
+        for n in task_n
+        if _has_set(strategy, n, settings, n_values)
+    ]
+    if lm_eval["single_layer"]:
+        if layers is None:
+            raise ConfigError(
+                f"pruning.lm_eval.single_layer: per-set lm-eval jobs of '{name}' need its depth, "
+                f"which is not known before its download"
+            )
+        variants += [f"single{layer}" for layer in range(layers)]
+    folders = []
+    for variant in variants:
+        out = paths.pruning_evaluation(name, variant)
+        cache = paths.datasets_cache(f"{name}.{variant}")
+        resolved.add(
+            "evaluate_pruned",
+            f"{name}/{variant}",
+            {
+                **_model_spec(resolved, name, settings),
+                "datasets_cache": cache,
+                "measured": measured,
+                "variant": variant,
+                "out": out,
+                "lm_eval": _variant_lm_eval(settings),
+            },
+            outputs=[out, cache],
+            wildcards={"model": name, "variant": variant},
+            inputs=_model_inputs(resolved, name, measured=measured),
+        )
+        folders.append(out)
+    return folders
+
+
+def _add_gather_job(
+    resolved: Resolved, name: str, measured: str, heals: list[str], evaluations: list[str]
+) -> str:
+    """gather_pruning: the stage's tables of one model from its jobs' parts; returns its folder."""
+    out = resolved.paths.pruning(name)
+    resolved.add(
+        "gather_pruning",
+        name,
+        {
+            "model_name": name,
+            "measured": measured,
+            "heals": heals,
+            "evaluations": evaluations,
+            "seed": resolved.config["seed"],
+            "out": out,
         },
+        outputs=[out],
+        inputs={"measured": [measured], "heals": heals, "evaluations": evaluations},
     )
     return out
 

@@ -1,4 +1,4 @@
-"""The prune_model stage of one model: strategies and losses, lm-eval, healing, speed.
+"""The prune_model stage of one model: strategies and losses, lm-eval, speed.
 
 `run(spec, device, log)` reads as the stage's phases, one function each:
 
@@ -8,17 +8,17 @@
             greedy_max_n when set (no greedy set beyond: lm-eval scores greedy where it has a
             set, healing and speed may not name greedy beyond the cap: rejected at config time)
   evaluate  lm-eval of the full model, of the sets of lm_eval.n_grid and of single layers
-  heal      LoRA / QLoRA on a pruned copy of each set of healing.n_grid, its loss and lm-eval
+            (unless lm_eval.per_set_jobs: then each set is an evaluate_pruned job)
   speed     measured throughput of the exported sets of speed.n_grid against the full model
-  write     the tables, summary.json and provenance.json into the output
+  write     measured.json, the block choice, Block Influence, greedy and speed tables,
+            summary.json and provenance.json into the output
 
-The choices made on these measurements are jobs of their own that read the tables back
-(depthlab.stages.pruning.strategies: auto depth in choose_depth, the export of its choices in export_pruned), so a
-tolerance or an export reruns them alone, never this stage.
-
-This is the one module that imports the strategies (depthlab.stages.pruning.strategies), healing, the lm-eval tasks
-and the speed measurement together; each of them imports depthlab.stages.pruning.layer_removal, none imports
-this module or another of them.
+Healing is one heal_pruned job per (strategy, n) (depthlab.stages.pruning.variants), so a
+cluster heals the variants side by side; gather_pruning builds sweep.csv, single_layer.csv,
+window_losses.csv and healing.csv from this job's measured.json and those parts
+(depthlab.stages.pruning.tables). The choices made on these measurements are jobs of their own
+that read the tables back (depthlab.stages.pruning.strategies: auto depth in choose_depth, the
+export of its choices in export_pruned), so a tolerance or an export reruns them alone.
 
 Validation loss: every val loss of the stage (the sweep, single layers, healed variants) is
 the mean next-token cross-entropy over the scored positions of the validation windows: the last
@@ -48,19 +48,12 @@ The spec keys and output files are listed in workflow_scripts/prune_model.py; th
 one depthlab.config resolves (every key the schema requires is indexed, none given a second
 default here; the optional greedy_max_n and val.loss_tokens reach the spec only when the config
 sets them, absent meaning null as in the schema).
-
-Size: the stage reads plan -> evaluate -> heal -> speed -> write, one function each;
-the engines are in pruning, layer_removal, healing, lm_tasks and speed.
 """
 
 from __future__ import annotations
 
-import math
-import shutil
-import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -73,9 +66,7 @@ from depthlab.core.placement import spec_placement
 from depthlab.core.provenance import Provenance
 from depthlab.data.model_tokens import model_tokens
 from depthlab.models.architectures import adapt, load_model, load_tokenizer
-from depthlab.plan.stage_settings import HealSettings, grid, validate_pruning_settings
-from depthlab.stages.pruning.healing import heal
-from depthlab.stages.pruning.layer_removal import model_losses, prune_copy
+from depthlab.plan.stage_settings import grid, validate_pruning_settings
 from depthlab.stages.pruning.lm_tasks import TaskEvaluator, check_task_folder
 from depthlab.stages.pruning.speed import measure_exports
 from depthlab.stages.pruning.strategies import (
@@ -93,70 +84,7 @@ from depthlab.stages.pruning.strategies import (
     validation_windows,
     window_starts,
 )
-
-SWEEP_COLUMNS = [
-    "model",
-    "strategy",
-    "n",
-    "fraction",
-    "removed",
-    "healed",
-    "val_loss",
-    "val_ppl",
-    "delta_loss",
-    "task",
-    "acc",
-    "acc_stderr",
-    "acc_norm",
-    "acc_norm_stderr",
-    "score",
-    "score_stderr",
-    "score_metric",
-    "samples",
-]
-
-
-# --------------------------------------------------------------------------- settings
-
-
-# --------------------------------------------------------------------------- table rows
-
-
-def removed_label(removed: Sequence[int]) -> str:
-    """Removed layers as text for tables: "3-4-5" ("" for none)."""
-    return "-".join(str(l) for l in removed)
-
-
-def perplexity(loss: float) -> float:
-    return float(math.exp(loss)) if loss < 700 else float("inf")
-
-
-def _task_rows(base: dict, task_rows: list[dict] | None) -> list[dict]:
-    if not task_rows:
-        return [
-            {
-                **base,
-                "task": "",
-                "acc": np.nan,
-                "acc_stderr": np.nan,
-                "acc_norm": np.nan,
-                "acc_norm_stderr": np.nan,
-                "score": np.nan,
-                "score_stderr": np.nan,
-                "score_metric": "",
-                "samples": 0,
-            }
-        ]
-    return [{**base, **row} for row in task_rows]
-
-
-def healing_events_folder(out: str | Path):
-    """Where healing writes its TensorBoard curves while the job runs: a temporary folder beside
-    the job's output (removed when the job fails), copied to `<out>/tensorboard/` with the rest
-    of the output (one subfolder per healed variant, `<strategy>_n<n>`)."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return tempfile.TemporaryDirectory(prefix=f".{out.name}.tensorboard-", dir=out.parent)
+from depthlab.stages.pruning.tables import MEASURED_FILE, removed_label, rows_to_json
 
 
 class PhaseClock:
@@ -204,37 +132,21 @@ class Plan:
     def base_loss(self) -> float:
         return self.losses[()]
 
-    def variant_row(
-        self, strategy: str, n: int, removed: tuple[int, ...], healed: bool, loss: float
-    ) -> dict:
-        """The sweep table's columns of one variant before its task columns."""
-        return {
-            "model": self.name,
-            "strategy": strategy,
-            "n": n,
-            "fraction": n / self.num_layers,
-            "removed": removed_label(removed),
-            "healed": healed,
-            "val_loss": loss,
-            "val_ppl": perplexity(loss),
-            "delta_loss": loss - self.base_loss,
-        }
 
-
-@dataclass
-class Evaluation:
-    evaluator: TaskEvaluator | None
-    task_results: dict[tuple[int, ...], list[dict]]  # removed layers -> lm-eval rows
-    rows: list[dict]  # the unhealed variants' sweep rows
-
-
-@dataclass
-class Healing:
-    rows: list[dict]  # the healed variants' sweep rows
-    records: list[dict]  # healing.csv
-    events: tempfile.TemporaryDirectory | None
-    # (strategy, n, removed) -> the healed variant's loss per validation window
-    window_losses: dict = field(default_factory=dict)
+def task_evaluator(model: nn.Module, tokenizer, spec: dict) -> TaskEvaluator:
+    """lm-eval on the spec's tasks (its lm_eval settings) for `model` and its pruned views."""
+    lm_settings = spec["lm_eval"]
+    return TaskEvaluator(
+        model,
+        tokenizer,
+        spec["tasks"],
+        lm_settings["tasks"],
+        batch_size=lm_settings["batch_size"],
+        datasets_cache=spec["datasets_cache"],
+        bootstrap_iters=lm_settings["bootstrap_iters"],
+        seed=spec["seed"],
+        harness_tasks=lm_settings.get("harness_tasks"),
+    )
 
 
 def split_tokens(spec: dict, tokenizer, split: str) -> tuple[np.ndarray, dict]:
@@ -385,114 +297,40 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
     )
 
 
-def evaluate(planned: Plan, spec: dict, log) -> Evaluation:
+def evaluate(planned: Plan, spec: dict, log) -> dict[tuple[int, ...], list[dict]]:
     """lm-eval of the full model and of the planned sets of lm_eval.n_grid (and of every single
-    layer with lm_eval.single_layer), each through the pruned view of the one loaded model;
-    the unhealed variants' sweep rows."""
+    layer with lm_eval.single_layer), each through the pruned view of the one loaded model:
+    {removed layers: lm-eval rows}. Nothing when lm-eval is off or each set is an
+    evaluate_pruned job of its own (lm_eval.per_set_jobs)."""
     lm_settings = spec["lm_eval"]
-    evaluator = None
     task_results: dict[tuple[int, ...], list[dict]] = {}
-    if lm_settings["enabled"]:
-        evaluator = TaskEvaluator(
-            planned.model,
-            planned.tokenizer,
-            spec["tasks"],
-            lm_settings["tasks"],
-            batch_size=lm_settings["batch_size"],
-            datasets_cache=spec["datasets_cache"],
-            bootstrap_iters=lm_settings["bootstrap_iters"],
-            seed=spec["seed"],
-            harness_tasks=lm_settings.get("harness_tasks"),
+    if not lm_settings["enabled"] or lm_settings.get("per_set_jobs"):
+        return task_results
+    evaluator = task_evaluator(planned.model, planned.tokenizer, spec)
+    for removed in evaluated_sets(planned, lm_settings):
+        if removed not in task_results:
+            task_results[removed] = evaluator.evaluate(removed)
+    log(
+        f"[{planned.name}] lm-eval on {len(task_results)} variants: full model "
+        + ", ".join(
+            f"{r['task']} acc {r['acc']:.3f} ± {r['acc_stderr']:.3f}" for r in task_results[()]
         )
-        task_n = (
-            set(grid(lm_settings["n_grid"], planned.num_layers, "pruning.lm_eval.n_grid"))
-            if lm_settings["n_grid"] is not None
-            else set(planned.n_values)
-        )
-        wanted = [()] + [r for (s, n), r in planned.removals.items() if n in task_n]
-        if lm_settings["single_layer"]:
-            wanted += planned.singles
-        for removed in wanted:
-            if removed not in task_results:
-                task_results[removed] = evaluator.evaluate(removed)
-        log(
-            f"[{planned.name}] lm-eval on {len(task_results)} variants: full model "
-            + ", ".join(
-                f"{r['task']} acc {r['acc']:.3f} ± {r['acc_stderr']:.3f}" for r in task_results[()]
-            )
-        )
-
-    rows = []
-    for strategy in spec["strategies"]:
-        for n, removed in [(0, ())] + [
-            (n, planned.removals[(strategy, n)])
-            for n in planned.n_values
-            if (strategy, n) in planned.removals
-        ]:
-            rows += _task_rows(
-                planned.variant_row(strategy, n, removed, False, planned.losses[removed]),
-                task_results.get(removed),
-            )
-    return Evaluation(evaluator=evaluator, task_results=task_results, rows=rows)
+    )
+    return task_results
 
 
-def heal_variants(planned: Plan, evaluated: Evaluation, spec: dict, device: str, log) -> Healing:
-    """Heal a pruned copy of each planned set of healing.strategies x healing.n_grid; the healed
-    model's validation loss and lm-eval rows."""
-    healing = spec["healing"]
-    rows, records, events, per_window = [], [], None, {}
-    if not healing["enabled"]:
-        return Healing(rows=rows, records=records, events=events)
-    tracking = spec["tracking"]
-    name = planned.name
-    settings = HealSettings.from_dict(healing)
-    train_tokens, planned.token_source["train"] = split_tokens(spec, planned.tokenizer, "train")
-    heal_n = grid(healing.get("n_grid"), planned.num_layers, "pruning.healing.n_grid")
-    if tracking["tensorboard"]:
-        events = healing_events_folder(spec["out"])
-    for strategy in healing.get("strategies") or spec["strategies"]:
-        for n in heal_n:
-            removed = planned.removals.get((strategy, n))
-            if removed is None:
-                continue
-            variant = f"{strategy}_n{n}"
-            prefix = f"[{name}] {strategy} n={n}: "
-            merged, record = heal(
-                prune_copy(planned.model, removed),
-                train_tokens,
-                settings,
-                seed=spec["seed"],
-                device=device,
-                log=lambda m, prefix=prefix: log(prefix + m),
-                tensorboard_dir=events and Path(events.name) / variant,
-                wandb=tracking["wandb"],
-                run_name=f"{name}-heal-{variant}",
-                run_config={
-                    **spec,
-                    "variant": {"strategy": strategy, "n": n, "removed": list(removed)},
-                },
-            )
-            loss, per_window[(strategy, n, removed)] = model_losses(
-                merged, planned.windows, loss_tokens=spec["val"].get("loss_tokens")
-            )
-            tasks = (
-                evaluated.evaluator.evaluate(model=merged)
-                if evaluated.evaluator is not None
-                else None
-            )
-            rows += _task_rows(planned.variant_row(strategy, n, removed, True, loss), tasks)
-            records.append(
-                {
-                    "strategy": strategy,
-                    "n": n,
-                    "removed": removed_label(removed),
-                    "val_loss_unhealed": planned.losses[removed],
-                    "val_loss_healed": loss,
-                    **record,
-                }
-            )
-            del merged
-    return Healing(rows=rows, records=records, events=events, window_losses=per_window)
+def evaluated_sets(planned: Plan, lm_settings: dict) -> list[tuple[int, ...]]:
+    """The removal sets lm-eval scores, in order: the full model, the sets of lm_eval.n_grid,
+    then (lm_eval.single_layer) every single layer; a set may repeat."""
+    task_n = (
+        set(grid(lm_settings["n_grid"], planned.num_layers, "pruning.lm_eval.n_grid"))
+        if lm_settings["n_grid"] is not None
+        else set(planned.n_values)
+    )
+    wanted = [()] + [r for (s, n), r in planned.removals.items() if n in task_n]
+    if lm_settings["single_layer"]:
+        wanted += planned.singles
+    return wanted
 
 
 def measure_speed(planned: Plan, spec: dict, device: str, work_dir: Path) -> pd.DataFrame | None:
@@ -541,78 +379,53 @@ def measure_speed(planned: Plan, spec: dict, device: str, work_dir: Path) -> pd.
     return pd.DataFrame(rows)
 
 
-def _single_layer_table(planned: Plan, evaluated: Evaluation) -> pd.DataFrame:
-    rows = []
-    base_by_task = {r["task"]: r for r in evaluated.task_results.get((), [])}
-    for (layer,) in planned.singles:
-        base = {
-            "model": planned.name,
-            "layer": layer,
-            "val_loss": planned.losses[(layer,)],
-            "delta_loss": planned.losses[(layer,)] - planned.base_loss,
-        }
-        for row in evaluated.task_results.get((layer,)) or [{}]:
-            entry = dict(base)
-            if row:
-                full = base_by_task[row["task"]]
-                entry.update(
-                    {
-                        **row,
-                        **{f"delta_{m}": row[m] - full[m] for m in ("acc", "acc_norm", "score")},
-                    }
-                )
-            rows.append(entry)
-    return pd.DataFrame(rows)
-
-
-WINDOW_LOSS_COLUMNS = ["removed", "strategy", "n", "healed", "window", "loss"]
-
-
-def window_loss_table(
-    planned: Plan, strategies: Sequence[str], healed: dict | None = None
-) -> pd.DataFrame:
-    """window_losses.csv, long format: one row per (removal set, window) for the full model
-    (strategy `full`, n 0), every single-layer removal (strategy `single`, n 1) and every
-    (strategy, n) set of the sweep (a set two strategies share appears under each), healed
-    False; then each healed variant's (healed True; `healed`: Healing.window_losses)."""
+def measured_record(planned: Plan, spec: dict, task_results: dict) -> dict:
+    """measured.json: what the gathering job builds the tables from
+    (depthlab.stages.pruning.tables)."""
     named = [("full", 0, ())] + [("single", 1, removed) for removed in planned.singles]
     named += [
         (strategy, n, planned.removals[(strategy, n)])
-        for strategy in strategies
+        for strategy in spec["strategies"]
         for n in planned.n_values
         if (strategy, n) in planned.removals
     ]
     per_window = planned.sweep.window_losses([removed for _, _, removed in named])
-    flags = [False] * len(named)
-    for key, losses in (healed or {}).items():
-        named.append(key)
-        per_window.append(losses)
-        flags.append(True)
-    count = len(per_window[0])
-    return pd.DataFrame(
-        {
-            "removed": np.repeat([removed_label(r) for _, _, r in named], count),
-            "strategy": np.repeat([s for s, _, _ in named], count),
-            "n": np.repeat([n for _, n, _ in named], count),
-            "healed": np.repeat(flags, count),
-            "window": np.tile(np.arange(count), len(named)),
-            "loss": np.concatenate(per_window),
-        }
-    )[WINDOW_LOSS_COLUMNS]
+    return {
+        "model": planned.name,
+        "seed": spec["seed"],
+        "num_layers": planned.num_layers,
+        "strategies": list(spec["strategies"]),
+        "n_values": planned.n_values,
+        "removals": [
+            {"strategy": s, "n": n, "removed": list(r)} for (s, n), r in planned.removals.items()
+        ],
+        "singles": [layer for (layer,) in planned.singles],
+        "losses": [
+            {"removed": list(removed), "loss": float(loss)}
+            for removed, loss in planned.losses.items()
+        ],
+        "window_losses": [
+            {"strategy": s, "n": n, "removed": list(r), "losses": [float(x) for x in losses]}
+            for (s, n, r), losses in zip(named, per_window)
+        ],
+        "task_results": [
+            {"removed": list(removed), "rows": rows_to_json(rows)}
+            for removed, rows in task_results.items()
+        ],
+    }
 
 
 def write(
     out: Path,
     planned: Plan,
-    evaluated: Evaluation,
-    healed: Healing,
-    table: pd.DataFrame,
+    task_results: dict,
     speed_table: pd.DataFrame | None,
     spec: dict,
     clock: PhaseClock,
 ) -> dict:
-    """Every table and record of the stage into `out` (the output's temporary folder); returns
-    the summary."""
+    """Every record of the stage into `out` (the output's temporary folder): measured.json, the
+    block choice, Block Influence, greedy path and speed tables, summary.json and provenance;
+    returns the summary (the gathering job completes it with the heal and evaluation parts)."""
     name, L, sweep = planned.name, planned.num_layers, planned.sweep
     if speed_table is not None:
         write_dataframe(out / "speed.csv", speed_table)
@@ -621,10 +434,8 @@ def write(
     )
     if planned.cos_adjacent is not None:
         write_dataframe(out / "block_influence.csv", block_influence_table(planned.cos_adjacent))
-    write_dataframe(out / "single_layer.csv", _single_layer_table(planned, evaluated))
-    write_dataframe(out / "sweep.csv", table)
-    windows = window_loss_table(planned, spec["strategies"], healed.window_losses)
-    write_dataframe(out / "window_losses.csv", windows)
+    measured = measured_record(planned, spec, task_results)
+    write_json(out / MEASURED_FILE, measured)
     if planned.greedy_records:
         write_dataframe(
             out / "greedy_path.csv",
@@ -640,11 +451,6 @@ def write(
                 ]
             ),
         )
-    if healed.records:
-        write_dataframe(out / "healing.csv", pd.DataFrame(healed.records))
-    if healed.events is not None:
-        shutil.copytree(healed.events.name, out / "tensorboard")
-        healed.events.cleanup()
     summary = {
         "model": name,
         "num_layers": L,
@@ -656,7 +462,7 @@ def write(
             "file": "window_losses.csv",
             "windows": sweep.windows,
             "scored_positions_per_window": sweep.scored_tokens // sweep.windows,
-            "removal_sets": int(windows["removed"].nunique()),
+            "removal_sets": len({tuple(r["removed"]) for r in measured["window_losses"]}),
             "window_starts": planned.window_starts,
             "windows_overlap": bool(
                 np.any(np.diff(planned.window_starts) < spec["val"]["seq_len"] + 1)
@@ -668,9 +474,9 @@ def write(
         "removal_sets": len(sweep.memo),
         "layer_calls": sweep.layer_calls,
         "layer_calls_without_reuse": sum((L - len(k)) * len(planned.windows) for k in sweep.memo),
-        "lm_eval_variants": len(evaluated.task_results),
-        "tasks_full_model": evaluated.task_results.get((), []),
-        "healed_variants": len(healed.records),
+        "lm_eval_variants": len(task_results),
+        "tasks_full_model": task_results.get((), []),
+        "healed_variants": 0,
         "phase_seconds": clock.seconds,
         "wall_s": clock.wall(),
     }
@@ -681,16 +487,13 @@ def write(
 
 
 def run(spec: dict, device: str = "cpu", log=print) -> dict:
-    """The prune_model job: every table of the spec's model into spec["out"] (see
+    """The prune_model job: the measurements of the spec's model into spec["out"] (see
     workflow_scripts/prune_model.py for the keys and outputs). Returns the summary."""
     clock = PhaseClock()
     planned = plan(spec, device, log, clock)
-    evaluated = evaluate(planned, spec, log)
+    task_results = evaluate(planned, spec, log)
     clock.lap("lm_eval")
-    healed = heal_variants(planned, evaluated, spec, device, log)
-    clock.lap("healing")
-    table = pd.DataFrame(evaluated.rows + healed.rows)[SWEEP_COLUMNS]
     with atomic_path(Path(spec["out"]), is_dir=True) as tmp:
         speed_table = measure_speed(planned, spec, device, tmp)
         clock.lap("speed")
-        return write(tmp, planned, evaluated, healed, table, speed_table, spec, clock)
+        return write(tmp, planned, task_results, speed_table, spec, clock)

@@ -1,0 +1,49 @@
+#!/usr/bin/env python
+"""Heal one pruned variant of a model (Gromov et al. 2024: LoRA / QLoRA after block removal):
+the (strategy, n) set that prune_model chose, healed on the run's training tokens, then its
+validation loss per window and lm-eval rows. One job per variant, so a cluster heals them side by
+side; gather_pruning.py puts them into the stage's tables. See
+depthlab/stages/pruning/variants.py.
+
+Spec (`heal_pruned` job, one per model, strategy and n of pruning.healing): the prune_model
+spec's model_name, model_kind, model, revision, data, tasks, datasets_cache, seed, device,
+dtype, val, retokenize (not for pretrain), lm_eval, healing and tracking keys (see
+prune_model.py), plus
+  measured   the prune_model output folder (measured.json: the removal set of every strategy
+             and n, and the unhealed losses)
+  strategy   the strategy whose set is healed
+  n          its block size
+  out        output folder, written atomically
+
+Outputs in `out`: heal.json (strategy, n, removed, loss, window_losses, record: healing's
+steps, adapter parameters, train seconds and losses; tasks: lm-eval rows or null;
+token_source; seconds), tensorboard/ (with tracking.tensorboard), provenance.json.
+
+Example: python workflow_scripts/heal_pruned.py --config config/test.yaml --job lns/angular_n2
+"""
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+from depthlab.cli import main_guard, resolve_device, start_job
+
+
+def main() -> None:
+    _, spec = start_job(__doc__, "heal_pruned")
+    # lm-eval loads the task files with `datasets`: its cache goes inside the run, before import
+    os.environ["HF_DATASETS_CACHE"] = str(spec["datasets_cache"])
+
+    from depthlab.stages.pruning.variants import heal_variant
+
+    part = heal_variant(
+        spec, device=resolve_device(spec["device"]), log=lambda message: print(message, flush=True)
+    )
+    print(f"[{spec['model_name']}] {spec['strategy']} n={spec['n']} done in {part['seconds']} s")
+
+
+if __name__ == "__main__":
+    main_guard(main)
