@@ -9,6 +9,8 @@ for _text_set in jobs("plot_analysis"):
     for _figure, _path in zip(ANALYSIS_FIGURES,
                               expand(rules.plot_analysis.output.figures, job=_text_set)):
         FIGURES[f"analysis_{_text_set}_{_figure}"] = [_path]
+for _model in jobs("lens_swaps"):
+    FIGURES[f"lens_swaps_{_model}"] = expand(rules.lens_swaps.output.figure, model=_model)
 for _fit in jobs("plot_scaling"):
     FIGURES[f"scaling_{_fit}"] = expand(rules.plot_scaling.output.figure, job=_fit)
 if jobs("fit_toy"):
@@ -29,7 +31,8 @@ STAGE_TARGETS = {
     "analysis": expand(rules.analyse_model.output.analysis, zip,
              text_set=RESOLVED.wildcard_values("analyse_model", "text_set"),
              model=RESOLVED.wildcard_values("analyse_model", "model"))
-    + expand(rules.plot_analysis.output.figures, job=jobs("plot_analysis")),
+    + expand(rules.plot_analysis.output.figures, job=jobs("plot_analysis"))
+    + expand(rules.lens_swaps.output, model=jobs("lens_swaps")),
     "scaling": expand(rules.fit_scaling.output, job=jobs("fit_scaling"))
     + expand(rules.plot_scaling.output.figure, job=jobs("plot_scaling")),
     "pruning": (list(rules.build_lm_tasks.output) if jobs("build_lm_tasks") else [])

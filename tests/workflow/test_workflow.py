@@ -163,11 +163,11 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
             "stages/scaling/power_law_fitter.py",
             {"collect_sweep", "fit_scaling", "plot_scaling", "fit_toy", "make_claims", "all"},
         ),
-        # the skip-intervention engine: the skip job and what reads it; not the problem set, not
-        # the model trained on it
+        # the skip-intervention engine (its clean pass also feeds the lens / swap job): the skip
+        # job, lens_swaps and what reads them; not the problem set, not the model trained on it
         (
             "stages/depth_use/interventions.py",
-            {"skip_interventions", "plot_depth_use", "make_claims", "all"},
+            {"skip_interventions", "plot_depth_use", "lens_swaps", "make_claims", "all"},
         ),
         # the residual-stream hooks: every model-reading job and what reads them; never training
         (
@@ -183,6 +183,7 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
                 "skip_interventions",
                 "linear_maps",
                 "plot_depth_use",
+                "lens_swaps",
                 "make_claims",
                 "all",
             },

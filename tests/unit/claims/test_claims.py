@@ -768,6 +768,7 @@ def test_config_reads_pretrained_models_over_their_shards(tmp_path):
         },
     }
     config["models"]["llm"] = {"kind": "hf", "path": "some-org/some-llm"}
+    config.pop("lens_swaps")  # it names the default's four shards
     resolved = resolve(config)
     spec = resolved.jobs("make_claims")["claims"]
     # the shards' passes skip the logit lens (a per-text-set setting); the full set keeps it

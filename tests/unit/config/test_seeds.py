@@ -191,7 +191,7 @@ def test_a_seed_reproduces_bit_identically_and_two_seeds_differ(test_config, tmp
     data_dir = tmp_path / "data"
     prepare_corpus(data, data_dir, seed=0)
     config = copy.deepcopy(test_config)
-    for stage in ("pruning", "depth_use", "analysis", "scaling", "sweeps"):
+    for stage in ("pruning", "depth_use", "analysis", "lens_swaps", "scaling", "sweeps"):
         config.pop(stage)
     config["models"] = {
         "tiny": {

@@ -23,7 +23,7 @@ from depthlab.core.provenance import (
 )
 
 ROOT = Path(__file__).resolve().parents[3]
-STAGE_SECTIONS = ("analysis", "pruning", "depth_use", "scaling", "toy", "sweeps")
+STAGE_SECTIONS = ("analysis", "lens_swaps", "pruning", "depth_use", "scaling", "toy", "sweeps")
 
 
 def git_repo(path: Path, gitignore: str = "ignored/\n") -> Path:

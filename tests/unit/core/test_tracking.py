@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def tiny_model(test_config, norm_scheme="pre_ln", **train) -> dict:
     config = copy.deepcopy(test_config)
-    for stage in ("pruning", "depth_use", "analysis", "scaling", "sweeps"):
+    for stage in ("pruning", "depth_use", "analysis", "lens_swaps", "scaling", "sweeps"):
         config.pop(stage, None)
     config["models"] = {
         "tiny": {

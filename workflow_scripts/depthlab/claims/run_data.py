@@ -60,6 +60,10 @@ class RunData:
     # parents, and each parent's evaluate_finetuned scores.csv frame
     finetune_pairs: list = field(default_factory=list)
     finetune_scores: dict = field(default_factory=dict)
+    # tuned lens and layer swaps: per model, (lens.csv, swaps.csv) frames per text set; groups:
+    # {seed group: members} (a published LM: itself, its text sets the document shards)
+    lens_swaps: dict = field(default_factory=dict)
+    lens_groups: dict = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,6 +94,8 @@ def input_files(spec: dict) -> list[str]:
     files += [
         f"{folder}/scores.csv" for folder in spec.get("finetune", {}).get("scores", {}).values()
     ]
+    for folders in (spec.get("lens_swaps") or {}).get("folders", {}).values():
+        files += [f"{d}/{name}" for d in folders for name in ("lens.csv", "swaps.csv")]
     files += [fit["fit"] for fit in spec["fits"].values()]
     if spec.get("toy"):
         files.append(spec["toy"]["fit"])
@@ -164,6 +170,12 @@ def read_run_data(spec: dict) -> RunData:
     data.finetune_pairs = [tuple(p) for p in finetune.get("pairs", [])]
     for name, folder in finetune.get("scores", {}).items():
         data.finetune_scores[name] = pd.read_csv(f"{folder}/scores.csv")
+    lens_swaps = spec.get("lens_swaps") or {}
+    data.lens_groups = lens_swaps.get("groups", {})
+    for name, folders in lens_swaps.get("folders", {}).items():
+        data.lens_swaps[name] = [
+            (pd.read_csv(f"{d}/lens.csv"), pd.read_csv(f"{d}/swaps.csv")) for d in folders
+        ]
     if spec.get("toy"):
         data.toy_fit = json.loads(Path(spec["toy"]["fit"]).read_text())
         data.toy_bounds = tuple(spec["toy"]["exponent_bounds"])

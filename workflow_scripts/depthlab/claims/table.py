@@ -9,6 +9,7 @@ import pandas as pd
 from depthlab.claims.cod import cod_claims, finetune_claims
 from depthlab.claims.csordas import csordas_claims
 from depthlab.claims.gromov import gromov_claims
+from depthlab.claims.lens import lens_swaps_claims
 from depthlab.claims.liu import liu_claims
 from depthlab.claims.pretrained import pretrained_claims
 from depthlab.claims.rows import COLUMNS
@@ -24,6 +25,7 @@ def build_claims(data: RunData) -> pd.DataFrame:
         + csordas_claims(data)
         + liu_claims(data)
         + finetune_claims(data)
+        + lens_swaps_claims(data)
     )
     return pd.DataFrame(rows, columns=list(COLUMNS))
 

@@ -71,6 +71,7 @@ from depthlab.config.stages.claims import resolve_claims
 from depthlab.config.stages.data import resolve_data
 from depthlab.config.stages.depth_use import DEPTH_USE_FIGURES, resolve_depth_use
 from depthlab.config.stages.finetune import resolve_finetune
+from depthlab.config.stages.lens_swaps import resolve_lens_swaps
 from depthlab.config.stages.pretrain import resolve_pretrain, tracking_settings
 from depthlab.config.stages.pruning import PRUNING_FIGURES, resolve_pruning
 from depthlab.config.stages.scaling import merge_fit_spec, resolve_scaling
@@ -141,6 +142,7 @@ def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
     resolve_data(resolved, base_dir)
     resolve_pretrain(resolved)
     resolve_analysis(resolved, base_dir)
+    resolve_lens_swaps(resolved, base_dir)
     resolve_scaling(resolved, base_dir)
     resolve_toy(resolved)
     resolve_pruning(resolved, base_dir)

@@ -45,6 +45,9 @@ class RunPaths:
     def analysis(self, text_set: str, model: str) -> str:
         return f"{self.root}/analysis/{text_set}/{model}"
 
+    def lens_swaps(self, model: str) -> str:
+        return f"{self.root}/lens_swaps/{model}"
+
     @property
     def sweep_points(self) -> str:
         return f"{self.root}/scaling/sweep_points.csv"

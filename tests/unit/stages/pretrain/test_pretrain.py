@@ -40,7 +40,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "workflow_
 
 def tiny_model(test_config, **train) -> dict:
     config = copy.deepcopy(test_config)
-    for stage in ("pruning", "depth_use", "analysis", "scaling", "sweeps"):
+    for stage in ("pruning", "depth_use", "analysis", "lens_swaps", "scaling", "sweeps"):
         config.pop(stage, None)  # only the tiny model's own resolution matters here
     config["models"] = {}
     config["models"]["tiny"] = {

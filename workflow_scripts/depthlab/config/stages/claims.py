@@ -32,6 +32,7 @@ def resolve_claims(resolved: Resolved) -> None:
             "fits",
             "toy",
             "finetune",
+            "lens_swaps",
         )
     ):
         return
@@ -75,10 +76,19 @@ def _claim_sources(resolved: Resolved) -> dict:
     ]
     finetune = finetune_claim_inputs(resolved)
     finetune_members = [m for pair in finetune.get("pairs", []) for m in pair[1] + pair[3]]
+    lens_swaps = {
+        m: [f"{spec['out']}/{t}" for t in spec["text_sets"]]
+        for m, spec in resolved.jobs("lens_swaps").items()
+    }
     read = [
         m
         for m in dict.fromkeys(
-            cod_members + list(pruned) + list(scored) + map_ends + finetune_members
+            cod_members
+            + list(pruned)
+            + list(scored)
+            + map_ends
+            + finetune_members
+            + list(lens_swaps)
         )
         if models[m]["kind"] == "pretrain"
     ]
@@ -94,6 +104,7 @@ def _claim_sources(resolved: Resolved) -> dict:
         "read": read,
         "fits": _fits(resolved),
         "toy": resolved.jobs("fit_toy").get("toy"),
+        "lens_swaps": lens_swaps,
     }
 
 
@@ -185,6 +196,17 @@ def _claims_spec(resolved: Resolved, sources: dict) -> dict:
         "toy": {"fit": toy["out_json"], "exponent_bounds": toy["exponent_bounds"]} if toy else None,
         # only with the stage on: a config without it keeps its claims spec (no rerun)
         **({"finetune": finetune} if finetune else {}),
+        # only with the stage on: a config without it keeps its claims spec (no rerun)
+        **(
+            {
+                "lens_swaps": {
+                    "folders": sources["lens_swaps"],
+                    "groups": _grouped(sources["lens_swaps"], group_of),
+                }
+            }
+            if sources["lens_swaps"]
+            else {}
+        ),
         "bootstrap": {"resamples": bootstrap["resamples"], "seed": config["seed"]},
         "out_csv": paths.claims("csv"),
         "out_md": paths.claims("md"),
@@ -203,6 +225,7 @@ def _claims_inputs(resolved: Resolved, spec: dict, sources: dict) -> dict:
         + list(sources["scored"].values())
         + list(sources["maps"].values())
         + list(sources["finetune"].get("scores", {}).values())
+        + list(dict.fromkeys(spec["out"] for spec in resolved.jobs("lens_swaps").values()))
     )
     files = [fit["fit"] for fit in sources["fits"].values()] + ([toy["out_json"]] if toy else [])
     return {"folders": folders, "files": files}
