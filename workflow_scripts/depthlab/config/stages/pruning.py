@@ -297,12 +297,20 @@ def _job_grid(n_grid, layers: int | None, key: str) -> list[int]:
     return grid(n_grid, layers or max(n_grid) + 1, key)
 
 
-def _has_set(strategy: str, n: int, settings: dict, n_values: list[int]) -> bool:
-    """Whether prune_model measures a (strategy, n) set: n of its grid, greedy up to its cap."""
-    cap = settings.get("greedy_max_n") or max(n_values)
-    return (
-        strategy in settings["strategies"] and n in n_values and (strategy != "greedy" or n <= cap)
-    )
+def _measured_grid(settings: dict, layers: int | None) -> list[int] | None:
+    """pruning.n_grid's block sizes (None: every n of a model whose depth is not known yet)."""
+    if settings["n_grid"] is None and layers is None:
+        return None
+    return _job_grid(settings["n_grid"], layers, "pruning.n_grid")
+
+
+def _has_set(strategy: str, n: int, settings: dict, n_values: list[int] | None) -> bool:
+    """Whether prune_model measures a (strategy, n) set: n of its grid (None: every n), greedy
+    up to its cap."""
+    if strategy not in settings["strategies"] or (n_values is not None and n not in n_values):
+        return False
+    cap = settings.get("greedy_max_n") or (max(n_values) if n_values else n)
+    return strategy != "greedy" or n <= cap
 
 
 def _add_heal_jobs(
@@ -313,7 +321,7 @@ def _add_heal_jobs(
     if not healing["enabled"]:
         return []
     paths = resolved.paths
-    n_values = _job_grid(settings["n_grid"], layers, "pruning.n_grid")
+    n_values = _measured_grid(settings, layers)
     heal_n = _job_grid(healing.get("n_grid"), layers, "pruning.healing.n_grid")
     folders = []
     for strategy in healing.get("strategies") or settings["strategies"]:
@@ -362,9 +370,9 @@ def _add_evaluation_jobs(
     if not (lm_eval["enabled"] and lm_eval.get("per_set_jobs")):
         return []
     paths = resolved.paths
-    n_values = _job_grid(settings["n_grid"], layers, "pruning.n_grid")
+    n_values = _measured_grid(settings, layers)
     task_n = (
-        n_values
+        _job_grid(settings["n_grid"], layers, "pruning.lm_eval.n_grid")
         if lm_eval["n_grid"] is None
         else _job_grid(lm_eval["n_grid"], layers, "pruning.lm_eval.n_grid")
     )
