@@ -329,30 +329,21 @@ def _add_heal_jobs(
             if not _has_set(strategy, n, settings, n_values):
                 continue
             variant = f"{strategy}_n{n}"
-            out = paths.pruning_heal(name, variant)
-            cache = paths.datasets_cache(f"{name}.{variant}")
-            resolved.add(
-                "heal_pruned",
-                f"{name}/{variant}",
-                {
-                    **_model_spec(resolved, name, settings),
-                    "datasets_cache": cache,
-                    "measured": measured,
-                    "strategy": strategy,
-                    "n": n,
-                    "out": out,
-                    "val": settings["val"],
-                    "lm_eval": _variant_lm_eval(settings),
-                    "healing": {
-                        k: v for k, v in healing.items() if k not in ("strategies", "n_grid")
+            folders.append(
+                _add_variant_job(
+                    resolved, "heal_pruned", name, variant, settings, measured,
+                    paths.pruning_heal(name, variant),
+                    {
+                        "strategy": strategy,
+                        "n": n,
+                        "val": settings["val"],
+                        "healing": {
+                            k: v for k, v in healing.items() if k not in ("strategies", "n_grid")
+                        },
+                        "tracking": tracking_settings(resolved.config),
                     },
-                    "tracking": tracking_settings(resolved.config),
-                },
-                outputs=[out, cache],
-                wildcards={"model": name, "variant": variant},
-                inputs=_model_inputs(resolved, name, measured=measured),
-            )
-            folders.append(out)
+                )
+            )  # fmt: skip
     return folders
 
 
@@ -389,27 +380,45 @@ def _add_evaluation_jobs(
                 f"which is not known before its download"
             )
         variants += [f"single{layer}" for layer in range(layers)]
-    folders = []
-    for variant in variants:
-        out = paths.pruning_evaluation(name, variant)
-        cache = paths.datasets_cache(f"{name}.{variant}")
-        resolved.add(
-            "evaluate_pruned",
-            f"{name}/{variant}",
-            {
-                **_model_spec(resolved, name, settings),
-                "datasets_cache": cache,
-                "measured": measured,
-                "variant": variant,
-                "out": out,
-                "lm_eval": _variant_lm_eval(settings),
-            },
-            outputs=[out, cache],
-            wildcards={"model": name, "variant": variant},
-            inputs=_model_inputs(resolved, name, measured=measured),
+    return [
+        _add_variant_job(
+            resolved, "evaluate_pruned", name, variant, settings, measured,
+            paths.pruning_evaluation(name, variant), {"variant": variant},
         )
-        folders.append(out)
-    return folders
+        for variant in variants
+    ]  # fmt: skip
+
+
+def _add_variant_job(
+    resolved: Resolved,
+    family: str,
+    name: str,
+    variant: str,
+    settings: dict,
+    measured: str,
+    out: str,
+    keys: dict,
+) -> str:
+    """One per-variant job of a model (heal_pruned, evaluate_pruned): the model's shared keys,
+    prune_model's folder, the lm-eval settings the job reads, a datasets cache of its own (jobs
+    side by side must not share one) and its `keys`; returns its folder."""
+    cache = resolved.paths.datasets_cache(f"{name}.{variant}")
+    resolved.add(
+        family,
+        f"{name}/{variant}",
+        {
+            **_model_spec(resolved, name, settings),
+            "datasets_cache": cache,
+            "measured": measured,
+            "out": out,
+            "lm_eval": _variant_lm_eval(settings),
+            **keys,
+        },
+        outputs=[out, cache],
+        wildcards={"model": name, "variant": variant},
+        inputs=_model_inputs(resolved, name, measured=measured),
+    )
+    return out
 
 
 def _add_gather_job(
