@@ -80,6 +80,6 @@ rule lens_swaps:
         ENVIRONMENT
     threads: stage_threads("analysis")
     resources:
-        **stage_resources("analysis"),
+        **job_resources("lens_swaps"),
     shell:
         "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

@@ -359,3 +359,34 @@ def test_full_finetuning_holds_adamw_state_lora_only_its_adapters():
     assert full_job.gpu_hours > lora_job.gpu_hours
     evaluation = lora.jobs[("evaluate_finetuned", "llama130m_lns")]
     assert evaluation.source == "derived" and evaluation.request["gpu"] == 1
+
+
+def test_lens_swaps_jobs_are_sized_from_their_model(paper):
+    """The tuned lens holds one float32 d x d translator per layer with its gradient and Adam's
+    two moments (16 bytes a weight): 32 x (4096^2 + 4096) x 16 bytes for Llama-2-7B, beside its
+    bf16 weights; a 7B model's job needs more GPU memory and more GPU-hours than a 410M one's."""
+    from depthlab.plan.job_costs import lens_swaps_work
+
+    jobs = jobs_of(paper.resource_plan, "lens_swaps")
+    assert jobs and all(p.source == "derived" for p in jobs.values())
+    spec = paper.jobs("lens_swaps")["llama2_7b"]
+    shape = hub_shape(paper.models["llama2_7b"]["path"])
+    work = lens_swaps_work("llama2_7b", spec, shape, 0.0)
+    (phase,) = work.phases
+    assert phase.fixed["translators (float32, with Adam state)"] == 32 * (4096**2 + 4096) * 16
+    request = jobs["llama2_7b"].request
+    assert (
+        request["gpu"] * request["gpu_memory_mb"] * MiB >= 32 * 4096**2 * 16 + 2 * shape.parameters
+    )
+    small = jobs["pythia_410m"]
+    assert jobs["llama2_7b"].gpu_hours > small.gpu_hours
+    assert request["gpu_memory_mb"] > small.request["gpu_memory_mb"]
+    # more training steps cost exactly their FLOPs: per step, batch x L x (translator + head) x 6
+    longer = lens_swaps_work(
+        "llama2_7b", {**spec, "tuned_lens": {**spec["tuned_lens"], "steps": 2 * spec["tuned_lens"]["steps"]}},
+        shape, 0.0,
+    )  # fmt: skip
+    lens = spec["tuned_lens"]
+    head = shape.vocab_size * shape.hidden_size
+    expected = lens["steps"] * lens["batch_tokens"] * 32 * 6 * (head + 4096**2)
+    assert longer.flops["bfloat16"] - work.flops["bfloat16"] == pytest.approx(expected, rel=1e-12)

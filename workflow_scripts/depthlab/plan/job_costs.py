@@ -226,6 +226,49 @@ def analysis_work(name: str, spec: dict, shape: Shape, download: float) -> Work:
     )
 
 
+def lens_swaps_work(name: str, spec: dict, shape: Shape, download: float) -> Work:
+    """lens_swaps: the train-split states of the tuned lens' tokens (one forward each), its
+    training (per step and layer: the translator and the head, forward and backward through the
+    frozen head), then per text set a clean pass, both lenses read at every state of every
+    scored token, and 2L variants (each adjacent swap, each deletion) replayed from their first
+    changed layer (L/2 layers on average) and read out."""
+    dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
+    L, d = shape.num_layers, shape.hidden_size
+    context = _context(spec["max_length"], shape)
+    lens = spec["tuned_lens"]
+    head = head_matrix_parameters(shape)
+    layer = layer_matrix_parameters(shape)
+    flops = lens["train_tokens"] * forward_flops(shape, context)
+    flops += lens["steps"] * lens["batch_tokens"] * L * 3 * 2 * (head + d * d)
+    tokens = len(spec["text_sets"]) * spec["max_samples"] * context  # documents fill max_length
+    scored = tokens / spec["stride"]
+    flops += tokens * forward_flops(shape, context)
+    flops += scored * 2 * (L + 1) * 2 * head  # the logit lens and the tuned lens
+    flops += 2 * L * (tokens * (L / 2) * 2 * layer + scored * 2 * head)
+    rows = spec["batch_size"] * context
+    translators = L * (d * d + d) * 4 * 4  # float32 weights, gradients and Adam's two moments
+    return Work(
+        flops={dtype: flops},
+        phases=[
+            Phase(
+                "tuned lens and swaps",
+                split={"weights": shape.parameters * b},
+                fixed={
+                    "translators (float32, with Adam state)": translators,
+                    "train-split states (float32)": (L + 1) * lens["train_tokens"] * d * 4,
+                    "batch and every layer's states": _inference_batch(shape, rows, b)
+                    + (L + 1) * rows * d * b,
+                    "lens logits": min(LOGIT_LENS_CHUNK, (L + 1) * rows * shape.vocab_size) * 14,
+                },
+            )
+        ],
+        weights=shape.parameters * b,
+        weights_what=_what(name, shape, dtype),
+        host=shape.weight_bytes() + translators,
+        disk=download + L * (d * d + d) * 4,  # translators.safetensors
+    )
+
+
 def _lora_parameters(shape: Shape, healing: dict) -> int:
     d, i = shape.hidden_size, shape.intermediate_size
     per_layer = sum(

@@ -1,6 +1,6 @@
 """Per-job resources derived from each job's model, and the cost plan of a config.
 
-Every job that loads a model (pretrain_model, analyse_model, prune_model, skip_interventions,
+Every job that loads a model (pretrain_model, analyse_model, lens_swaps, prune_model, skip_interventions,
 linear_maps, and the CPU jobs export_pruned and convert_gguf) is sized from its model's shape
 (depthlab.plan.model_shapes) and its spec's batch, sequence length and passes:
 
@@ -53,6 +53,7 @@ from depthlab.plan.job_costs import (
     finetune_work,
     heal_work,
     host_copy_work,
+    lens_swaps_work,
     linear_maps_work,
     pretrain_work,
     pruning_work,
@@ -66,6 +67,7 @@ from depthlab.plan.model_shapes import (
 MODEL_JOBS = {
     "pretrain_model": ("pretrain", True),
     "analyse_model": ("analysis", True),
+    "lens_swaps": ("analysis", True),
     "prune_model": ("pruning", True),
     "heal_pruned": ("pruning", True),
     "evaluate_pruned": ("pruning", True),
@@ -168,6 +170,8 @@ class _Planner:
             return pretrain_work(name, spec, shape)
         if family == "analyse_model":
             return analysis_work(name, spec, shape, self.download(name))
+        if family == "lens_swaps":
+            return lens_swaps_work(name, spec, shape, self.download(name))
         pruning_works = {
             "prune_model": pruning_work,
             "heal_pruned": heal_work,
