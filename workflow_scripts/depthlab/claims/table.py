@@ -12,6 +12,7 @@ from depthlab.claims.gromov import gromov_claims
 from depthlab.claims.lens import lens_swaps_claims
 from depthlab.claims.liu import liu_claims
 from depthlab.claims.pretrained import pretrained_claims
+from depthlab.claims.pruning_methods import pruning_method_claims
 from depthlab.claims.rows import COLUMNS
 from depthlab.claims.run_data import RunData
 
@@ -22,6 +23,7 @@ def build_claims(data: RunData) -> pd.DataFrame:
         cod_claims(data)
         + pretrained_claims(data)
         + gromov_claims(data)
+        + pruning_method_claims(data)
         + csordas_claims(data)
         + liu_claims(data)
         + finetune_claims(data)

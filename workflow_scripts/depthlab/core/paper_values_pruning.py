@@ -1,0 +1,42 @@
+"""Published statements of the depth-pruning methods beyond Gromov et al. (depthlab.core.paper_values
+holds the four papers' values, in the same form): Shortened LLaMA's criteria (Kim et al. 2024) and
+SLEB's iterative removal (Song et al. 2024), read by the claims' pruning-method rows. A module of
+its own so that the four papers' figures and fits, which import paper_values, do not rerun when
+these change."""
+
+from __future__ import annotations
+
+from depthlab.core.paper_values import PaperValue
+
+KIM = "Kim et al. 2024 (Shortened LLaMA, arXiv 2402.02834)"
+SONG = "Song et al. 2024 (SLEB, arXiv 2402.09025)"
+
+# A loss difference between two criteria below this (nats, mean over the compared n) is no
+# difference: Gromov et al.'s negligible gap, so the pruning rows share one threshold.
+CRITERIA_GAP_NEGLIGIBLE = 0.005
+
+PAPER_VALUES = {
+    "kim_ppl_vs_taylor_loss": PaperValue(
+        KIM,
+        "Table 2 / Sec. 4 (LLaMA-1-7B, 20% of the blocks removed, LoRA-healed)",
+        None,
+        "the PPL criterion leaves a lower perplexity than Taylor+ (WikiText-2 17.66 vs 20.21) "
+        "while Taylor+ keeps more zero-shot accuracy (7-task mean 63.49 vs 61.83)",
+        derived="the paper's perplexity and accuracy columns; here: validation loss unhealed",
+    ),
+    "kim_taylor_vs_ppl_tasks": PaperValue(
+        KIM,
+        "Table 2 / Sec. 4 (LLaMA-1-7B, 20% of the blocks removed, LoRA-healed)",
+        None,
+        "Taylor+ keeps more zero-shot task accuracy than the PPL criterion (63.49 vs 61.83)",
+        derived="the paper's 7-task means; here: the run's lm-eval tasks, unhealed",
+    ),
+    "song_iterative_vs_one_shot": PaperValue(
+        SONG,
+        "Sec. 3-4 (the iterative block selection against one-shot metrics)",
+        None,
+        "removing blocks one at a time, each chosen on the model already pruned, beats ranking "
+        "the blocks once by their single-removal effect",
+        derived="the paper's argument and its comparisons with one-shot block metrics",
+    ),
+}
