@@ -359,3 +359,24 @@ def test_full_finetuning_holds_adamw_state_lora_only_its_adapters():
     assert full_job.gpu_hours > lora_job.gpu_hours
     evaluation = lora.jobs[("evaluate_finetuned", "llama130m_lns")]
     assert evaluation.source == "derived" and evaluation.request["gpu"] == 1
+
+
+def test_full_healing_holds_every_kept_weights_gradient_and_adamw_state():
+    """pruning.healing.methods [qlora, full]: each heal has a `full` job beside its QLoRA one;
+    continued pretraining holds the pruned copy's weights, their gradients and both AdamW
+    moments (4 x the kept weights' bytes) and runs 3 passes per token instead of 2, so it asks
+    for more GPU memory and more GPU-hours than the adapters on the same tokens."""
+    paper = config("paper.yaml")
+    paper["pruning"]["healing"]["methods"] = ["qlora", "full"]
+    resolved = resolve(paper)
+    job = "llama130m_lns/angular_n6"
+    spec = resolved.jobs("heal_pruned")[f"{job}_full"]
+    assert spec["healing"]["method"] == "full"
+    adapters, full = (resolved.resource_plan.jobs[("heal_pruned", j)] for j in (job, f"{job}_full"))
+    assert adapters.models == full.models
+    layers = paper["models"]["llama130m_lns"]["architecture"]["num_layers"]
+    width = {"bfloat16": 2, "float16": 2, "float32": 4}[spec["dtype"]]
+    kept_bytes = full.parameters * width * (layers - spec["n"]) / layers
+    assert full.request["gpu_memory_mb"] * MiB >= 4 * kept_bytes
+    assert full.request["gpu_memory_mb"] > adapters.request["gpu_memory_mb"]
+    assert full.gpu_hours > adapters.gpu_hours
