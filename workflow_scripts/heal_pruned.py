@@ -13,10 +13,13 @@ prune_model.py), plus
              and n, and the unhealed losses)
   strategy   the strategy whose set is healed
   n          its block size
+  healing    one method's settings (pruning.healing without strategies, n_grid, methods and
+             full_lr; `method` lora, qlora or full, full's lr full_lr where given): one heal job
+             per method, named <strategy>_n<n> for the first, <strategy>_n<n>_<method> after
   out        output folder, written atomically
 
-Outputs in `out`: heal.json (strategy, n, removed, loss, window_losses, record: healing's
-steps, adapter parameters, train seconds and losses; tasks: lm-eval rows or null;
+Outputs in `out`: heal.json (strategy, n, method, removed, loss, window_losses, record: healing's
+steps, trained parameters, lr, train seconds and losses; tasks: lm-eval rows or null;
 token_source; seconds), tensorboard/ (with tracking.tensorboard), provenance.json.
 
 Example: python workflow_scripts/heal_pruned.py --config config/test.yaml --job lns/angular_n2

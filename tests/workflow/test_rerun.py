@@ -123,6 +123,7 @@ def spec_change_lines(result) -> list[str]:
             },  # fmt: skip
             [
                 "heal_pruned[lns/angular_n2]: val.windows 4 -> 5",
+                "heal_pruned[lns/angular_n2_full]: val.windows 4 -> 5",
                 "prune_model[lns]: val.windows 4 -> 5",
             ],
         ),
@@ -130,7 +131,10 @@ def spec_change_lines(result) -> list[str]:
         (
             "pruning={healing: {steps: 4}}",
             {"heal_pruned", "gather_pruning", "choose_depth", "plot_pruning", "make_claims", "all"},
-            ["heal_pruned[lns/angular_n2]: healing.steps 3 -> 4"],
+            [
+                "heal_pruned[lns/angular_n2]: healing.steps 3 -> 4",
+                "heal_pruned[lns/angular_n2_full]: healing.steps 3 -> 4",
+            ],
         ),
     ],
 )

@@ -543,14 +543,17 @@ def test_pruning_per_model_strategies_grids_and_healing_reach_only_their_model()
     # healing is one heal_pruned job per (strategy, n): lns heals both of its strategies at its
     # own n and steps, pre_ln the section's strategies and grid; prune_model's spec has none
     heals = resolved.jobs("heal_pruned")
-    healing = {
-        k: v for k, v in config["pruning"]["healing"].items() if k not in ("strategies", "n_grid")
-    }
-    assert [job for job in heals if job.startswith("lns/")] == ["lns/angular_n1", "lns/deepest_n1"]
+    choices = ("strategies", "n_grid", "methods", "full_lr")
+    healing = {k: v for k, v in config["pruning"]["healing"].items() if k not in choices}
+    # test.yaml heals with lora and full: the first method's jobs keep their names
+    assert [job for job in heals if job.startswith("lns/")] == [
+        "lns/angular_n1", "lns/deepest_n1", "lns/angular_n1_full", "lns/deepest_n1_full"
+    ]  # fmt: skip
     assert heals["lns/deepest_n1"]["healing"] == {**healing, "steps": 3}
     assert (heals["lns/deepest_n1"]["strategy"], heals["lns/deepest_n1"]["n"]) == ("deepest", 1)
     assert [job for job in heals if job.startswith("pre_ln/")] == [
-        f"pre_ln/{strategy}_n{n}"
+        f"pre_ln/{strategy}_n{n}{suffix}"
+        for suffix in ("", "_full")
         for strategy in config["pruning"]["healing"]["strategies"]
         for n in config["pruning"]["healing"]["n_grid"]
     ]
@@ -558,6 +561,72 @@ def test_pruning_per_model_strategies_grids_and_healing_reach_only_their_model()
     assert "healing" not in lns and "healing" not in pre_ln
     config["pruning"]["per_model"]["lns"]["n_grid"] = [64]
     with pytest.raises(ConfigError, match=r"^pruning\.per_model\.lns\.n_grid: block size 64"):
+        resolve(config)
+
+
+def test_healing_methods_are_one_heal_job_each_and_the_first_keeps_todays_job():
+    """pruning.healing.methods: one heal_pruned job per method and (strategy, n) on the same
+    tokens; the first method's job keeps today's name, folder and spec (a config without
+    methods resolves to exactly that job), the others are `<strategy>_n<n>_<method>`, `full`
+    with full_lr as its lr; the gather job lists the first method's parts first; a bad method
+    names pruning.healing.methods; per_model overrides the methods of its model only."""
+    from depthlab.plan.stage_settings import validate_healing_settings
+
+    config = load("test.yaml")
+    healing = config["pruning"]["healing"]
+    assert healing["methods"] == ["lora", "full"] and healing["method"] == "lora"
+    resolved = resolve(config)
+    heals = resolved.jobs("heal_pruned")
+    assert list(heals) == ["lns/angular_n2", "lns/angular_n2_full"]
+    today = copy.deepcopy(config)
+    for key in ("methods", "full_lr"):
+        del today["pruning"]["healing"][key]
+    plain = resolve(today).jobs("heal_pruned")
+    assert list(plain) == ["lns/angular_n2"]
+    assert heals["lns/angular_n2"] == plain["lns/angular_n2"]  # spec, folder and all
+    assert plain["lns/angular_n2"]["out"].endswith("pruning_jobs/lns/heal/angular_n2")
+    full = heals["lns/angular_n2_full"]
+    assert full["out"].endswith("pruning_jobs/lns/heal/angular_n2_full")
+    assert full["healing"] == {
+        **plain["lns/angular_n2"]["healing"], "method": "full", "lr": healing["full_lr"]
+    }  # fmt: skip
+    assert {k: v for k, v in full.items() if k not in ("healing", "out", "datasets_cache")} == {
+        k: v for k, v in heals["lns/angular_n2"].items()
+        if k not in ("healing", "out", "datasets_cache")
+    }  # fmt: skip
+    assert resolved.jobs("gather_pruning")["lns"]["heals"] == [
+        heals["lns/angular_n2"]["out"], full["out"]
+    ]  # fmt: skip
+    # without full_lr, full trains at lr; the first method may be full
+    del config["pruning"]["healing"]["full_lr"]
+    config["pruning"]["healing"]["methods"] = ["full", "lora"]
+    heals = resolve(config).jobs("heal_pruned")
+    assert list(heals) == ["lns/angular_n2", "lns/angular_n2_lora"]
+    assert heals["lns/angular_n2"]["healing"]["method"] == "full"
+    assert heals["lns/angular_n2"]["healing"]["lr"] == healing["lr"]
+    # per_model: its model's methods only
+    config = load("test.yaml")
+    config["pruning"]["models"] = ["pre_ln", "lns"]
+    config["pruning"]["per_model"] = {"lns": {"healing": {"methods": ["full"]}}}
+    heals = resolve(config).jobs("heal_pruned")
+    assert [j for j in heals if j.startswith("lns/")] == ["lns/angular_n2"]
+    assert heals["lns/angular_n2"]["healing"]["method"] == "full"
+    assert [j for j in heals if j.startswith("pre_ln/")] == [
+        "pre_ln/angular_n2", "pre_ln/angular_n2_full"
+    ]  # fmt: skip
+    # a bad method names the key, from the schema and from the library check
+    for methods in (["lora", "cpt"], [], ["lora", "lora"]):
+        config = load("test.yaml")
+        config["pruning"]["healing"]["methods"] = methods
+        with pytest.raises(ConfigError, match=r"pruning\.healing\.methods"):
+            resolve(config)
+        with pytest.raises(ValueError, match=r"^pruning\.healing\.methods: "):
+            validate_healing_settings({**healing, "methods": methods})
+    with pytest.raises(ValueError, match=r"^pruning\.healing\.full_lr: must be > 0"):
+        validate_healing_settings({**healing, "full_lr": 0.0})
+    config = load("test.yaml")
+    config["pruning"]["healing"]["full_lr"] = -1.0
+    with pytest.raises(ConfigError, match=r"pruning\.healing\.full_lr"):
         resolve(config)
 
 

@@ -390,3 +390,29 @@ def test_lens_swaps_jobs_are_sized_from_their_model(paper):
     head = shape.vocab_size * shape.hidden_size
     expected = lens["steps"] * lens["batch_tokens"] * 32 * 6 * (head + 4096**2)
     assert longer.flops["bfloat16"] - work.flops["bfloat16"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_full_healing_holds_every_kept_weights_gradient_and_adamw_state():
+    """healing methods [qlora, full]: each heal has a `full` job beside its QLoRA one;
+    continued pretraining holds the pruned copy's weights, their gradients and both AdamW
+    moments (4 x the kept weights' bytes) and runs 3 passes per token instead of 2, so it asks
+    for more GPU memory and more GPU-hours than the adapters on the same tokens."""
+    paper = config("paper.yaml")
+    # the 130M model only: continued pretraining of the 70B model for QLoRA's 5,000 steps
+    # exceeds cluster.max_runtime (one job of ~240 h)
+    override = paper["pruning"]["per_model"]["llama130m_lns"]
+    paper["pruning"]["per_model"]["llama130m_lns"] = {
+        **override, "healing": {**override["healing"], "methods": ["qlora", "full"]}
+    }  # fmt: skip
+    resolved = resolve(paper)
+    job = "llama130m_lns/angular_n6"
+    spec = resolved.jobs("heal_pruned")[f"{job}_full"]
+    assert spec["healing"]["method"] == "full"
+    adapters, full = (resolved.resource_plan.jobs[("heal_pruned", j)] for j in (job, f"{job}_full"))
+    assert adapters.models == full.models
+    layers = paper["models"]["llama130m_lns"]["architecture"]["num_layers"]
+    width = {"bfloat16": 2, "float16": 2, "float32": 4}[spec["dtype"]]
+    kept_bytes = full.parameters * width * (layers - spec["n"]) / layers
+    assert full.request["gpu_memory_mb"] * MiB >= 4 * kept_bytes
+    assert full.request["gpu_memory_mb"] > adapters.request["gpu_memory_mb"]
+    assert full.gpu_hours > adapters.gpu_hours

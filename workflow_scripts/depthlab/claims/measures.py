@@ -123,7 +123,9 @@ def half_gap(values: pd.Series) -> float:
 
 def _window_table(windows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     """window_losses.csv as a (windows x removal sets) loss matrix and the sets' keys: "full",
-    "single:<layer>", "<strategy>:<n>" and, for healed variants, "healed:<strategy>:<n>"."""
+    "single:<layer>", "<strategy>:<n>" and, for healed variants, "healed:<strategy>:<n>" (with
+    several healing methods, column `method`: the first method's; another method's
+    "healed[<method>]:<strategy>:<n>", healed_prefix)."""
     keys = pd.Series(
         np.where(
             windows["strategy"] == "full",
@@ -138,9 +140,50 @@ def _window_table(windows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     )
     if "healed" in windows:
         healed = windows["healed"].astype(str).str.lower() == "true"
-        keys = keys.where(~healed, "healed:" + keys)
+        prefix = pd.Series("healed:", index=windows.index)
+        methods = healing_methods(windows)
+        if methods:
+            method = windows["method"].astype(str)
+            prefix = prefix.where(method == methods[0], "healed[" + method + "]:")
+        keys = keys.where(~healed, prefix + keys)
     table = windows.assign(key=keys).pivot_table(index="window", columns="key", values="loss")
     return table.to_numpy(dtype=np.float64), list(table.columns)
+
+
+def healing_methods(windows: pd.DataFrame) -> list[str]:
+    """The healing methods of window_losses.csv's healed rows, the first method (the gathering
+    job writes its rows first) first; [] without a `method` column or healed rows."""
+    if "method" not in windows or "healed" not in windows:
+        return []
+    healed = windows["healed"].astype(str).str.lower() == "true"
+    return list(dict.fromkeys(windows.loc[healed, "method"].astype(str)))
+
+
+def healed_prefix(methods: list[str], method: str) -> str:
+    """The key prefix of one healing method's healed sets in _window_table's keys."""
+    return "healed:" if method == methods[0] else f"healed[{method}]:"
+
+
+def healed_sets(means: dict, prefix: str) -> dict:
+    """{(strategy, n): mean loss} of the healed sets whose keys start with `prefix`."""
+    sets = {}
+    for key, loss in means.items():
+        if key.startswith(prefix):
+            strategy, n = key.removeprefix(prefix).rsplit(":", 1)
+            sets[(strategy, int(n))] = loss
+    return sets
+
+
+def method_gap_of_means(means: dict, worse: str, better: str) -> tuple[float, int | None]:
+    """(gap, n): at the largest n some strategy was healed at by both methods (key prefixes
+    `worse` and `better`), the mean over those strategies of loss(worse) - loss(better)
+    (> 0: `better` heals more); (NaN, None) when no set was healed by both."""
+    a, b = healed_sets(means, worse), healed_sets(means, better)
+    both = set(a) & set(b)
+    if not both:
+        return math.nan, None
+    n = max(n for _, n in both)
+    return float(np.mean([a[key] - b[key] for key in sorted(both) if key[1] == n])), n
 
 
 def window_means(windows: pd.DataFrame) -> dict:

@@ -8,7 +8,7 @@ import pandas as pd
 
 from depthlab.claims.cod import cod_claims, finetune_claims
 from depthlab.claims.csordas import csordas_claims
-from depthlab.claims.gromov import gromov_claims
+from depthlab.claims.gromov import gromov_claims, kim_claims
 from depthlab.claims.lens import lens_swaps_claims
 from depthlab.claims.liu import liu_claims
 from depthlab.claims.pretrained import pretrained_claims
@@ -23,6 +23,7 @@ def build_claims(data: RunData) -> pd.DataFrame:
         cod_claims(data)
         + pretrained_claims(data)
         + gromov_claims(data)
+        + kim_claims(data)
         + pruning_method_claims(data)
         + csordas_claims(data)
         + liu_claims(data)

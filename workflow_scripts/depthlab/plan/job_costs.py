@@ -383,8 +383,9 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
 
 
 def heal_work(name: str, spec: dict, shape: Shape, tasks_config: dict, download: float) -> Work:
-    """heal_pruned: one variant's (Q)LoRA healing with n layers removed, its validation loss and
-    (lm_eval.enabled) one lm-eval evaluation."""
+    """heal_pruned: one variant's healing with n layers removed ((Q)LoRA adapters, or `full`:
+    continued pretraining of every weight), its validation loss and (lm_eval.enabled) one
+    lm-eval evaluation."""
     dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
     L = shape.num_layers
     weights = shape.parameters * b
@@ -396,6 +397,9 @@ def heal_work(name: str, spec: dict, shape: Shape, tasks_config: dict, download:
     heal_tokens = healing["steps"] * healing["batch_size"] * heal_seq
     # QLoRA computes in the model's dtype (depthlab.stages.pruning.healing.compute_dtype)
     frozen = 2 * forward_flops(shape, heal_seq) * keep  # forward + input gradients
+    full = healing["method"] == "full"
+    if full:  # + the weight gradients of every kept layer: forward + backward = 3 forwards
+        frozen = 3 * forward_flops(shape, heal_seq) * keep
     flops = {dtype: heal_tokens * frozen + val_tokens * forward_flops(shape, seq) * keep}
     # one forward/backward holds micro_batch_size rows; with checkpointing only each layer's
     # input is kept, plus one layer's activations while it is recomputed
@@ -403,12 +407,14 @@ def heal_work(name: str, spec: dict, shape: Shape, tasks_config: dict, download:
     activations = _layer_activations(shape, rows, b)
     if healing.get("gradient_checkpointing"):
         activations = rows * shape.hidden_size * b * L + activations / L
-    heal_split = {
-        "weights": weights,
-        "pruned copy": weights * keep,
-        "adapters + AdamW (fp32)": _lora_parameters(shape, healing) * 16,
-        "training activations": activations,
-    }
+    heal_split = {"weights": weights, "pruned copy": weights * keep}
+    if full:
+        # every kept weight's gradient and AdamW's two moments, in the weights' dtype (torch's
+        # AdamW keeps its state in the parameter's dtype)
+        heal_split["gradients + AdamW states"] = 3 * weights * keep
+    else:
+        heal_split["adapters + AdamW (fp32)"] = _lora_parameters(shape, healing) * 16
+    heal_split["training activations"] = activations
     disk = download
     if healing["method"] == "qlora":
         matrices = L * layer_matrix_parameters(shape)

@@ -204,7 +204,12 @@ def validate_auto_depth_settings(settings: dict, where: str = "pruning") -> None
 # --------------------------------------------------------------------------- healing
 
 
-METHODS = ("lora", "qlora")
+METHODS = ("lora", "qlora", "full")
+# the methods that train LoRA adapters (rank, alpha, dropout, target_modules); `full` is
+# continued pretraining: every weight of the pruned model trained, no adapters
+ADAPTER_METHODS = ("lora", "qlora")
+# the keys of pruning.healing that choose the heal jobs rather than set one job's training
+JOB_CHOICE_KEYS = ("strategies", "n_grid", "methods", "full_lr")
 
 
 SCHEDULES = ("cosine", "constant")
@@ -253,8 +258,58 @@ class HealSettings:
         return settings
 
 
+def healing_methods(healing: dict) -> list:
+    """The healing methods of a healing section, one heal_pruned job each per (strategy, n):
+    pruning.healing.methods, absent: [method] (the first method's jobs keep the names
+    `<strategy>_n<n>`, the others' are `<strategy>_n<n>_<method>`)."""
+    methods = healing.get("methods")
+    return [healing.get("method")] if methods is None else list(methods)
+
+
+def method_settings(healing: dict, method: str) -> dict:
+    """One method's heal job settings: the section without the keys that choose the jobs, its
+    `method`, and for `full` the learning rate `full_lr` when given (continued pretraining
+    updates every weight directly, where an adapter lr is tuned for a low-rank update that
+    starts at zero and is scaled by alpha / rank; Kim et al. retrain with a rate of its own).
+    A section without `methods` or `full_lr` gives its first method today's settings exactly."""
+    values = {k: v for k, v in healing.items() if k not in JOB_CHOICE_KEYS}
+    if method is not None:  # None: a section without a method, refused as missing
+        values["method"] = method
+    if method == "full" and healing.get("full_lr") is not None:
+        values["lr"] = healing["full_lr"]
+    return values
+
+
+def _check_methods(values: dict, where: str) -> None:
+    methods = values.get("methods")
+    if methods is not None:
+        if not isinstance(methods, list | tuple) or not methods:
+            raise PruningError(
+                f"{where}.methods: a non-empty list of {', '.join(METHODS)} (got {methods!r})"
+            )
+        for method in methods:
+            if method not in METHODS:
+                raise PruningError(
+                    f"{where}.methods: unknown method {method!r} (known: {', '.join(METHODS)})"
+                )
+        if len(set(methods)) != len(methods):
+            raise PruningError(f"{where}.methods: {list(methods)} names a method twice")
+    full_lr = values.get("full_lr")
+    if full_lr is not None and not (
+        isinstance(full_lr, numbers.Real) and not isinstance(full_lr, bool) and full_lr > 0
+    ):
+        raise PruningError(f"{where}.full_lr: must be > 0 (got {full_lr!r})")
+
+
 def validate_healing_settings(values: dict, where: str = "pruning.healing") -> None:
-    """Config-time check (ValueError naming the key); QLoRA needs bitsandbytes installed."""
+    """Config-time check (ValueError naming the key) of every method's settings (methods,
+    absent: [method]); QLoRA needs bitsandbytes installed."""
+    _check_methods(values, where)
+    for method in healing_methods(values):
+        _check_method_settings(method_settings(values, method), where)
+
+
+def _check_method_settings(values: dict, where: str) -> None:
     settings = HealSettings.from_dict(values, where)
     for key in ("rank", "steps", "batch_size", "seq_len"):
         value = getattr(settings, key)

@@ -1,6 +1,8 @@
-"""Healing: LoRA and QLoRA on a pruned model, trained on the run's train split, lower its
-validation loss; the adapters are merged into an ordinary full-precision model (no LoRA or 4-bit
-module left) that scores like any unhealed variant; bad settings are named."""
+"""Healing: LoRA, QLoRA and continued pretraining (full) on a pruned model, trained on the run's
+train split, lower its validation loss; the adapters are merged into an ordinary full-precision
+model (no LoRA or 4-bit module left) that scores like any unhealed variant; full trains every
+weight with AdamW, LoRA changes only its target modules, by a low-rank update; bad settings are
+named."""
 
 import numpy as np
 import pytest
@@ -48,7 +50,7 @@ def run(tmp_path_factory):
     return run
 
 
-@pytest.mark.parametrize("method", ["lora", "qlora"])
+@pytest.mark.parametrize("method", ["lora", "qlora", "full"])
 def test_healing_lowers_validation_loss(run, method):
     if method == "qlora":
         require_pinned("bitsandbytes")
@@ -59,7 +61,10 @@ def test_healing_lowers_validation_loss(run, method):
     merged, record = heal(
         prune_copy(model, REMOVED),
         run["train"],
-        HealSettings.from_dict(settings(method=method)),
+        # full: every weight moves, at a rate of its own (pruning.healing.full_lr)
+        HealSettings.from_dict(
+            settings(method=method, **({"lr": 1e-3} if method == "full" else {}))
+        ),
         seed=0,
     )
     healed = model_loss(merged, windows)
@@ -166,3 +171,82 @@ def test_memory_settings_heal_to_the_same_model(run, memory):
 def test_a_bad_micro_batch_size_is_named():
     with pytest.raises(PruningError, match=r"healing\.micro_batch_size: must be an integer >= 1"):
         validate_healing_settings(settings(micro_batch_size=0))
+
+
+def _changed(healed, before) -> dict:
+    """{parameter name: max |healed - before|} over the parameters of two models of one shape."""
+    reference = dict(before.named_parameters())
+    return {
+        name: float((p.detach() - reference[name].detach()).abs().max())
+        for name, p in healed.named_parameters()
+    }
+
+
+def test_full_healing_trains_every_weight_and_lora_only_its_targets(run):
+    """full: every parameter tensor of the pruned model moves, every one counted as trained, and
+    the healed model comes back frozen in eval mode; LoRA: the weights outside its target
+    modules are bit for bit the pruned copy's, each target weight moved by an update of rank
+    <= r (the merged B A)."""
+    pruned = prune_copy(run["trained"], REMOVED)
+    full, record = heal(
+        prune_copy(run["trained"], REMOVED),
+        run["train"],
+        HealSettings.from_dict(settings(method="full", steps=3, lr=1e-3)),
+        seed=0,
+    )
+    changed = _changed(full, pruned)
+    assert changed and all(delta > 0 for delta in changed.values()), changed
+    assert record["trainable_parameters"] == sum(p.numel() for p in pruned.parameters())
+    assert record["method"] == "full" and record["lr"] == 1e-3
+    assert not full.training and not any(p.requires_grad for p in full.parameters())
+    assert [type(m).__name__ for m in full.modules()] == [
+        type(m).__name__ for m in pruned.modules()
+    ]
+    rank = 2
+    lora, record = heal(
+        prune_copy(run["trained"], REMOVED),
+        run["train"],
+        HealSettings.from_dict(settings(steps=3, rank=rank)),
+        seed=0,
+    )
+    targets = ("gate_proj", "up_proj", "down_proj")
+    changed = _changed(lora, pruned)
+    assert record["trainable_parameters"] < sum(p.numel() for p in pruned.parameters()) / 10
+    untouched = {n: d for n, d in changed.items() if not any(f".{t}." in n for t in targets)}
+    assert untouched and set(untouched.values()) == {0.0}, untouched
+    moved = {n for n in changed if n not in untouched}
+    assert moved and all(changed[n] > 0 for n in moved)
+    reference = dict(pruned.named_parameters())
+    for name, p in lora.named_parameters():
+        if name in moved:
+            update = (p.detach() - reference[name].detach()).double()
+            assert int(torch.linalg.matrix_rank(update, rtol=1e-6)) <= rank, name
+
+
+def test_a_full_healing_step_is_a_hand_written_adamw_step(run):
+    """One step of `full` (constant lr, no warmup, weight decay) equals AdamW written out by
+    hand on the same batch: the gradient of the mean next-token cross-entropy by autograd,
+    m = (1 - b1) g, v = (1 - b2) g^2 after bias correction m_hat = g, v_hat = g^2, and
+    p <- p (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps)."""
+    from depthlab.stages.pretrain.batches import train_batch
+
+    lr, wd, seed, eps = 1e-3, 0.1, 3, 1e-8
+    values = settings(method="full", steps=1, warmup_steps=0, schedule="constant", lr=lr,
+                      weight_decay=wd, batch_size=4)  # fmt: skip
+    healed, record = heal(
+        prune_copy(run["trained"], REMOVED), run["train"], HealSettings.from_dict(values), seed
+    )
+    model = prune_copy(run["trained"], REMOVED)
+    window = train_batch(run["train"], 0, seed, values["batch_size"], values["seq_len"])
+    targets = window[:, 1:].reshape(-1)
+    logits = model(input_ids=window[:, :-1].clamp(min=0)).logits
+    scored = targets != -100
+    log_probs = torch.log_softmax(logits.float().reshape(-1, logits.shape[-1]), -1)
+    loss = -log_probs[scored].gather(1, targets[scored, None]).mean()
+    assert record["first_train_loss"] == pytest.approx(float(loss.detach()), rel=1e-5)
+    names = [n for n, _ in model.named_parameters()]
+    grads = torch.autograd.grad(loss, [p for _, p in model.named_parameters()])
+    after = dict(healed.named_parameters())
+    for name, p, g in zip(names, model.parameters(), grads, strict=True):
+        expected = p.detach() * (1 - lr * wd) - lr * g / (g.abs() + eps)
+        assert torch.allclose(after[name].detach(), expected, atol=1e-6, rtol=1e-5), name

@@ -925,8 +925,12 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
     assert sorted(single["layer"].unique()) == list(range(L))
     # window_losses.csv: every set's per-window losses average to its loss in the tables
     windows = pd.read_csv(out / "window_losses.csv", keep_default_na=False)
-    assert list(windows.columns) == ["removed", "strategy", "n", "healed", "window", "loss"]
-    assert not windows["healed"].any()  # healing is off here (see the loss_tokens part below)
+    assert list(windows.columns) == [
+        "removed", "strategy", "n", "healed", "window", "loss", "method"
+    ]  # fmt: skip
+    assert not windows["healed"].any() and set(windows["method"]) == {
+        ""
+    }  # healing is off here (see the loss_tokens part below)
     per_set = windows.groupby(["strategy", "n", "removed"])
     assert all(sorted(group["window"]) == list(range(8)) for _, group in per_set)
     means = per_set["loss"].mean()
@@ -1109,8 +1113,12 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
     k = 5
     from depthlab.config import resolve
 
-    heal_job = next(iter(resolve(test_config).jobs("heal_pruned").values()))
+    heal_jobs = resolve(test_config).jobs("heal_pruned")
+    heal_job = next(iter(heal_jobs.values()))
     healing = heal_job["healing"]
+    # test.yaml heals with lora, then full (continued pretraining) on the same tokens
+    full_healing = heal_jobs["lns/angular_n2_full"]["healing"]
+    assert (healing["method"], full_healing["method"]) == ("lora", "full")
     scored = {
         **spec,
         "val": {**spec["val"], "loss_tokens": k},
@@ -1135,10 +1143,17 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
         "out": str(tmp_path / "scored" / "heal" / "deepest_n1"),
     }  # fmt: skip
     heal_variant(heal_spec, "cpu", lambda message: None)
+    full_spec = {**heal_spec, "healing": full_healing,
+                 "out": str(tmp_path / "scored" / "heal" / "deepest_n1_full")}  # fmt: skip
+    heal_variant(full_spec, "cpu", lambda message: None)
     gathered = tmp_path / "scored" / "tables"
     gather({"model_name": "m", "measured": scored["out"], "heals": [heal_spec["out"]],
             "evaluations": [], "seed": 0, "out": str(gathered)})  # fmt: skip
     (record,) = pd.read_csv(gathered / "healing.csv").to_dict("records")
+    assert record["method"] == "lora"
+    both = tmp_path / "scored" / "both"
+    gather({"model_name": "m", "measured": scored["out"], "evaluations": [], "seed": 0,
+            "heals": [heal_spec["out"], full_spec["out"]], "out": str(both)})  # fmt: skip
     removed = planned.removals[("deepest", 1)]
     assert str(record["removed"]) == removed_label(removed) and record["strategy"] == "deepest"
     merged, _ = heal(
@@ -1158,6 +1173,36 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
     assert not table[~table["healed"]].empty
     healed_row = pd.read_csv(gathered / "sweep.csv").query("healed")
     assert list(healed_row["val_loss"]) == [record["val_loss_healed"]]
+    # both methods: each in healing.csv, healing_sweep.csv and window_losses.csv by its method;
+    # sweep.csv keeps the first method's healed row, as with lora alone
+    records = pd.read_csv(both / "healing.csv")
+    assert list(records["method"]) == ["lora", "full"]
+    assert records["val_loss_healed"].iloc[0] == record["val_loss_healed"]
+    assert records["trainable_parameters"].iloc[1] == sum(
+        p.numel() for p in prune_copy(planned.model, removed).parameters()
+    )
+    full_model, _ = heal(
+        prune_copy(planned.model, removed),
+        split_tokens(scored, planned.tokenizer, "train")[0],
+        HealSettings.from_dict(full_healing),
+        seed=0,
+        device="cpu",
+    )
+    full_by_hand = last_positions_losses(full_model, planned.windows, k)
+    assert records["val_loss_healed"].iloc[1] == pytest.approx(full_by_hand.mean(), rel=1e-5)
+    assert records["lr"].iloc[1] == full_healing["lr"] != healing["lr"]
+    pd.testing.assert_frame_equal(
+        pd.read_csv(both / "sweep.csv"), pd.read_csv(gathered / "sweep.csv")
+    )
+    healing_sweep = pd.read_csv(both / "healing_sweep.csv")
+    assert list(healing_sweep.columns) == [*pd.read_csv(both / "sweep.csv").columns, "method"]
+    assert list(healing_sweep["method"]) == ["lora", "full"]
+    assert list(healing_sweep["val_loss"]) == list(records["val_loss_healed"])
+    table = pd.read_csv(both / "window_losses.csv", keep_default_na=False)
+    for method, by_hand in (("lora", healed_by_hand), ("full", full_by_hand)):
+        rows = table[table["healed"] & (table["method"] == method)].sort_values("window")
+        np.testing.assert_allclose(rows["loss"], by_hand, rtol=1e-5)
+    assert set(table[~table["healed"]]["method"]) == {""}
     assert record["val_loss_unhealed"] == pytest.approx(
         last_positions_losses(prune_copy(planned.model, removed), planned.windows, k).mean(),
         rel=1e-5,

@@ -316,34 +316,39 @@ def _has_set(strategy: str, n: int, settings: dict, n_values: list[int] | None) 
 def _add_heal_jobs(
     resolved: Resolved, name: str, settings: dict, measured: str, layers: int | None
 ) -> list[str]:
-    """heal_pruned: one job per healed (strategy, n); returns their folders in row order."""
+    """heal_pruned: one job per healing method and healed (strategy, n); returns their folders
+    in row order (the first method's jobs, named `<strategy>_n<n>`, then each further method's,
+    `<strategy>_n<n>_<method>`)."""
+    from depthlab.plan.stage_settings import healing_methods, method_settings
+
     healing = settings["healing"]
     if not healing["enabled"]:
         return []
     paths = resolved.paths
     n_values = _measured_grid(settings, layers)
     heal_n = _job_grid(healing.get("n_grid"), layers, "pruning.healing.n_grid")
+    methods = healing_methods(healing)
     folders = []
-    for strategy in healing.get("strategies") or settings["strategies"]:
-        for n in heal_n:
-            if not _has_set(strategy, n, settings, n_values):
-                continue
-            variant = f"{strategy}_n{n}"
-            folders.append(
-                _add_variant_job(
-                    resolved, "heal_pruned", name, variant, settings, measured,
-                    paths.pruning_heal(name, variant),
-                    {
-                        "strategy": strategy,
-                        "n": n,
-                        "val": settings["val"],
-                        "healing": {
-                            k: v for k, v in healing.items() if k not in ("strategies", "n_grid")
+    for method in methods:
+        suffix = "" if method == methods[0] else f"_{method}"
+        for strategy in healing.get("strategies") or settings["strategies"]:
+            for n in heal_n:
+                if not _has_set(strategy, n, settings, n_values):
+                    continue
+                variant = f"{strategy}_n{n}{suffix}"
+                folders.append(
+                    _add_variant_job(
+                        resolved, "heal_pruned", name, variant, settings, measured,
+                        paths.pruning_heal(name, variant),
+                        {
+                            "strategy": strategy,
+                            "n": n,
+                            "val": settings["val"],
+                            "healing": method_settings(healing, method),
+                            "tracking": tracking_settings(resolved.config),
                         },
-                        "tracking": tracking_settings(resolved.config),
-                    },
-                )
-            )  # fmt: skip
+                    )
+                )  # fmt: skip
     return folders
 
 

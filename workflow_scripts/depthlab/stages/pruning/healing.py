@@ -1,4 +1,5 @@
-"""Healing a pruned model: LoRA (peft) on the pretraining corpus, QLoRA when configured.
+"""Healing a pruned model on the pretraining corpus: LoRA (peft), QLoRA, or continued
+pretraining of every weight.
 
 Gromov et al. heal each pruned model with QLoRA: the base weights in 4-bit NF4 (bitsandbytes),
 LoRA adapters on the MLP, C4, 5000 steps, global batch 16, cosine schedule with 100 warmup steps,
@@ -8,9 +9,14 @@ sequence length 2048 (up to 7B) or 4096. Here:
           qlora  the pruned model is exported and reloaded with 4-bit NF4 weights
                  (`BitsAndBytesConfig(load_in_4bit=True)`; bitsandbytes has a CPU backend), the
                  adapters train against the quantised base
+          full   continued pretraining (Kim et al. 2024, Shortened LLaMA): every weight of the
+                 pruned model trains with AdamW, no adapters, on the same data, schedule, steps,
+                 batch and sequence length as the adapter methods, so the same tokens; its
+                 learning rate is pruning.healing.full_lr where given (the config resolver puts
+                 it in the job's `lr`)
   data    random windows of the run's train split (`train.bin`, the pretraining corpus), the
           batch of step s drawn from (seed, s) as in pretraining (depthlab.stages.pretrain.training.train_batch)
-  merge   the trained adapters are merged (`merge_and_unload`) into the *full-precision* pruned
+  merge   (adapter methods) the trained adapters are merged (`merge_and_unload`) into the *full-precision* pruned
           weights (QLoRA too: its adapters are loaded onto the fp32 pruned model and merged),
           so a healed variant is an ordinary model evaluated exactly like an unhealed one.
 
@@ -34,7 +40,7 @@ from depthlab.core.errors import PruningError
 from depthlab.core.placement import gpu_budget, has_offloaded_weights, input_device, is_dispatched
 from depthlab.core.tracking import Progress, Tracker
 from depthlab.models.architectures import _register_depthlab_models
-from depthlab.plan.stage_settings import HealSettings
+from depthlab.plan.stage_settings import ADAPTER_METHODS, HealSettings
 from depthlab.stages.pretrain.training import (
     IGNORE,
     language_model_loss,
@@ -141,8 +147,10 @@ def accumulated_loss(model, window: torch.Tensor, micro_batch_size: int | None) 
 
 
 def _check_healable(pruned, settings: HealSettings) -> None:
-    """PruningError when the adapters cannot train on `pruned` as configured."""
-    _check_targets(pruned, settings)
+    """PruningError when the adapters (or, `full`, the weights) cannot train on `pruned` as
+    configured."""
+    if settings.method in ADAPTER_METHODS:
+        _check_targets(pruned, settings)
     if has_offloaded_weights(pruned):
         raise PruningError(
             "pruning.healing: the pruned model has weights offloaded to the CPU or disk "
@@ -173,8 +181,21 @@ def _adapter_base(pruned, settings: HealSettings, device: str):
     return base
 
 
+def _full_base(pruned, settings: HealSettings):
+    """`full`: the pruned model itself with every parameter trainable (and gradient
+    checkpointing when configured)."""
+    for parameter in pruned.parameters():
+        parameter.requires_grad_(True)
+    if settings.gradient_checkpointing:
+        pruned.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
+        )
+    return pruned
+
+
 def _optimizer(model, settings: HealSettings) -> tuple:
-    """(AdamW over the adapters, its warmup + cosine (or constant) schedule)."""
+    """(AdamW over the trainable parameters: the adapters, or every weight for `full`; its
+    warmup + cosine (or constant) schedule)."""
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],
         lr=settings.lr,
@@ -183,7 +204,7 @@ def _optimizer(model, settings: HealSettings) -> tuple:
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(settings))
 
 
-def _train_adapters(
+def _train(
     model, optimizer, scheduler, train_tokens, settings, seed, inputs_at, progress, tracker
 ) -> list[float]:
     """settings.steps optimizer steps on random train windows; the loss of each step. Closes
@@ -204,6 +225,16 @@ def _train_adapters(
     progress.close()
     tracker.close()
     return losses
+
+
+def _frozen(model, settings: HealSettings):
+    """`full`'s trained model in eval mode with every parameter frozen."""
+    model.eval()
+    if settings.gradient_checkpointing:
+        model.activation_checkpointing_disable()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return model
 
 
 def _merge_adapters(model, pruned, settings: HealSettings):
@@ -228,6 +259,7 @@ def _heal_record(settings: HealSettings, trainable: int, seconds: float, losses:
         "method": settings.method,
         "steps": settings.steps,
         "trainable_parameters": int(trainable),
+        "lr": settings.lr,
         "train_seconds": round(seconds, 3),
         "first_train_loss": losses[0] if losses else None,
         "last_train_loss": float(np.mean(losses[-max(1, len(losses) // 10) :])) if losses else None,
@@ -246,20 +278,24 @@ def heal(
     run_name: str = "healing",
     run_config: dict | None = None,
 ):
-    """Train adapters on `pruned` (a model of its own, e.g. depthlab.stages.pruning.layer_removal.prune_copy;
-    it is modified: the adapters are merged into it) and return (merged model in eval mode, record).
+    """Heal `pruned` (a model of its own, e.g. depthlab.stages.pruning.layer_removal.prune_copy;
+    it is modified: the adapters are merged into it, or, `full`, its weights are trained) and
+    return (healed model in eval mode, record).
     `log` also gets a progress line about every quarter of the steps (a bar on a terminal);
     `tensorboard_dir`: where to write the loss and lr as TensorBoard scalars (None: nowhere);
     `wandb`: the resolved `tracking.wandb` settings (None: no W&B run), for a run `run_name`
     with config `run_config`."""
-    # peft is imported when a model is healed, not with this module (config-time validation
-    # and stages without healing import it)
-    from peft import get_peft_model
-
     _check_healable(pruned, settings)
     torch.manual_seed(seed)
-    base = _adapter_base(pruned, settings, device)
-    model = get_peft_model(base, _lora_config(settings))
+    if settings.method in ADAPTER_METHODS:
+        # peft is imported when a model is healed with adapters, not with this module
+        # (config-time validation and stages without healing import it)
+        from peft import get_peft_model
+
+        base = _adapter_base(pruned, settings, device)
+        model = get_peft_model(base, _lora_config(settings))
+    else:
+        base = model = _full_base(pruned, settings)
     inputs_at = input_device(base)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     optimizer, scheduler = _optimizer(model, settings)
@@ -279,16 +315,20 @@ def heal(
         run_name=run_name,
         run_config=run_config,
     )
-    losses = _train_adapters(
+    losses = _train(
         model, optimizer, scheduler, train_tokens, settings, seed, inputs_at, progress, tracker
     )
     seconds = time.perf_counter() - start
-    merged = _merge_adapters(model, pruned, settings)
+    if settings.method in ADAPTER_METHODS:
+        healed = _merge_adapters(model, pruned, settings)
+    else:
+        healed = _frozen(model, settings)
     record = _heal_record(settings, trainable, seconds, losses)
     if log:
+        what = "adapter" if settings.method in ADAPTER_METHODS else "trained"
         log(
-            f"healed ({settings.method}, {settings.steps} steps, {trainable} adapter "
+            f"healed ({settings.method}, {settings.steps} steps, {trainable} {what} "
             f"parameters) in {seconds:.1f} s: train loss {record['first_train_loss']:.3f} -> "
             f"{record['last_train_loss']:.3f}"
         )
-    return merged, record
+    return healed, record

@@ -25,12 +25,12 @@ the mean next-token cross-entropy over the scored positions of the validation wi
 val.loss_tokens target positions of each window (null: all seq_len), the earlier ones run
 through the model as context only (depthlab.stages.pruning.layer_removal.head_losses, the one place).
 
-window_losses.csv (long format; columns removed, strategy, n, healed, window, loss): the loss
-per validation window of the full model (strategy `full`, n 0, removed ""), of every
+window_losses.csv (long format; columns removed, strategy, n, healed, window, loss, method): the
+loss per validation window of the full model (strategy `full`, n 0, removed ""), of every
 single-layer removal (strategy `single`, n 1) and of every (strategy, n) set of sweep.csv (its
 `removed` label; a set two strategies share is listed under each, with equal losses), healed
-False; then every healed variant (healed True). `window` numbers the
-val.windows windows 0..W-1 in the order of their start in the val ids (summary.json's
+False, method ""; then every healed variant (healed True, method its healing method). `window`
+numbers the val.windows windows 0..W-1 in the order of their start in the val ids (summary.json's
 window_losses.window_starts); `loss` is the mean over the window's scored positions, and every
 window scores as many, so the plain mean over windows is the set's val_loss in sweep.csv. The
 windows are evenly spaced stretches of the held-out documents' text: resampling windows with

@@ -17,8 +17,15 @@ measured.json (written by prune_model; `removed` is a list of layers, [] for the
                   model (strategy full), single layers (single) and every (strategy, n) set
   task_results    [{removed, rows}] lm-eval rows of the sets prune_model scored itself (none when
                   each set is its own evaluate_pruned job)
-A heal part's heal.json: {strategy, n, removed, loss, window_losses, record, tasks, token_source,
-seconds}; an evaluation part's tasks.json: {variant, removed, rows, seconds}.
+A heal part's heal.json: {strategy, n, method, removed, loss, window_losses, record, tasks,
+token_source, seconds} (a part written before `method` existed has it in its record only); an
+evaluation part's tasks.json: {variant, removed, rows, seconds}.
+
+Healing methods (pruning.healing.methods): sweep.csv holds the healed rows of the first method
+(the method of the first heal part: the config resolver lists the first method's parts first),
+so its readers (auto depth, figures) see one healed curve as before; healing.csv,
+healing_sweep.csv (sweep.csv's columns plus `method`, every method's healed rows) and
+window_losses.csv (column `method`: "" for unhealed sets) hold every method's.
 
 Floats cross the jobs in JSON, which writes a float's shortest exact repr: the gathered tables
 hold the very values the measuring jobs computed.
@@ -63,7 +70,7 @@ SWEEP_COLUMNS = [
     "score_metric",
     "samples",
 ]
-WINDOW_LOSS_COLUMNS = ["removed", "strategy", "n", "healed", "window", "loss"]
+WINDOW_LOSS_COLUMNS = ["removed", "strategy", "n", "healed", "window", "loss", "method"]
 # what gather_pruning writes itself; every other file of prune_model's folder is copied
 GATHERED_FILES = {
     MEASURED_FILE,
@@ -71,6 +78,7 @@ GATHERED_FILES = {
     "single_layer.csv",
     "window_losses.csv",
     "healing.csv",
+    "healing_sweep.csv",
     "summary.json",
     "provenance.json",
 }
@@ -192,6 +200,30 @@ def read_part(path: Path, job: str) -> dict:
     return json.loads(path.read_text())
 
 
+def part_method(part: dict) -> str:
+    """The healing method of a heal part (its record's for a part written before the key)."""
+    return part.get("method") or rows_from_json(part["record"])[0]["method"]
+
+
+def first_method_heals(heals: list[dict]) -> list[dict]:
+    """The heal parts of the first healing method (the method of the first part)."""
+    return [p for p in heals if part_method(p) == part_method(heals[0])] if heals else []
+
+
+def healing_sweep_table(measured: Measured, heals: list[dict]) -> pd.DataFrame:
+    """healing_sweep.csv: sweep.csv's rows of every healed variant of every method, with the
+    method as the last column."""
+    rows = []
+    for part in heals:
+        removed = tuple(part["removed"])
+        base = measured.variant_row(part["strategy"], part["n"], removed, True, part["loss"])
+        rows += [
+            {**row, "method": part_method(part)}
+            for row in task_rows(base, rows_from_json(part["tasks"]))
+        ]
+    return pd.DataFrame(rows)[[*SWEEP_COLUMNS, "method"]]
+
+
 def sweep_table(measured: Measured, task_results: dict, heals: list[dict]) -> pd.DataFrame:
     """sweep.csv: every strategy's unhealed rows (the full model first), then the healed ones."""
     rows = []
@@ -234,16 +266,18 @@ def window_loss_table(measured: Measured, heals: list[dict]) -> pd.DataFrame:
     """window_losses.csv, long format: one row per (removal set, window) for the full model
     (strategy `full`, n 0), every single-layer removal (strategy `single`, n 1) and every
     (strategy, n) set of the sweep (a set two strategies share appears under each), healed
-    False; then each healed variant's (healed True)."""
+    False, method ""; then each healed variant's (healed True, its healing method)."""
     named = [(r["strategy"], r["n"], tuple(r["removed"])) for r in measured.record["window_losses"]]
     per_window = [
         np.asarray(r["losses"], dtype=np.float64) for r in measured.record["window_losses"]
     ]
     flags = [False] * len(named)
+    methods = [""] * len(named)
     for part in heals:
         named.append((part["strategy"], part["n"], tuple(part["removed"])))
         per_window.append(np.asarray(part["window_losses"], dtype=np.float64))
         flags.append(True)
+        methods.append(part_method(part))
     count = len(per_window[0])
     return pd.DataFrame(
         {
@@ -253,6 +287,7 @@ def window_loss_table(measured: Measured, heals: list[dict]) -> pd.DataFrame:
             "healed": np.repeat(flags, count),
             "window": np.tile(np.arange(count), len(named)),
             "loss": np.concatenate(per_window),
+            "method": np.repeat(methods, count),
         }
     )[WINDOW_LOSS_COLUMNS]
 
@@ -322,10 +357,13 @@ def gather(spec: dict) -> dict:
             else:
                 shutil.copy2(path, out / path.name)
         write_dataframe(out / "single_layer.csv", single_layer_table(measured, task_results))
-        write_dataframe(out / "sweep.csv", sweep_table(measured, task_results, heals))
+        write_dataframe(
+            out / "sweep.csv", sweep_table(measured, task_results, first_method_heals(heals))
+        )
         write_dataframe(out / "window_losses.csv", window_loss_table(measured, heals))
         if heals:
             write_dataframe(out / "healing.csv", healing_table(measured, heals))
+            write_dataframe(out / "healing_sweep.csv", healing_sweep_table(measured, heals))
         for folder in spec["heals"]:
             events = Path(folder) / "tensorboard"
             if events.is_dir():

@@ -67,18 +67,19 @@ def heal_variant(spec: dict, device: str = "cpu", log=print) -> dict:
     val_tokens, _ = split_tokens(spec, tokenizer, "val")
     windows = validation_windows(val_tokens, val["windows"], val["seq_len"], val["batch_size"])
     tracking = spec["tracking"]
-    prefix = f"[{measured.name}] {strategy} n={n}: "
+    prefix = f"[{measured.name}] {strategy} n={n} ({spec['healing']['method']}): "
+    settings = HealSettings.from_dict(spec["healing"])
     with atomic_path(Path(spec["out"]), is_dir=True) as out:
         merged, record = heal(
             prune_copy(model, removed),
             train_tokens,
-            HealSettings.from_dict(spec["healing"]),
+            settings,
             seed=spec["seed"],
             device=device,
             log=lambda message: log(prefix + message),
             tensorboard_dir=out / "tensorboard" if tracking["tensorboard"] else None,
             wandb=tracking["wandb"],
-            run_name=f"{measured.name}-heal-{variant}",
+            run_name=f"{measured.name}-heal-{Path(spec['out']).name}",
             run_config={**spec, "variant": {"strategy": strategy, "n": n, "removed": removed}},
         )
         loss, per_window = model_losses(merged, windows, loss_tokens=val.get("loss_tokens"))
@@ -88,6 +89,7 @@ def heal_variant(spec: dict, device: str = "cpu", log=print) -> dict:
         part = {
             "strategy": strategy,
             "n": n,
+            "method": settings.method,
             "removed": list(removed),
             "loss": float(loss),
             "window_losses": [float(x) for x in per_window],
