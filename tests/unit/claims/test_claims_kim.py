@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from depthlab.claims import RunData, build_claims
 from depthlab.claims.verdicts import INDICATIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED
-from depthlab.core.paper_values_healing import PAPER_VALUES
+from depthlab.core.paper_values_pruning import PAPER_VALUES
 from scipy import stats
 
 COLUMNS = ["removed", "strategy", "n", "healed", "window", "loss", "method"]

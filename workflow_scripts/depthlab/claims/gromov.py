@@ -30,7 +30,7 @@ from depthlab.claims.verdicts import (
     verdict_positive,
 )
 from depthlab.core import paper_values as pv
-from depthlab.core import paper_values_healing as pvh
+from depthlab.core import paper_values_pruning as pvh
 from depthlab.core.paper_values import GROMOV
 
 
