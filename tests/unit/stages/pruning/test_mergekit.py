@@ -1,15 +1,15 @@
 """The mergekit round trip of pruned-model exports, with the real CLI: `mergekit-yaml
 <export>/mergekit.yaml OUT` (mergekit pinned in requirements.txt) rebuilds a contiguous and a
-non-contiguous removal of a model trained here (a depthlab LNS model, saved as the pretraining
-stage saves it: plain Llama with each layer's 1/sqrt(l) folded in) and of a SmolLM2-shaped Llama
-(SmolLM2-135M's config: 30 layers, tied embeddings, 9 query / 3 KV heads, its rope theta and norm
-epsilon; widths and vocabulary reduced, since converting the real GGUF takes about a minute), and
-transformers loads OUT with logits equal to the project's own export (and to the full model with
-the removed layers skipped by a hook, the definition of removal). Exports a passthrough cannot
-rebuild (a depthlab_llama original, a config whose per-layer list removal slices, a sub-layer
-removal) write no mergekit.yaml and say why in pruning.json and exports.json; for Qwen2's
-`layer_types` the reason is shown real: mergekit's own output of that passthrough does not load
-as the export does."""
+non-contiguous removal of a model trained here (a depthlab LNS model trained a few steps, saved
+as the pretraining stage saves it: plain Llama, each layer's 1/sqrt(l) folded in) and of a
+SmolLM2-shaped Llama (SmolLM2-135M's config: 30 layers, tied embeddings, 9 query / 3 KV heads,
+its rope theta and norm epsilon; widths and vocabulary reduced, since converting the real GGUF
+takes about a minute), and transformers loads OUT with logits equal to the project's own export
+(and to the full model with the removed layers skipped by a hook, the definition of removal).
+Exports a passthrough cannot rebuild (a depthlab_llama original, a config whose per-layer list
+removal slices, a sub-layer removal) write no mergekit.yaml and say why in pruning.json and
+exports.json; for Qwen2's `layer_types` the reason is shown real: mergekit fails on that
+passthrough, or writes a folder that does not load as the export does."""
 
 import copy
 import json
@@ -29,7 +29,8 @@ from depthlab.stages.pruning.layer_removal import (
 )
 from depthlab.stages.pruning.strategies import export_choices
 from requirements_helpers import require_pinned
-from test_pruning import skip_reference
+from test_lm_tasks import train_tiny
+from test_pruning import make, markov_tokens, skip_reference
 from tiny_models import FFN, HEADS, HIDDEN, POSITIONS, VOCAB, random_batch
 
 require_pinned("mergekit")  # skipped without it, failed under CI=true
@@ -90,7 +91,8 @@ def smollm2_shaped(seed: int = 0):
 def originals(tmp_path_factory):
     """The two original model folders, as the workflow holds them, and the in-memory models."""
     root = tmp_path_factory.mktemp("originals")
-    here = depthlab_model("lns")
+    # trained a little with the language-model loss the pretraining stage uses
+    here = train_tiny(depthlab_model("lns"), markov_tokens(4000), steps=20, seq_len=32)
     save_checkpoint(here, None, root / "here")  # what the pretraining stage writes
     smollm2 = smollm2_shaped()
     smollm2.save_pretrained(root / "smollm2")
@@ -205,6 +207,14 @@ def test_qwen2_layer_types_are_not_expressible(round_trips):
             assert len(config["layer_types"]) != config["num_hidden_layers"]
     else:
         assert "layer_types" in logs["qwen2"]
+
+
+def test_gemma3_layer_types_are_not_expressible(tmp_path):
+    model = make("gemma3_softcap")
+    record = export_pruned(model, (1,), tmp_path, mergekit_source="org/g")
+    assert record["mergekit"]["expressible"] is False
+    assert "layer_types" in record["mergekit"]["reason"]
+    assert not (tmp_path / "mergekit.yaml").exists()
 
 
 @pytest.mark.parametrize("scheme", ["post_ln", "mix_ln", "deepnorm", "lns"])
