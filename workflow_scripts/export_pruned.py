@@ -2,7 +2,8 @@
 """Export the auto-depth choices of one pruned model as ordinary HF folders (Gromov et al. 2024:
 the pruned model a user would deploy): for each configured {strategy, metric}, the model without
 the removal set of that strategy at the chosen (unhealed) depth, with its tokenizer, pruning.json
-and mergekit.yaml (the mergekit passthrough config that rebuilds it from the original). A choice
+and mergekit.yaml (the mergekit passthrough config that rebuilds it from the original, where one
+can: `mergekit-yaml mergekit.yaml OUT`, run from the workflow's directory). A choice
 made after measuring: changing the export list reruns this job alone, on the CPU.
 See depthlab/stages/pruning/strategies.py (export_choices) and layer_removal.py (export_pruned).
 
@@ -18,8 +19,10 @@ Spec (`export_pruned` job, one per pruned model with pruning.export items):
   out         output folder, written atomically
 
 Outputs in `out`: <strategy>_<metric>_n<k>/ per exported choice, exports.json (model, exports:
-per item its strategy, metric, n, removed layers and folder; folder null with a note when no layer
-can be removed within the tolerance), provenance.json.
+per item its strategy, metric, n, removed layers, folder and mergekit: {expressible: true, config:
+mergekit.yaml}, or {expressible: false, reason} where a passthrough cannot rebuild the export and
+no mergekit.yaml is written; folder null with a note when no layer can be removed within the
+tolerance), provenance.json.
 
 Example: {"model_name": "pre_ln", "model": "results/default/models/pre_ln", "revision": null,
 "dtype": "float32", "pruning": "results/default/pruning/pre_ln",

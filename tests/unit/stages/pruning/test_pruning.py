@@ -1007,6 +1007,15 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
             assert "-".join(map(str, export["removed"])) == str(row["removed"])
             record = json.loads((exported / export["folder"] / "pruning.json").read_text())
             assert record["num_layers"] == L - export["n"]
+            # a Pre-LN model trained here is saved as plain Llama: a passthrough rebuilds it
+            assert (
+                export["mergekit"]
+                == record["mergekit"]
+                == {
+                    "expressible": True,
+                    "config": "mergekit.yaml",
+                }
+            )
             slices = yaml.safe_load((exported / export["folder"] / "mergekit.yaml").read_text())
             kept = [l for p in slices["slices"] for l in range(*p["sources"][0]["layer_range"])]
             assert kept == [l for l in range(L) if l not in export["removed"]]

@@ -25,7 +25,10 @@ export keeps the original alpha by scaling the sublayer outputs (o_proj, down_pr
 alpha'/alpha: RMSNorm(alpha' h + (alpha'/alpha) f(h)) = RMSNorm(alpha h + f(h)) up to the norm's
 epsilon (relative 1e-6). Beside the folder, `mergekit.yaml` is the mergekit passthrough config
 that rebuilds the same layer selection from the original model (one slice per run of kept layers,
-`layer_range` 0-based and end-exclusive).
+`layer_range` 0-based and end-exclusive): `mergekit-yaml mergekit.yaml OUT` (mergekit 0.1.5,
+pinned) writes a folder whose logits equal the export's. Where a passthrough cannot rebuild the
+export (`mergekit_obstacle`: a depthlab_llama original, a config list that removal slices; or a
+caller's reason, e.g. a sub-layer removal) the record says why and no config is written.
 
 The loss projects the final states onto the vocabulary a few positions at a time
 (`head_losses`), so a 262k-word head never holds [batch, seq, vocab] logits at once; with
@@ -238,7 +241,6 @@ def mergekit_config(
     num_layers: int,
     dtype: str,
     revision: str | None = None,
-    note: str | None = None,
 ) -> str:
     """The text of a mergekit passthrough config that builds the model without `removed` from
     `source` (a local folder or hub id; `revision` as mergekit's `model@revision`): a comment
@@ -262,18 +264,52 @@ def mergekit_config(
         + f"; kept: {num_layers - len(removed)} layers in {len(ranges)} slice(s).",
         "# A relative model path is relative to the directory the workflow ran in.",
     ]
-    if note:
-        header.append(f"# Note: {note}")
     return "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False)
 
 
-# mergekit copies tensors and knows the standard architectures only: depthlab's own Post-LN /
-# Mix-LN / DeepNorm classes are not among them, and DeepNorm's export rescales weights.
-MERGEKIT_NOTE = (
-    "the original is a depthlab_llama model, which mergekit does not know; and a DeepNorm "
-    "export rescales o_proj/down_proj (alpha), which a passthrough does not. Use the exported "
-    "folder itself."
+# mergekit 0.1.5 (pinned) reads the original's folder, copies the kept layers' tensors unchanged
+# and sets only `num_hidden_layers` in the output config: an export is a passthrough of the
+# original exactly when its weights are the original's kept tensors and no other config entry
+# changes. `mergekit_obstacle` says why not, where not; the export then records that reason
+# instead of writing a config that would build a different model.
+DEPTHLAB_OBSTACLE = (
+    "the original is a depthlab_llama model ({scheme}), an architecture mergekit does not "
+    "know{extra}; use the exported folder itself"
 )
+SUBLAYER_OBSTACLE = (
+    "the removal set names sub-layer units (attention or MLP blocks of a layer): a mergekit "
+    "passthrough copies whole layers only"
+)
+
+
+def mergekit_obstacle(model: nn.Module, removed: Iterable[int]) -> str | None:
+    """Why a mergekit passthrough of the original model cannot rebuild `model` without the
+    layers `removed` (None: it can). A model loaded from a folder this workflow wrote is plain
+    Llama where exact (pre_ln / lns / scaled_init, depthlab.models.decoders.save_checkpoint);
+    a depthlab_llama model is not, and DeepNorm's export also rescales o_proj / down_proj (alpha).
+    Config lists with one entry per layer (Qwen's and Gemma's `layer_types`) and leading counts
+    (`max_window_layers`) change on removal, which mergekit does not do."""
+    config = model.config
+    num_layers = adapt(model).num_layers
+    removed = normalise_removal(removed, num_layers)
+    if getattr(config, "model_type", None) == "depthlab_llama":
+        scheme = getattr(config, "norm_scheme", None)
+        extra = {
+            "deepnorm": ", and the export rescales o_proj/down_proj (alpha), which a passthrough "
+            "does not",
+            "mix_ln": ", and mix_ln_post_layers is recounted over the kept layers",
+        }.get(scheme, "")
+        return DEPTHLAB_OBSTACLE.format(scheme=scheme, extra=extra)
+    kept = [l for l in range(num_layers) if l not in removed]
+    updates = config_updates(config, kept, num_layers)
+    others = sorted(k for k in updates if k != "num_hidden_layers")
+    if others:
+        return (
+            "removal also changes the config entries "
+            + ", ".join(others)
+            + ", which mergekit leaves as the original's (it sets only num_hidden_layers)"
+        )
+    return None
 
 
 def export_pruned(
@@ -284,11 +320,16 @@ def export_pruned(
     metadata: dict | None = None,
     mergekit_source: str | None = None,
     revision: str | None = None,
+    obstacle: str | None = None,
 ) -> dict:
     """Write the model without `removed` as an ordinary HF folder (plus the tokenizer and
     `pruning.json` naming the removed layers); returns that record. With `mergekit_source`
     (the original model's folder or hub id, at `revision`), also `mergekit.yaml`, the mergekit
-    passthrough config that rebuilds the same model from the original."""
+    passthrough config that rebuilds the same model from the original, and the record's
+    `mergekit`: {"expressible": true, "config": "mergekit.yaml"}; where a passthrough cannot
+    rebuild it (`mergekit_obstacle`, or `obstacle`: a caller's own reason, e.g.
+    SUBLAYER_OBSTACLE for an export of a sub-layer removal) no config is written and `mergekit`
+    is {"expressible": false, "reason": ...}."""
     from depthlab.models.decoders import (
         PLAIN_LLAMA_SCHEMES,  # export only (see _plain_llama_export)
     )
@@ -296,7 +337,6 @@ def export_pruned(
     out_dir = Path(out_dir)
     num_layers = adapt(model).num_layers
     removed = normalise_removal(removed, num_layers)
-    source_type = getattr(model.config, "model_type", None)
     with pruned_view(model, removed) as view:
         scheme = getattr(view.config, "norm_scheme", None)
         model_type = getattr(view.config, "model_type", None)
@@ -319,11 +359,14 @@ def export_pruned(
         **(metadata or {}),
     }
     if mergekit_source is not None:
-        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-        note = MERGEKIT_NOTE if source_type == "depthlab_llama" else None
-        text = mergekit_config(mergekit_source, removed, num_layers, dtype, revision, note)
-        (out_dir / "mergekit.yaml").write_text(text)
-        record["mergekit"] = "mergekit.yaml"
+        reason = obstacle or mergekit_obstacle(model, removed)
+        if reason:
+            record["mergekit"] = {"expressible": False, "reason": reason}
+        else:
+            dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+            text = mergekit_config(mergekit_source, removed, num_layers, dtype, revision)
+            (out_dir / "mergekit.yaml").write_text(text)
+            record["mergekit"] = {"expressible": True, "config": "mergekit.yaml"}
     (out_dir / "pruning.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return record
 

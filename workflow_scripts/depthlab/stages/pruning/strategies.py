@@ -359,7 +359,8 @@ def export_choices(
     {strategy, metric} as an HF folder `out/<strategy>_<metric>_n<k>/` (with pruning.json and
     mergekit.yaml, the passthrough config that rebuilds it from `source_model`); `removals`:
     removal_sets of the sweep the choices were made on. Returns one record per item (folder
-    None when no layer can be removed within the tolerance, or when the metric has no choice)."""
+    None when no layer can be removed within the tolerance, or when the metric has no choice;
+    an exported one's `mergekit` says whether the passthrough config rebuilds it, or why not)."""
     num_layers = adapt(model).num_layers
     if num_layers != record["num_layers"]:
         raise PruningError(
@@ -389,7 +390,7 @@ def export_choices(
             continue
         removed = removals[(item["strategy"], choice["n"])]
         folder = f"{item['strategy']}_{item['metric']}_n{choice['n']}"
-        export_pruned(
+        written = export_pruned(
             model,
             removed,
             out / folder,
@@ -404,7 +405,15 @@ def export_choices(
             mergekit_source=resolve_model_path(source_model),
             revision=revision,
         )
-        exports.append({**item, "n": choice["n"], "removed": list(removed), "folder": folder})
+        exports.append(
+            {
+                **item,
+                "n": choice["n"],
+                "removed": list(removed),
+                "folder": folder,
+                "mergekit": written["mergekit"],
+            }
+        )
     return exports
 
 
