@@ -3,15 +3,18 @@
 `run(spec, device, log)` reads as the stage's phases, one function each:
 
   plan      load the model, the analysis' angular-distance matrix (and per-layer cos_adjacent for
-            block_influence) and the validation windows; the removal set of every (strategy, n)
-            and the validation loss of every set (LossSweep); the greedy path stops at
+            block_influence), the calibration windows of the train split (pruning.calibration,
+            for the block-ranking criteria: depthlab.stages.pruning.criteria, run first, their
+            sweep freed before the validation sweep) and the validation windows; the removal
+            set of every (strategy, n) and the validation loss of every set (LossSweep), the
+            criteria's sets included (one yardstick for all); the greedy path stops at
             greedy_max_n when set (no greedy set beyond: lm-eval scores greedy where it has a
             set, healing and speed may not name greedy beyond the cap: rejected at config time)
   evaluate  lm-eval of the full model, of the sets of lm_eval.n_grid and of single layers
             (unless lm_eval.per_set_jobs: then each set is an evaluate_pruned job)
   speed     measured throughput of the exported sets of speed.n_grid against the full model
-  write     measured.json, the block choice, Block Influence, greedy and speed tables,
-            summary.json and provenance.json into the output
+  write     measured.json, the block choice, Block Influence, greedy, criteria, SLEB path and
+            speed tables, summary.json and provenance.json into the output
 
 Healing is one heal_pruned job per (strategy, n) (depthlab.stages.pruning.variants), so a
 cluster heals the variants side by side; gather_pruning builds sweep.csv, single_layer.csv,
