@@ -24,7 +24,8 @@ Spec (`prune_model` job, one per model); paths:
   out             output folder, written atomically
 settings:
   seed, device (auto|cpu|cuda), dtype (float32|bfloat16|float16)
-  strategies      subset of [angular, deepest, greedy, block_influence]
+  strategies      subset of [angular, deepest, greedy, block_influence, ppl, taylor, taylor_plus,
+                  magnitude, magnitude_plus, sleb] (the last six: depthlab/stages/pruning/criteria.py)
   n_grid          block sizes n (null: every n from 1 to L-1)
   greedy_max_n    optional: the greedy path stops at this n (absent or null: at the largest n
                   of n_grid); greedy rows exist for n <= greedy_max_n only
@@ -32,6 +33,8 @@ settings:
                   of val.bin; loss_tokens (optional): every val loss averages the last
                   loss_tokens target positions of each window (absent or null: all seq_len),
                   the earlier positions are context
+  calibration     optional {windows, seq_len, batch_size}: evenly spaced windows of the train
+                  split that ppl, taylor, taylor_plus and sleb rank blocks on (required by them)
   retokenize      {val_tokens, train_tokens}: ids re-encoded per split (null: all); a model that
                   is not pretrain only
   lm_eval         {enabled, tasks (null: every task of the folder), n_grid (null: every n; a
@@ -45,11 +48,13 @@ Outputs in `out` (what gather_pruning.py builds the tables from): measured.json 
 of every strategy and n, the loss of every set and single layer, per validation window too, and
 the lm-eval rows scored here; see depthlab/stages/pruning/tables.py), block_choice.csv (n, l_star,
 distance), block_influence.csv (layer, cos_adjacent, block_influence, rank; with block_influence),
-greedy_path.csv, speed.csv, summary.json (token_source: which tokenizer made the validation ids;
+greedy_path.csv, criteria.csv (criterion, layer, score, calibration_loss, rank, protected) and
+sleb_path.csv (n, layer, removed, calibration_loss) with the criteria, speed.csv, summary.json
+(criteria_cost: calibration forward / backward passes, layer calls, seconds per criterion; token_source: which tokenizer made the validation ids;
 window_losses: windows, scored positions per window, window starts, overlap; greedy_max_n),
 provenance.json. The gathered folder adds sweep.csv (model, strategy, n, fraction, removed,
 healed, val_loss, val_ppl, delta_loss, task, acc, acc_stderr, acc_norm, acc_norm_stderr,
-samples), single_layer.csv (layer, val_loss, delta_loss, task, acc, acc_stderr, delta_acc, ...),
+samples, removed_params), single_layer.csv (layer, val_loss, delta_loss, task, acc, acc_stderr, delta_acc, ...),
 window_losses.csv (removed, strategy, n, healed, window, loss), healing.csv and
 tensorboard/<strategy>_n<n>/.
 

@@ -85,6 +85,15 @@ SMOKE = {
             rf"wall: sweep {NUMBER} s vs rebuild {NUMBER} s -> ratio {NUMBER}x \(goal >= 2x\)",
         ],
     ),
+    "bench_pruning_criteria.py": (
+        ["--windows", "2", "--seq-len", "8", "--batch-size", "2", "--n", "2"],
+        [
+            rf"{strategy}: calibration passes \d+, backward passes \d+, layer calls \d+, "
+            rf"seconds {NUMBER}"
+            for strategy in ("ppl", "taylor", "taylor_plus", "magnitude", "magnitude_plus", "sleb")
+        ]
+        + [r"removed at n = 2: sleb \[\d+, \d+\]"],
+    ),
     "bench_scaling_fit.py": (
         ["--resamples", "3", "--lbfgsb-resamples", "2", "--refit-resamples", "2"],
         [

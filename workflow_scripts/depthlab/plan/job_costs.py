@@ -332,6 +332,39 @@ def _lm_eval_flops(shape: Shape, spec: dict, tasks_config: dict) -> float:
     return _lm_eval_tokens(spec, tasks_config) * forward_flops(shape, LM_EVAL_CONTEXT // 2)
 
 
+def _criteria_work(shape: Shape, spec: dict, b: int, n_values: list[int]):
+    """(FLOPs, memory phase) of the block-ranking criteria on pruning.calibration's windows
+    (depthlab.stages.pruning.criteria), or None when no strategy reads them: ppl and sleb are a
+    second loss sweep (L single blocks, SLEB's path with its barrier: half the model a set),
+    Taylor one forward and backward pass per batch (3 forward passes' FLOPs), holding the
+    blocks' gradient sums in float64 and a batch's training activations."""
+    from depthlab.plan.stage_settings import CALIBRATED_STRATEGIES, strategy_max_n
+
+    strategies, calibration = spec["strategies"], spec.get("calibration")
+    if calibration is None or not set(strategies) & set(CALIBRATED_STRATEGIES):
+        return None
+    L = shape.num_layers
+    seq = _context(calibration["seq_len"], shape)
+    tokens = calibration["windows"] * seq
+    sets = L if "ppl" in strategies else 0
+    if "sleb" in strategies:
+        steps = min(max(n_values), strategy_max_n("sleb", L))
+        sets += sum(L - 2 - k + 1 for k in range(1, steps + 1))
+    flops = (1 + 0.5 * sets) * tokens * forward_flops(shape, seq) if sets else 0.0
+    taylor = bool({"taylor", "taylor_plus"} & set(strategies))
+    rows = calibration["batch_size"] * seq
+    fixed = {"batch": _inference_batch(shape, rows, b), "loss logits": LOSS_CHUNK * 12}
+    split = {"weights": shape.parameters * b}
+    if sets:
+        split["cached calibration states"] = (L + 1) * tokens * shape.hidden_size * b
+    if taylor:
+        flops += 3 * tokens * forward_flops(shape, seq)
+        split["float64 gradient sums + gradients"] = shape.parameters * (8 + b)
+        fixed = {"training activations": _layer_activations(shape, rows, b),
+                 "logits": rows * shape.vocab_size * 8}  # fmt: skip
+    return flops, Phase("block criteria", split=split, fixed=fixed)
+
+
 def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, download: float) -> Work:
     """prune_model: the loss sweep, lm-eval of the unhealed sets (unless each set is its own
     evaluate_pruned job) and the speed measurement; healing is heal_pruned's (heal_work)."""
@@ -362,6 +395,10 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
     flops = {dtype: sweep_passes * val_tokens * forward_flops(shape, seq)}
     flops[dtype] += variants * _lm_eval_flops(shape, spec, tasks_config)
     phases = [_sweep_phase(shape, spec, b)]
+    criteria = _criteria_work(shape, spec, b, n_values)
+    if criteria is not None:
+        flops[dtype] += criteria[0]
+        phases.append(criteria[1])
     if variants:
         phases.append(_lm_eval_phase(shape, spec, b, phases[0].split))
     disk = download

@@ -18,7 +18,44 @@ from depthlab.core.errors import PruningError
 # --------------------------------------------------------------------------- pruning
 
 
-STRATEGIES = ("angular", "deepest", "greedy", "block_influence")
+STRATEGIES = (
+    "angular",
+    "deepest",
+    "greedy",
+    "block_influence",
+    # the block-ranking criteria of depthlab.stages.pruning.criteria
+    "ppl",
+    "taylor",
+    "taylor_plus",
+    "magnitude",
+    "magnitude_plus",
+    "sleb",
+)
+# the criteria that read pruning.calibration's windows (the train split)
+CALIBRATED_STRATEGIES = ("ppl", "taylor", "taylor_plus", "sleb")
+# Shortened LLaMA's "+" rule: the first 4 and the last 2 blocks are never removed
+PLUS_KEEP_FIRST, PLUS_KEEP_LAST = 4, 2
+
+
+def protected_layers(strategy: str, num_layers: int) -> tuple[int, ...]:
+    """The layers a strategy never removes: the "+" criteria keep the first PLUS_KEEP_FIRST and
+    the last PLUS_KEEP_LAST blocks, SLEB the first and the last block; none for the others."""
+    if strategy.endswith("_plus"):
+        kept = set(range(min(PLUS_KEEP_FIRST, num_layers)))
+        kept |= set(range(max(0, num_layers - PLUS_KEEP_LAST), num_layers))
+        return tuple(sorted(kept))
+    if strategy == "sleb":
+        return (0, num_layers - 1) if num_layers > 1 else (0,)
+    return ()
+
+
+def strategy_max_n(strategy: str, num_layers: int) -> int:
+    """The largest n a strategy has a removal set for in a model of `num_layers` layers: L - 1,
+    less its protected layers; SLEB at most half the layers (L // 2). Larger n of a grid get no
+    set of that strategy (0: none at all, e.g. a "+" criterion on a model of 6 layers or less)."""
+    free = num_layers - len(protected_layers(strategy, num_layers))
+    largest = min(free, num_layers - 1)
+    return min(largest, num_layers // 2) if strategy == "sleb" else largest
 
 
 def grid(n_grid: Sequence[int] | None, num_layers: int, key: str = "pruning.n_grid") -> list[int]:
@@ -173,6 +210,51 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
             speed, ("batch_size", "prompt_length", "new_tokens", "repeats"), f"{where}.speed"
         )
     _check_greedy_cap(settings, num_layers, where)
+    check_criteria_settings(settings, num_layers, where)
+
+
+def check_criteria_settings(settings: dict, num_layers: int, where: str = "pruning") -> None:
+    """The block-ranking criteria's settings: pruning.calibration ({windows, seq_len,
+    batch_size}, integers >= 1) is required by the criteria that read it (CALIBRATED_STRATEGIES);
+    healing and speed must not name a criterion at an n it has no set for (strategy_max_n)."""
+    calibrated = [s for s in settings["strategies"] if s in CALIBRATED_STRATEGIES]
+    calibration = settings.get("calibration")
+    if calibrated and calibration is None:
+        raise PruningError(
+            f"{where}.calibration: required by the strategies {', '.join(calibrated)} (their "
+            f"blocks are ranked on calibration windows of the train split: give "
+            f"{{windows, seq_len, batch_size}})"
+        )
+    if calibration is not None:
+        _positive_ints(calibration, ("windows", "seq_len", "batch_size"), f"{where}.calibration")
+        if calibration["seq_len"] < 2:
+            raise PruningError(f"{where}.calibration.seq_len: must be >= 2")
+    pruned = set(grid(settings["n_grid"], num_layers, f"{where}.n_grid"))
+    healing, speed = settings.get("healing", NO_HEALING), settings["speed"]
+    uses = []
+    if healing["enabled"]:
+        for strategy in healing.get("strategies") or settings["strategies"]:
+            uses.append(("healing", strategy, healing.get("n_grid")))
+    if speed["enabled"]:
+        uses.append(("speed", speed.get("strategy"), speed.get("n_grid")))
+    for section, strategy, values in uses:
+        cap = strategy_max_n(strategy, num_layers)
+        if strategy not in STRATEGIES or cap == num_layers - 1:
+            continue
+        beyond = sorted(
+            n
+            for n in grid(values, num_layers, f"{where}.{section}.n_grid")
+            if n in pruned and n > cap
+        )
+        if beyond:
+            kept = protected_layers(strategy, num_layers)
+            raise PruningError(
+                f"{where}.{section}.n_grid: {strategy} has no removal set for n = "
+                f"{', '.join(map(str, beyond))} in a model of {num_layers} layers (it never "
+                f"removes layers {', '.join(map(str, kept))}"
+                + (", nor more than half the layers" if strategy == "sleb" else "")
+                + f"; at most n = {cap})"
+            )
 
 
 def validate_auto_depth_settings(settings: dict, where: str = "pruning") -> None:

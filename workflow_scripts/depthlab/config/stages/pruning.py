@@ -103,6 +103,9 @@ def _shared_settings(pruning: dict) -> dict:
     # (every position scored). Passed only when given, so a config without them keeps its specs.
     if "greedy_max_n" in pruning:
         shared["greedy_max_n"] = pruning["greedy_max_n"]
+    # pruning.calibration likewise: only the criteria that rank on it need it
+    if "calibration" in pruning:
+        shared["calibration"] = pruning["calibration"]
     shared["retokenize"] = {**RETOKENIZE_DEFAULT, **(pruning.get("retokenize") or {})}
     return shared
 
@@ -146,6 +149,10 @@ def _check_pruned_model(
         overrides.key(name, "val", "loss_tokens"),
         overrides.key(name, "val", "seq_len"),
     )
+    if "calibration" in settings:
+        check_positions(
+            resolved, name, settings["calibration"]["seq_len"], "pruning.calibration.seq_len"
+        )
     if settings["healing"]["enabled"]:
         check_positions(
             resolved,
@@ -304,10 +311,17 @@ def _measured_grid(settings: dict, layers: int | None) -> list[int] | None:
     return _job_grid(settings["n_grid"], layers, "pruning.n_grid")
 
 
-def _has_set(strategy: str, n: int, settings: dict, n_values: list[int] | None) -> bool:
+def _has_set(
+    strategy: str, n: int, settings: dict, n_values: list[int] | None, layers: int | None = None
+) -> bool:
     """Whether prune_model measures a (strategy, n) set: n of its grid (None: every n), greedy
-    up to its cap."""
+    up to its cap, a criterion up to the n it has a set for in a model of `layers` layers
+    (strategy_max_n; a depth not known yet: assumed to exist, the job names a missing set)."""
+    from depthlab.plan.stage_settings import strategy_max_n
+
     if strategy not in settings["strategies"] or (n_values is not None and n not in n_values):
+        return False
+    if layers is not None and n > strategy_max_n(strategy, layers):
         return False
     cap = settings.get("greedy_max_n") or (max(n_values) if n_values else n)
     return strategy != "greedy" or n <= cap
@@ -333,7 +347,7 @@ def _add_heal_jobs(
         suffix = "" if method == methods[0] else f"_{method}"
         for strategy in healing.get("strategies") or settings["strategies"]:
             for n in heal_n:
-                if not _has_set(strategy, n, settings, n_values):
+                if not _has_set(strategy, n, settings, n_values, layers):
                     continue
                 variant = f"{strategy}_n{n}{suffix}"
                 folders.append(
@@ -376,7 +390,7 @@ def _add_evaluation_jobs(
         f"{strategy}_n{n}"
         for strategy in settings["strategies"]
         for n in task_n
-        if _has_set(strategy, n, settings, n_values)
+        if _has_set(strategy, n, settings, n_values, layers)
     ]
     if lm_eval["single_layer"]:
         if layers is None:

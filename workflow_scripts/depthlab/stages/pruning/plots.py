@@ -26,6 +26,12 @@ STRATEGY_COLORS = {
     "deepest": "tab:orange",
     "greedy": "tab:green",
     "block_influence": "tab:red",
+    "ppl": "tab:purple",
+    "taylor": "tab:brown",
+    "taylor_plus": "tab:pink",
+    "magnitude": "tab:gray",
+    "magnitude_plus": "tab:olive",
+    "sleb": "tab:cyan",
 }
 
 

@@ -3,15 +3,18 @@
 `run(spec, device, log)` reads as the stage's phases, one function each:
 
   plan      load the model, the analysis' angular-distance matrix (and per-layer cos_adjacent for
-            block_influence) and the validation windows; the removal set of every (strategy, n)
-            and the validation loss of every set (LossSweep); the greedy path stops at
+            block_influence), the calibration windows of the train split (pruning.calibration,
+            for the block-ranking criteria: depthlab.stages.pruning.criteria, run first, their
+            sweep freed before the validation sweep) and the validation windows; the removal
+            set of every (strategy, n) and the validation loss of every set (LossSweep), the
+            criteria's sets included (one yardstick for all); the greedy path stops at
             greedy_max_n when set (no greedy set beyond: lm-eval scores greedy where it has a
             set, healing and speed may not name greedy beyond the cap: rejected at config time)
   evaluate  lm-eval of the full model, of the sets of lm_eval.n_grid and of single layers
             (unless lm_eval.per_set_jobs: then each set is an evaluate_pruned job)
   speed     measured throughput of the exported sets of speed.n_grid against the full model
-  write     measured.json, the block choice, Block Influence, greedy and speed tables,
-            summary.json and provenance.json into the output
+  write     measured.json, the block choice, Block Influence, greedy, criteria, SLEB path and
+            speed tables, summary.json and provenance.json into the output
 
 Healing is one heal_pruned job per (strategy, n) (depthlab.stages.pruning.variants), so a
 cluster heals the variants side by side; gather_pruning builds sweep.csv, single_layer.csv,
@@ -53,7 +56,7 @@ sets them, absent meaning null as in the schema).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +69,8 @@ from depthlab.core.placement import spec_placement
 from depthlab.core.provenance import Provenance
 from depthlab.data.model_tokens import model_tokens
 from depthlab.models.architectures import adapt, load_model, load_tokenizer
-from depthlab.plan.stage_settings import grid, validate_pruning_settings
+from depthlab.plan.stage_settings import CALIBRATED_STRATEGIES, grid, validate_pruning_settings
+from depthlab.stages.pruning.criteria import CriteriaResult, layer_parameters, rank_blocks
 from depthlab.stages.pruning.lm_tasks import TaskEvaluator, check_task_folder
 from depthlab.stages.pruning.speed import measure_exports
 from depthlab.stages.pruning.strategies import (
@@ -127,6 +131,9 @@ class Plan:
     provenance: Provenance
     token_source: dict  # per split: which tokenizer made the ids (depthlab.data.model_tokens)
     window_starts: list[int]  # first token of each validation window in the val ids
+    # the block-ranking criteria (depthlab.stages.pruning.criteria) and the layers' sizes
+    criteria: CriteriaResult = field(default_factory=CriteriaResult)
+    layer_params: list[int] = field(default_factory=list)
 
     @property
     def base_loss(self) -> float:
@@ -162,6 +169,19 @@ def split_tokens(spec: dict, tokenizer, split: str) -> tuple[np.ndarray, dict]:
             f"(it reads the run's documents re-encoded by its own tokenizer)"
         )
     return model_tokens(spec["data"], split, tokenizer, caps[f"{split}_tokens"])
+
+
+def calibration_windows(spec: dict, tokenizer) -> tuple[list | None, dict | None]:
+    """(pruning.calibration's batches of windows of the train split, their token source), drawn
+    as the validation windows are from val; (None, None) when no strategy reads them."""
+    calibration = spec.get("calibration")
+    if calibration is None or not set(spec["strategies"]) & set(CALIBRATED_STRATEGIES):
+        return None, None
+    tokens, source = split_tokens(spec, tokenizer, "train")
+    windows = validation_windows(
+        tokens, calibration["windows"], calibration["seq_len"], calibration["batch_size"]
+    )
+    return windows, source
 
 
 def _analysis_inputs(spec: dict) -> tuple[Path, Path | None]:
@@ -263,12 +283,20 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
     windows = validation_windows(val_tokens, val["windows"], val["seq_len"], val["batch_size"])
     starts = window_starts(len(val_tokens), val["windows"], val["seq_len"])
     log(f"[{name}] validation ids: {val_source}")
+    token_source = {"val": val_source}
+    calibration, train_source = calibration_windows(spec, tokenizer)
+    if train_source is not None:
+        token_source["train"] = train_source
+    # the criteria first: their calibration sweep is freed before the validation sweep's cache
+    criteria = rank_blocks(model, spec["strategies"], n_values, calibration,
+                           lambda m: log(f"[{name}] {m}"))  # fmt: skip
     sweep = LossSweep(model, windows, loss_tokens=val.get("loss_tokens"))
     clock.lap("load")
 
     removals, greedy_records = _removal_sets(
         spec, n_values, L, distance, cos_adjacent, sweep, lambda m: log(f"[{name}] {m}")
     )
+    removals.update(criteria.removals)
     singles = [(l,) for l in range(L)]
     sets = [()] + singles + list(removals.values())
     losses = dict(zip(sets, sweep.losses(sets)))
@@ -292,8 +320,10 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
         singles=singles,
         losses=losses,
         provenance=provenance,
-        token_source={"val": val_source},
+        token_source=token_source,
         window_starts=[int(start) for start in starts],
+        criteria=criteria,
+        layer_params=layer_parameters(model),
     )
 
 
@@ -400,6 +430,7 @@ def measured_record(planned: Plan, spec: dict, task_results: dict) -> dict:
             {"strategy": s, "n": n, "removed": list(r)} for (s, n), r in planned.removals.items()
         ],
         "singles": [layer for (layer,) in planned.singles],
+        "layer_params": planned.layer_params,
         "losses": [
             {"removed": list(removed), "loss": float(loss)}
             for removed, loss in planned.losses.items()
@@ -437,19 +468,13 @@ def write(
     measured = measured_record(planned, spec, task_results)
     write_json(out / MEASURED_FILE, measured)
     if planned.greedy_records:
+        write_dataframe(out / "greedy_path.csv", path_table(planned.greedy_records, "val_loss"))
+    criteria = planned.criteria
+    if criteria.rows:
+        write_dataframe(out / "criteria.csv", criteria.table())
+    if criteria.sleb_records:
         write_dataframe(
-            out / "greedy_path.csv",
-            pd.DataFrame(
-                [
-                    {
-                        "n": r["n"],
-                        "layer": r["layer"],
-                        "removed": removed_label(r["removed"]),
-                        "val_loss": r["loss"],
-                    }
-                    for r in planned.greedy_records
-                ]
-            ),
+            out / "sleb_path.csv", path_table(criteria.sleb_records, "calibration_loss")
         )
     summary = {
         "model": name,
@@ -480,10 +505,41 @@ def write(
         "phase_seconds": clock.seconds,
         "wall_s": clock.wall(),
     }
+    summary.update(criteria_summary(planned, spec))
     write_json(out / "summary.json", summary)
     planned.provenance.extra["summary"] = summary
     planned.provenance.write(out / "provenance.json")
     return summary
+
+
+def path_table(records: list[dict], loss_column: str) -> pd.DataFrame:
+    """greedy_path.csv / sleb_path.csv: one row per step (n, layer, removed, the loss)."""
+    return pd.DataFrame(
+        [
+            {
+                "n": r["n"],
+                "layer": r["layer"],
+                "removed": removed_label(r["removed"]),
+                loss_column: r["loss"],
+            }
+            for r in records
+        ]
+    )
+
+
+def criteria_summary(planned: Plan, spec: dict) -> dict:
+    """summary.json's part on the block-ranking criteria: their files, the calibration windows
+    and each criterion's cost (calibration forward / backward passes, layer calls, seconds)."""
+    criteria = planned.criteria
+    if not criteria.rows and not criteria.sleb_records:
+        return {}
+    files = ["criteria.csv"] + (["sleb_path.csv"] if criteria.sleb_records else [])
+    return {
+        "criteria_files": files,
+        "calibration": {**(spec.get("calibration") or {}), "loss": criteria.calibration_loss},
+        "criteria_cost": criteria.cost,
+        "sleb_steps": len(criteria.sleb_records),
+    }
 
 
 def run(spec: dict, device: str = "cpu", log=print) -> dict:

@@ -168,17 +168,31 @@ def block_influence_table(cos_adjacent: np.ndarray):
     )
 
 
-def greedy_path(loss_of, num_layers: int, n_max: int, log=None) -> list[dict]:
+def greedy_path(
+    loss_of,
+    num_layers: int,
+    n_max: int,
+    log=None,
+    protected: Sequence[int] = (),
+    label: str = "greedy",
+) -> list[dict]:
     """Greedy non-contiguous removal: step k removes, from the set of step k-1, the layer whose
     removal gives the lowest loss (`loss_of(list of sets) -> list of losses`; ties: the smallest
     layer). Returns one record per step n = 1..n_max: n, removed set, loss, the candidates'
     losses. Step k scores L - k + 1 candidate sets, so the path to n_max scores
     sum_{k=1..n_max} (L - k + 1) sets (memoised ones included): stopping early
-    (pruning.greedy_max_n, `greedy_steps`) is where the greedy strategy's cost goes down."""
+    (pruning.greedy_max_n, `greedy_steps`) is where the greedy strategy's cost goes down.
+    `protected` layers are never candidates (SLEB's first and last block, with the loss on
+    calibration windows: depthlab.stages.pruning.criteria); `label` names the path in the log."""
+    if n_max > num_layers - len(set(protected)):
+        raise PruningError(
+            f"{label}: {n_max} steps, but only {num_layers - len(set(protected))} of "
+            f"{num_layers} layers may be removed"
+        )
     removed: tuple[int, ...] = ()
     path = []
     for n in range(1, n_max + 1):
-        candidates = [l for l in range(num_layers) if l not in removed]
+        candidates = [l for l in range(num_layers) if l not in removed and l not in protected]
         sets = [tuple(sorted(removed + (l,))) for l in candidates]
         losses = loss_of(sets)
         best = min(range(len(candidates)), key=lambda i: (losses[i], candidates[i]))
@@ -194,7 +208,7 @@ def greedy_path(loss_of, num_layers: int, n_max: int, log=None) -> list[dict]:
         )
         if log:
             log(
-                f"greedy n={n}: drop layer {candidates[best]} -> {removed}, loss {losses[best]:.4f}"
+                f"{label} n={n}: drop layer {candidates[best]} -> {removed}, loss {losses[best]:.4f}"
             )
     return path
 

@@ -11,6 +11,7 @@ measured.json (written by prune_model; `removed` is a list of layers, [] for the
   model, num_layers, strategies, n_values
   removals        [{strategy, n, removed}] every (strategy, n) set, in the stage's order
   singles         the layers removed one at a time
+  layer_params    the number of parameters of each decoder layer (sweep.csv's removed_params)
   losses          [{removed, loss}] the validation loss of the full model, every single layer
                   and every set
   window_losses   [{strategy, n, removed, losses}] the loss per validation window of the full
@@ -69,6 +70,7 @@ SWEEP_COLUMNS = [
     "score_stderr",
     "score_metric",
     "samples",
+    "removed_params",
 ]
 WINDOW_LOSS_COLUMNS = ["removed", "strategy", "n", "healed", "window", "loss", "method"]
 # what gather_pruning writes itself; every other file of prune_model's folder is copied
@@ -124,6 +126,7 @@ class Measured:
         self.n_values = record["n_values"]
         self.removals = {(r["strategy"], r["n"]): tuple(r["removed"]) for r in record["removals"]}
         self.singles = [(layer,) for layer in record["singles"]]
+        self.layer_params = record.get("layer_params")  # absent: written before it was recorded
         self.losses = {tuple(r["removed"]): r["loss"] for r in record["losses"]}
         self.task_results = {
             tuple(r["removed"]): rows_from_json(r["rows"]) for r in record["task_results"]
@@ -165,7 +168,14 @@ class Measured:
             "val_loss": loss,
             "val_ppl": perplexity(loss),
             "delta_loss": loss - self.base_loss,
+            "removed_params": self.removed_params(removed),
         }
+
+    def removed_params(self, removed: tuple[int, ...]) -> float:
+        """The number of parameters of the removed layers (NaN without layer_params)."""
+        if self.layer_params is None:
+            return np.nan
+        return int(sum(self.layer_params[layer] for layer in removed))
 
     def unhealed_sets(self, strategy: str) -> list[tuple[int, tuple[int, ...]]]:
         """(n, removed) of one strategy's rows: the full model (n 0), then every measured n."""
