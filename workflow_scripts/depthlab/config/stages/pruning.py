@@ -151,7 +151,10 @@ def _check_pruned_model(
     )
     if "calibration" in settings:
         check_positions(
-            resolved, name, settings["calibration"]["seq_len"], "pruning.calibration.seq_len"
+            resolved,
+            name,
+            settings["calibration"]["seq_len"],
+            overrides.key(name, "calibration", "seq_len"),
         )
     if settings["healing"]["enabled"]:
         check_positions(
