@@ -103,6 +103,8 @@ def _shared_settings(pruning: dict) -> dict:
     # (every position scored). Passed only when given, so a config without them keeps its specs.
     if "greedy_max_n" in pruning:
         shared["greedy_max_n"] = pruning["greedy_max_n"]
+    if "sublayer" in pruning:  # optional like greedy_max_n: absent, no sub-layer search
+        shared["sublayer"] = pruning["sublayer"]
     shared["retokenize"] = {**RETOKENIZE_DEFAULT, **(pruning.get("retokenize") or {})}
     return shared
 
