@@ -48,9 +48,10 @@ of every strategy and n, the loss of every set and single layer, per validation 
 the lm-eval rows scored here; see depthlab/stages/pruning/tables.py), block_choice.csv (n, l_star,
 distance), block_influence.csv (layer, cos_adjacent, block_influence, rank; with block_influence),
 greedy_path.csv, speed.csv, sublayer_path.csv (step, layer, kind, removed, val_loss,
-removed_params, removed_fraction, seconds; with sublayer.enabled), summary.json (token_source: which tokenizer made the validation ids;
-window_losses: windows, scored positions per window, window starts, overlap; greedy_max_n),
-provenance.json. The gathered folder adds sweep.csv (model, strategy, n, fraction, removed,
+removed_params, removed_fraction, seconds; with sublayer.enabled), summary.json (token_source:
+which tokenizer made the validation ids; sublayer: the path's file, steps, seconds per step and
+the parameters of each layer and of the decoder; window_losses: windows, scored positions per
+window, window starts, overlap; greedy_max_n), provenance.json. The gathered folder adds sweep.csv (model, strategy, n, fraction, removed,
 healed, val_loss, val_ppl, delta_loss, task, acc, acc_stderr, acc_norm, acc_norm_stderr,
 samples), single_layer.csv (layer, val_loss, delta_loss, task, acc, acc_stderr, delta_acc, ...),
 window_losses.csv (removed, strategy, n, healed, window, loss), healing.csv and
