@@ -17,10 +17,12 @@ from depthlab.stages.pruning.sublayers import (
     decoder_params,
     layer_params,
     removed_sublayers,
+    candidate_losses,
     sublayer_path,
     sublayer_table,
     unit_params,
     units_label,
+    units_loss,
 )
 from test_pruning import FAMILIES, make, markov_tokens
 from tiny_models import random_batch
@@ -174,6 +176,22 @@ def test_search_steps_equal_brute_force():
     table = sublayer_table(path)
     assert list(table["removed"]) == [units_label([best]), units_label([best, best2])]
     assert list(table["val_loss"]) == [path[0]["loss"], path[1]["loss"]]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "opt_post_ln", "depthlab_deepnorm", "gemma3_softcap"])
+def test_shared_prefix_losses_equal_a_full_pass_per_set(family):
+    """candidate_losses (one pass per batch, each candidate rerun from its layer) against
+    units_loss (the whole model run once per set) on top of a removed set."""
+    model = make(family)
+    tokens = torch.as_tensor(markov_tokens(300), dtype=torch.long)
+    windows = [tokens[:26].reshape(2, 13), tokens[50:89].reshape(3, 13)]
+    removed = [(1, "mlp")]
+    candidates = [(0, "attn"), (1, "attn"), (2, "mlp"), (2, "attn")]
+    shared = candidate_losses(model, removed, candidates, windows, loss_tokens=5)
+    for unit in candidates:
+        alone = units_loss(model, [*removed, unit], windows, loss_tokens=5)
+        assert shared[unit] == pytest.approx(alone, rel=1e-6)
+    assert len(set(shared.values())) == len(candidates)  # the candidates differ
 
 
 def test_ties_go_to_the_smallest_unit():

@@ -35,8 +35,10 @@ stage's windows, or calibration windows: the caller chooses; the last val.loss_t
 per window where set) rather than perplexity on Alpaca samples; ties go to the smallest (layer,
 kind), "attn" before "mlp" (BlockPruner keeps the first candidate in its order, every MHA block
 before every MLP block); BlockPruner's block removal is written for Llama only, here for every
-family above, Post-LN included. Each step scores 2L - k + 1 candidates with a full forward pass per
-window (no prefix reuse as in LossSweep): steps x 2L passes.
+family above, Post-LN included. Step k scores 2L - k + 1 candidates; one pass per batch with the
+current set stores every layer's input, and a candidate of layer l reruns layers l..L-1 only
+(`candidate_losses`; LossSweep shares prefixes the same way for layer sets), so a step costs
+about L passes, not 2L.
 
 Exports: a sub-layer removal set keeps every layer with one branch gone, which a mergekit
 passthrough (whole-layer slices) cannot express and HF configs cannot describe; sub-layer sets
@@ -55,7 +57,12 @@ from torch import nn
 from depthlab.core.errors import PruningError, UnsupportedModelError
 from depthlab.models.architectures import ModelAdapter, adapt
 from depthlab.plan.engine_budgets import LOSS_CHUNK_ELEMENTS
-from depthlab.stages.pruning.layer_removal import model_loss
+from depthlab.stages.pruning.layer_removal import (
+    head_losses,
+    layer_output,
+    model_loss,
+    scored_positions,
+)
 
 KINDS = ("attn", "mlp")
 Unit = tuple[int, str]
@@ -237,6 +244,59 @@ def units_loss(
         return model_loss(model, windows, chunk_elements, loss_tokens)
 
 
+def _layer_inputs(adapter: ModelAdapter, inputs: torch.Tensor) -> tuple[list, list]:
+    """(input of every layer, (extra args, kwargs) every layer was called with) of one pass of
+    the backbone (the current units removed by the caller's hooks)."""
+    states, calls = [None] * adapter.num_layers, [None] * adapter.num_layers
+    handles = []
+    for index, layer in enumerate(adapter.layers):
+
+        def pre(module, args, kwargs, index=index):
+            kwargs = dict(kwargs)
+            states[index] = args[0] if args else kwargs.pop("hidden_states")
+            calls[index] = (tuple(args[1:]), kwargs)
+
+        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+    try:
+        adapter.backbone(input_ids=inputs, use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return states, calls
+
+
+@torch.inference_mode()
+def candidate_losses(
+    model: nn.Module,
+    removed: Sequence[Unit],
+    candidates: Sequence[Unit],
+    windows: Sequence[torch.Tensor],
+    loss_tokens: int | None = None,
+    chunk_elements: int = LOSS_CHUNK_ELEMENTS,
+) -> dict[Unit, float]:
+    """{unit: units_loss(removed + unit)} for every candidate, with the prefix shared: one pass
+    per batch with `removed` stores every layer's input and call arguments; a candidate of
+    layer l reruns layers l..L-1 from there (layers below l compute the same with or without
+    it), then the head. Equal to units_loss per candidate, about half the layer calls."""
+    adapter = adapt(model)
+    totals = dict.fromkeys(candidates, 0.0)
+    count = 0
+    for window in windows:
+        window = window.to(adapter.input_device)
+        targets = window[:, 1:]
+        with removed_sublayers(model, removed):
+            states, calls = _layer_inputs(adapter, window[:, :-1])
+        count += targets.shape[0] * scored_positions(targets.shape[-1], loss_tokens)
+        for unit in candidates:
+            hidden = states[unit[0]]
+            with removed_sublayers(model, (*removed, unit)):
+                for index in range(unit[0], adapter.num_layers):
+                    args, kwargs = calls[index]
+                    hidden = layer_output(adapter.layers[index](hidden, *args, **kwargs))
+            totals[unit] += head_losses(adapter, hidden, targets, chunk_elements, loss_tokens)[0]
+    return {unit: total / count for unit, total in totals.items()}
+
+
 def max_units(num_layers: int) -> int:
     """The most units a search may remove: every unit but one (2L - 1)."""
     return 2 * num_layers - 1
@@ -254,7 +314,8 @@ def sublayer_path(
     whose removal gives the lowest loss on `windows` (ties: the smallest (layer, kind)). One
     record per step: step, layer, kind, removed (sorted units), loss, removed_params
     (cumulative), removed_fraction (of decoder_params), seconds (the step's wall time),
-    candidates ({unit: loss}). `loss_of(units) -> loss` replaces units_loss (tests)."""
+    candidates ({unit: loss}). The candidates of a step share their prefix (candidate_losses);
+    `loss_of(units) -> loss` scores each set by itself instead (tests)."""
     adapter = adapt(model)
     _check_family(adapter)
     num_layers = adapter.num_layers
@@ -262,11 +323,6 @@ def sublayer_path(
         raise PruningError(
             f"sub-layer steps {steps!r}: outside 1..{max_units(num_layers)} (2L - 1 units)"
         )
-    if loss_of is None:
-
-        def loss_of(units):
-            return units_loss(model, units, windows, loss_tokens)
-
     sizes = {
         (layer, kind): unit_params(model, layer, kind)
         for layer in range(num_layers)
@@ -278,7 +334,10 @@ def sublayer_path(
     for step in range(1, steps + 1):
         started = time.perf_counter()
         candidates = [unit for unit in sorted(sizes) if unit not in removed]
-        losses = {unit: float(loss_of(tuple(sorted(removed + (unit,))))) for unit in candidates}
+        if loss_of is None:
+            losses = candidate_losses(model, removed, candidates, windows, loss_tokens)
+        else:
+            losses = {unit: float(loss_of(tuple(sorted(removed + (unit,))))) for unit in candidates}
         best = min(candidates, key=lambda unit: (losses[unit], unit))
         removed = tuple(sorted(removed + (best,)))
         params = sum(sizes[unit] for unit in removed)
