@@ -14,10 +14,10 @@ from depthlab.models.architectures import adapt
 from depthlab.plan.stage_settings import check_sublayer_settings, validate_pruning_settings
 from depthlab.stages.pruning.layer_removal import pruned_view
 from depthlab.stages.pruning.sublayers import (
+    candidate_losses,
     decoder_params,
     layer_params,
     removed_sublayers,
-    candidate_losses,
     sublayer_path,
     sublayer_table,
     unit_params,
@@ -28,7 +28,7 @@ from test_pruning import FAMILIES, make, markov_tokens
 from tiny_models import random_batch
 
 torch.set_num_threads(1)
-ALL_FAMILIES = (*FAMILIES, "gemma3_softcap", "opt_post_ln", "gpt_neox_sequential")
+ALL_FAMILIES = (*FAMILIES, "gemma3_softcap", "olmo2", "opt_post_ln", "gpt_neox_sequential")
 
 
 def logits(model, ids):
@@ -213,6 +213,7 @@ ATTENTION_PREFIXES = {
     "gpt_neox": ("attention.", "input_layernorm."),
     "gpt_neox_sequential": ("attention.", "input_layernorm."),
     "gemma3_softcap": ("self_attn.", "input_layernorm.", "post_attention_layernorm."),
+    "olmo2": ("self_attn.", "post_attention_layernorm."),
 }
 
 

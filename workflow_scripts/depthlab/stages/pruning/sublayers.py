@@ -37,8 +37,8 @@ kind), "attn" before "mlp" (BlockPruner keeps the first candidate in its order, 
 before every MLP block); BlockPruner's block removal is written for Llama only, here for every
 family above, Post-LN included. Step k scores 2L - k + 1 candidates; one pass per batch with the
 current set stores every layer's input, and a candidate of layer l reruns layers l..L-1 only
-(`candidate_losses`; LossSweep shares prefixes the same way for layer sets), so a step costs
-about L passes, not 2L.
+(`candidate_losses`; LossSweep shares prefixes the same way for layer sets), so a step runs
+about L full passes' worth of layers (not 2L) and 2L - k + 1 heads.
 
 Exports: a sub-layer removal set keeps every layer with one branch gone, which a mergekit
 passthrough (whole-layer slices) cannot express and HF configs cannot describe; sub-layer sets
