@@ -14,7 +14,7 @@ Spec (`gather_pruning` job, one per model):
 Outputs in `out`: sweep.csv, single_layer.csv, window_losses.csv, healing.csv (with healed
 variants), summary.json, provenance.json, tensorboard/<strategy>_n<n>/ (each healed variant's
 curves, with tracking.tensorboard), and prune_model's block_choice.csv, block_influence.csv,
-greedy_path.csv, speed.csv as it wrote them (columns: see prune_model.py).
+greedy_path.csv, speed.csv, sublayer_path.csv as it wrote them (columns: see prune_model.py).
 
 Example: python workflow_scripts/gather_pruning.py --config config/test.yaml --job lns
 """

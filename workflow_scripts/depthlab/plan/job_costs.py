@@ -382,6 +382,9 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
     greedy_sets = sum(L - k + 1 for k in range(1, greedy_end + 1)) if "greedy" in strategies else 0
     other_sets = L + len([s for s in strategies if s != "greedy"]) * len(n_values)
     sweep_passes = 1 + 0.5 * (other_sets + greedy_sets)
+    sublayer = spec.get("sublayer") or {}
+    if sublayer.get("enabled"):  # each sub-layer step: a full pass per candidate unit, no reuse
+        sweep_passes += sum(2 * L - k + 1 for k in range(1, sublayer["max_units"] + 1))
 
     def has_set(strategy: str, n: int) -> bool:
         return n in n_values and (strategy != "greedy" or n <= greedy_end)

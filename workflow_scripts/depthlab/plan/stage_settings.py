@@ -211,6 +211,7 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
         )
     _check_greedy_cap(settings, num_layers, where)
     check_criteria_settings(settings, num_layers, where)
+    check_sublayer_settings(settings.get("sublayer"), num_layers, f"{where}.sublayer")
 
 
 def check_criteria_settings(settings: dict, num_layers: int, where: str = "pruning") -> None:
@@ -255,6 +256,30 @@ def check_criteria_settings(settings: dict, num_layers: int, where: str = "pruni
                 + (", nor more than half the layers" if strategy == "sleb" else "")
                 + f"; at most n = {cap})"
             )
+
+
+def check_sublayer_settings(sublayer, num_layers: int, where: str = "pruning.sublayer") -> None:
+    """pruning.sublayer (absent or null: no sub-layer search): {enabled, max_units}, max_units
+    an integer in 1..2L-1 when enabled (each layer has an attention and an MLP unit; one unit
+    stays)."""
+    if sublayer is None:
+        return
+    if not isinstance(sublayer, dict):
+        raise PruningError(f"{where}: a mapping {{enabled, max_units}} (got {sublayer!r})")
+    unknown = sorted(set(sublayer) - {"enabled", "max_units"})
+    if unknown:
+        raise PruningError(f"{where}.{unknown[0]}: unknown key (known: enabled, max_units)")
+    if not isinstance(sublayer.get("enabled"), bool):
+        raise PruningError(f"{where}.enabled: true or false (got {sublayer.get('enabled')!r})")
+    if not sublayer["enabled"]:
+        return
+    units = sublayer.get("max_units")
+    if not isinstance(units, int) or isinstance(units, bool) or not 1 <= units < 2 * num_layers:
+        raise PruningError(
+            f"{where}.max_units: an integer in 1..{2 * num_layers - 1} for a model of "
+            f"{num_layers} layers ({2 * num_layers} attention and MLP units, one kept; "
+            f"got {units!r})"
+        )
 
 
 def validate_auto_depth_settings(settings: dict, where: str = "pruning") -> None:

@@ -950,6 +950,17 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
     assert set(single["task"]) == {"depthlab_word_order", "depthlab_continuation"}
     speed = pd.read_csv(out / "speed.csv")
     assert sorted(speed["n"]) == [0, 1, 2] and (speed["prefill_tokens_per_s"] > 0).all()
+    # pruning.sublayer (config/test.yaml): the sub-layer path travels to the gathered folder
+    path = pd.read_csv(out / "sublayer_path.csv", keep_default_na=False)
+    steps = spec["sublayer"]["max_units"]
+    assert list(path["step"]) == list(range(1, steps + 1))
+    assert (
+        path["removed"].iloc[-1].count(".") == steps
+        and path["removed_params"].diff().iloc[1:].gt(0).all()
+    )
+    record = summary["sublayer"]
+    assert record["steps"] == steps and sum(record["layer_params"]) == record["decoder_params"]
+    assert np.allclose(path["removed_fraction"], path["removed_params"] / record["decoder_params"])
     # the choices made on these tables are jobs of their own: auto depth, then its exports
     assert not (out / "auto_depth.json").exists() and "exports" not in summary
     chosen = tmp_path / "auto_depth" / "m"

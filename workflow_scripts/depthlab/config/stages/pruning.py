@@ -106,6 +106,8 @@ def _shared_settings(pruning: dict) -> dict:
     # pruning.calibration likewise: only the criteria that rank on it need it
     if "calibration" in pruning:
         shared["calibration"] = pruning["calibration"]
+    if "sublayer" in pruning:  # optional like greedy_max_n: absent, no sub-layer search
+        shared["sublayer"] = pruning["sublayer"]
     shared["retokenize"] = {**RETOKENIZE_DEFAULT, **(pruning.get("retokenize") or {})}
     return shared
 

@@ -10,11 +10,13 @@
             criteria's sets included (one yardstick for all); the greedy path stops at
             greedy_max_n when set (no greedy set beyond: lm-eval scores greedy where it has a
             set, healing and speed may not name greedy beyond the cap: rejected at config time)
+  sublayer  with pruning.sublayer: the iterative sub-layer (attention / MLP) removal path on the
+            validation windows (depthlab.stages.pruning.sublayers), measured only, never exported
   evaluate  lm-eval of the full model, of the sets of lm_eval.n_grid and of single layers
             (unless lm_eval.per_set_jobs: then each set is an evaluate_pruned job)
   speed     measured throughput of the exported sets of speed.n_grid against the full model
-  write     measured.json, the block choice, Block Influence, greedy, criteria, SLEB path and
-            speed tables, summary.json and provenance.json into the output
+  write     measured.json, the block choice, Block Influence, greedy, criteria, SLEB path,
+            sub-layer and speed tables, summary.json and provenance.json into the output
 
 Healing is one heal_pruned job per (strategy, n) (depthlab.stages.pruning.variants), so a
 cluster heals the variants side by side; gather_pruning builds sweep.csv, single_layer.csv,
@@ -88,6 +90,12 @@ from depthlab.stages.pruning.strategies import (
     validation_windows,
     window_starts,
 )
+from depthlab.stages.pruning.sublayers import (
+    decoder_params,
+    layer_params,
+    sublayer_path,
+    sublayer_table,
+)
 from depthlab.stages.pruning.tables import MEASURED_FILE, removed_label, rows_to_json
 
 
@@ -134,6 +142,7 @@ class Plan:
     # the block-ranking criteria (depthlab.stages.pruning.criteria) and the layers' sizes
     criteria: CriteriaResult = field(default_factory=CriteriaResult)
     layer_params: list[int] = field(default_factory=list)
+    sublayer_records: list[dict] = field(default_factory=list)  # pruning.sublayer's path
 
     @property
     def base_loss(self) -> float:
@@ -305,7 +314,11 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
         f"[{name}] {L} layers, full-model val loss {losses[()]:.4f}; {len(sweep.memo)} removal "
         f"sets, {sweep.layer_calls} layer calls over {len(windows)} batches"
     )
+    sublayer_records = sublayer_search(spec, model, windows, lambda m: log(f"[{name}] {m}"))
+    if sublayer_records:
+        clock.lap("sublayer")
     return Plan(
+        sublayer_records=sublayer_records,
         name=name,
         model=model,
         tokenizer=tokenizer,
@@ -325,6 +338,34 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
         criteria=criteria,
         layer_params=layer_parameters(model),
     )
+
+
+def sublayer_search(spec: dict, model: nn.Module, windows: list, log) -> list[dict]:
+    """pruning.sublayer: the iterative sub-layer removal path on the validation windows
+    (depthlab.stages.pruning.sublayers); [] when absent or disabled."""
+    settings = spec.get("sublayer") or {}
+    if not settings.get("enabled"):
+        return []
+    return sublayer_path(
+        model, windows, settings["max_units"], loss_tokens=spec["val"].get("loss_tokens"), log=log
+    )
+
+
+def sublayer_summary(planned: Plan) -> dict | None:
+    """summary.json's sublayer entry: the file, the steps and the parameter counts a layer-level
+    removal compares with (each layer's, the decoder's)."""
+    if not planned.sublayer_records:
+        return None
+    return {
+        "file": "sublayer_path.csv",
+        "steps": len(planned.sublayer_records),
+        "decoder_params": decoder_params(planned.model),
+        "layer_params": [layer_params(planned.model, l) for l in range(planned.num_layers)],
+        "seconds_per_step": round(
+            float(np.mean([r["seconds"] for r in planned.sublayer_records])), 3
+        ),
+        "exported": False,
+    }
 
 
 def evaluate(planned: Plan, spec: dict, log) -> dict[tuple[int, ...], list[dict]]:
@@ -476,6 +517,8 @@ def write(
         write_dataframe(
             out / "sleb_path.csv", path_table(criteria.sleb_records, "calibration_loss")
         )
+    if planned.sublayer_records:
+        write_dataframe(out / "sublayer_path.csv", sublayer_table(planned.sublayer_records))
     summary = {
         "model": name,
         "num_layers": L,
@@ -506,6 +549,8 @@ def write(
         "wall_s": clock.wall(),
     }
     summary.update(criteria_summary(planned, spec))
+    if planned.sublayer_records:
+        summary["sublayer"] = sublayer_summary(planned)
     write_json(out / "summary.json", summary)
     planned.provenance.extra["summary"] = summary
     planned.provenance.write(out / "provenance.json")
