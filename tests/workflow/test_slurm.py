@@ -47,6 +47,7 @@ REQUIRE_SLURM = os.environ.get("DEPTHLAB_REQUIRE_SLURM") == "1"
 GPU_RULES = {
     "pretrain_model",
     "analyse_model",
+    "lens_swaps",
     "prune_model",
     "heal_pruned",
     "evaluate_pruned",
