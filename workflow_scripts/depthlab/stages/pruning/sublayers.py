@@ -57,7 +57,6 @@ from torch import nn
 from depthlab.core.errors import PruningError, UnsupportedModelError
 from depthlab.models.architectures import ModelAdapter, adapt
 from depthlab.plan.engine_budgets import LOSS_CHUNK_ELEMENTS
-from depthlab.stages.depth_use.interventions import _first, _replace_first
 from depthlab.stages.pruning.layer_removal import (
     head_losses,
     layer_output,
@@ -115,6 +114,18 @@ def normalise_units(units: Iterable[Unit], num_layers: int) -> tuple[Unit, ...]:
 def units_label(units: Iterable[Unit]) -> str:
     """Units as text for tables: "3.attn-5.mlp" ("" for none), in (layer, kind) order."""
     return "-".join(f"{layer}.{kind}" for layer, kind in sorted(units))
+
+
+def _first(value):
+    return value[0] if isinstance(value, (tuple, list)) else value
+
+
+def _replace_first(value, tensor):
+    if isinstance(value, tuple):
+        return (tensor, *value[1:])
+    if isinstance(value, list):
+        return [tensor, *value[1:]]
+    return tensor
 
 
 def _zero_output(module, args, output):
