@@ -44,7 +44,8 @@ settings:
                    evaluate_pruned job)}
   speed           {enabled, strategy, n_grid, batch_size, prompt_length, new_tokens, repeats}
   sublayer        optional {enabled, max_units}: the sub-layer removal path (attention / MLP
-                  sub-blocks, max_units steps) on the validation windows
+                  sub-blocks, max_units steps), ranked on the calibration windows when
+                  there are any, scored on the validation windows
 
 Outputs in `out` (what gather_pruning.py builds the tables from): measured.json (the removal set
 of every strategy and n, the loss of every set and single layer, per validation window too, and
@@ -52,9 +53,9 @@ the lm-eval rows scored here; see depthlab/stages/pruning/tables.py), block_choi
 distance), block_influence.csv (layer, cos_adjacent, block_influence, rank; with block_influence),
 greedy_path.csv, criteria.csv (criterion, layer, score, calibration_loss, rank, protected) and
 sleb_path.csv (n, layer, removed, calibration_loss) with the criteria, speed.csv,
-sublayer_path.csv (step, layer, kind, removed, val_loss, removed_params, removed_fraction,
-seconds; with sublayer.enabled), summary.json (criteria_cost: calibration forward / backward
-passes, layer calls, seconds per criterion; sublayer: the path's file, steps, seconds per step
+sublayer_path.csv (step, layer, kind, removed, search_loss, val_loss, removed_params,
+removed_fraction, seconds; with sublayer.enabled), summary.json (criteria_cost: calibration
+forward / backward passes, layer calls, seconds per criterion; sublayer: the path's file, steps, seconds per step
 and the parameters of each layer and of the decoder; token_source: which tokenizer made the
 validation ids; window_losses: windows, scored positions per window, window starts, overlap;
 greedy_max_n), provenance.json. The gathered folder adds sweep.csv (model, strategy, n, fraction, removed,

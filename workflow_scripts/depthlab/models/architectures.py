@@ -209,6 +209,22 @@ def _post_ln_layers(model: nn.Module, layout: Layout, layers) -> list[bool]:
     return [bool(getattr(layer, "post_ln", False)) for layer in layers]
 
 
+def first_output(value):
+    """The hidden state a decoder layer or a sub-block returns: the first item of a tuple or list
+    (most families return (hidden, attention weights, ...)), else the value itself."""
+    return value[0] if isinstance(value, (tuple, list)) else value
+
+
+def with_first_output(value, tensor):
+    """`value` (a layer's or sub-block's output) with its hidden state replaced by `tensor`, in
+    the same container, so hooks can return it in place of the output."""
+    if isinstance(value, tuple):
+        return (tensor, *value[1:])
+    if isinstance(value, list):
+        return [tensor, *value[1:]]
+    return tensor
+
+
 def adapt(model: nn.Module) -> ModelAdapter:
     """Locate the layers, sublayer updates, final norm and LM head of `model` (a causal LM or a
     bare encoder/decoder); raise UnsupportedModelError naming what is missing."""

@@ -176,6 +176,32 @@ def test_search_steps_equal_brute_force():
     table = sublayer_table(path)
     assert list(table["removed"]) == [units_label([best]), units_label([best, best2])]
     assert list(table["val_loss"]) == [path[0]["loss"], path[1]["loss"]]
+    assert list(table["search_loss"]) == list(table["val_loss"])  # ranked on these windows
+
+
+def test_search_ranks_on_calibration_windows_and_scores_on_validation_windows():
+    """With score_windows the path is chosen by the loss on `windows` (calibration, every
+    position) and each chosen set is scored on score_windows (validation, its loss_tokens)."""
+    model = make("llama")
+    tokens = torch.as_tensor(markov_tokens(600), dtype=torch.long)
+    calibration = [tokens[:34].reshape(2, 17), tokens[100:134].reshape(2, 17)]
+    validation = [tokens[300:351].reshape(3, 17)]
+    path = sublayer_path(model, calibration, 2, loss_tokens=6, score_windows=validation)
+    units = [(layer, kind) for layer in range(adapt(model).num_layers) for kind in ("attn", "mlp")]
+    first = {u: brute_force_loss(model, [u], calibration) for u in units}
+    best = min(units, key=lambda u: (first[u], u))
+    second = {u: brute_force_loss(model, [best, u], calibration) for u in units if u != best}
+    best2 = min(second, key=lambda u: (second[u], u))
+    assert [r["removed"] for r in path] == [(best,), tuple(sorted([best, best2]))]
+    assert path[0]["loss"] == pytest.approx(first[best], rel=1e-5)
+    for record in path:  # the validation score: the last 6 positions of each window, by hand
+        assert record["val_loss"] == pytest.approx(
+            units_loss(model, record["removed"], validation, loss_tokens=6), rel=1e-6
+        )
+        assert record["val_loss"] != pytest.approx(record["loss"], rel=1e-3)
+    table = sublayer_table(path)
+    assert list(table["search_loss"]) == [r["loss"] for r in path]
+    assert list(table["val_loss"]) == [r["val_loss"] for r in path]
 
 
 @pytest.mark.parametrize("family", ["gpt2", "opt_post_ln", "depthlab_deepnorm", "gemma3_softcap"])

@@ -24,7 +24,7 @@ from typing import Protocol
 import torch
 
 from depthlab.data.prepare import encode_documents
-from depthlab.models.architectures import ModelAdapter
+from depthlab.models.architectures import ModelAdapter, first_output
 
 
 class ResidualStreamConsumer(Protocol):
@@ -33,11 +33,6 @@ class ResidualStreamConsumer(Protocol):
     def attention_update(self, layer: int, update: torch.Tensor) -> None: ...
     def mlp_update(self, layer: int, update: torch.Tensor) -> None: ...
     def end_batch(self) -> None: ...
-
-
-def _first_tensor(value) -> torch.Tensor:
-    # Some modules return (output, attention weights) tuples; the update is the first entry.
-    return value[0] if isinstance(value, (tuple, list)) else value
 
 
 class ResidualStreamHooks:
@@ -59,10 +54,10 @@ class ResidualStreamHooks:
                 consumer.state(index, hidden.to(device))
 
             def attention_output(module, args, output, index=index):
-                consumer.attention_update(index, _first_tensor(output).to(device))
+                consumer.attention_update(index, first_output(output).to(device))
 
             def mlp_output(module, args, output, index=index):
-                consumer.mlp_update(index, _first_tensor(output).to(device))
+                consumer.mlp_update(index, first_output(output).to(device))
 
             self._handles.append(layer.register_forward_pre_hook(layer_input, with_kwargs=True))
             self._handles.append(
@@ -72,7 +67,7 @@ class ResidualStreamHooks:
             if index == last:
 
                 def final_output(module, args, output, index=index):
-                    consumer.state(index + 1, _first_tensor(output).to(device))
+                    consumer.state(index + 1, first_output(output).to(device))
 
                 self._handles.append(layer.register_forward_hook(final_output))
         return self

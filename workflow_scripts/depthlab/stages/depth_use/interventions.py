@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from depthlab.models.architectures import ModelAdapter
+from depthlab.models.architectures import ModelAdapter, first_output, with_first_output
 from depthlab.plan.stage_settings import (
     KINDS,
     SCOPES,
@@ -197,18 +197,6 @@ class _Accumulator:
 # Clean pass: every layer's input and call arguments
 
 
-def _first(value):
-    return value[0] if isinstance(value, (tuple, list)) else value
-
-
-def _replace_first(value, tensor):
-    if isinstance(value, tuple):
-        return (tensor, *value[1:])
-    if isinstance(value, list):
-        return [tensor, *value[1:]]
-    return tensor
-
-
 class _LayerCall:
     """How the backbone called one decoder layer: hidden states in args[0] or as a keyword."""
 
@@ -227,8 +215,8 @@ class _LayerCall:
         args = tuple(expand(a) for a in self.args)
         kwargs = {k: expand(v) for k, v in self.kwargs.items()}
         if self.keyword:
-            return _first(layer(*args, hidden_states=hidden, **kwargs)).to(hidden.device)
-        return _first(layer(hidden, *args, **kwargs)).to(hidden.device)
+            return first_output(layer(*args, hidden_states=hidden, **kwargs)).to(hidden.device)
+        return first_output(layer(hidden, *args, **kwargs)).to(hidden.device)
 
 
 def _backbone_kwargs(adapter: ModelAdapter, input_ids, attention_mask) -> dict:
@@ -255,7 +243,7 @@ def clean_pass(adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: t
         handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
     handles.append(
         adapter.layers[-1].register_forward_hook(
-            lambda module, args, output: final.__setitem__("h", _first(output))
+            lambda module, args, output: final.__setitem__("h", first_output(output))
         )
     )
     try:
@@ -418,9 +406,9 @@ class _SublayerMask:
             module = (adapter.attention if KINDS[kind] == "attention" else adapter.mlp)[layer]
 
             def hook(module, args, output, mask=mask):
-                tensor = _first(output)
+                tensor = first_output(output)
                 factor = mask.to(tensor.device, tensor.dtype).reshape(*tensor.shape[:-1], 1)
-                return _replace_first(output, tensor * factor)
+                return with_first_output(output, tensor * factor)
 
             self.handles.append(module.register_forward_hook(hook))
 

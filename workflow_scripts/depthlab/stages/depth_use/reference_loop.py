@@ -9,15 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from depthlab.models.architectures import ModelAdapter
+from depthlab.models.architectures import ModelAdapter, first_output, with_first_output
 from depthlab.plan.stage_settings import parse_variant
-from depthlab.stages.depth_use.interventions import (
-    _backbone_kwargs,
-    _first,
-    _relative_change,
-    _replace_first,
-    _softmax,
-)
+from depthlab.stages.depth_use.interventions import _backbone_kwargs, _relative_change, _softmax
 
 
 def _reference_forward(adapter: ModelAdapter, ids: torch.Tensor, hooks=()):
@@ -38,7 +32,7 @@ def _reference_forward(adapter: ModelAdapter, ids: torch.Tensor, hooks=()):
         )
     handles.append(
         adapter.layers[-1].register_forward_hook(
-            lambda m, args, out: states.__setitem__(adapter.num_layers, _first(out).clone())
+            lambda m, args, out: states.__setitem__(adapter.num_layers, first_output(out).clone())
         )
     )
     handles += list(hooks)
@@ -101,17 +95,19 @@ def reference_skip_effects(
 
             def hook(module, args, kwargs, output):
                 hidden = args[0] if args else kwargs["hidden_states"]
-                tensor = _first(output)
-                return _replace_first(output, torch.where(intervene[None, :, None], hidden, tensor))
+                tensor = first_output(output)
+                return with_first_output(
+                    output, torch.where(intervene[None, :, None], hidden, tensor)
+                )
 
             hooks = [adapter.layers[skipped].register_forward_hook(hook, with_kwargs=True)]
         else:
             module = (adapter.attention if kind == "attention" else adapter.mlp)[skipped]
 
             def hook(module, args, output):
-                tensor = _first(output)
+                tensor = first_output(output)
                 factor = (~intervene).to(tensor.dtype).reshape(*tensor.shape[:-1], 1)
-                return _replace_first(output, tensor * factor)
+                return with_first_output(output, tensor * factor)
 
             hooks = [module.register_forward_hook(hook)]
         new, new_probs = _reference_forward(adapter, ids, hooks)

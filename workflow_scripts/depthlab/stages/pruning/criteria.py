@@ -48,13 +48,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from depthlab.core.errors import PruningError
-from depthlab.models.architectures import adapt
+from depthlab.models.architectures import adapt, first_output
 from depthlab.plan.stage_settings import (
     CALIBRATED_STRATEGIES,
     protected_layers,
     strategy_max_n,
 )
-from depthlab.stages.pruning.layer_removal import layer_output
 from depthlab.stages.pruning.strategies import LossSweep, greedy_path
 
 CRITERIA = ("ppl", "taylor", "taylor_plus", "magnitude", "magnitude_plus", "sleb")
@@ -87,7 +86,7 @@ def calibration_loss(adapter, window: torch.Tensor) -> torch.Tensor:
     it, a config's final-logit softcap applied)."""
     captured = {}
     handle = adapter.layers[-1].register_forward_hook(
-        lambda module, args, output: captured.__setitem__("h", layer_output(output))
+        lambda module, args, output: captured.__setitem__("h", first_output(output))
     )
     try:
         adapter.backbone(input_ids=window[:, :-1], use_cache=False)

@@ -55,7 +55,7 @@ from torch import nn
 
 from depthlab.core.errors import PruningError, UnsupportedModelError
 from depthlab.core.placement import materialised_state_dict
-from depthlab.models.architectures import ModelAdapter, adapt
+from depthlab.models.architectures import ModelAdapter, adapt, first_output
 from depthlab.plan.engine_budgets import LOSS_CHUNK_ELEMENTS
 
 # Config lists with one entry per layer (sliced on removal) and config ints that count the
@@ -67,11 +67,6 @@ LAYER_INDEX_LISTS = ("mlp_only_layers",)
 
 
 # --------------------------------------------------------------------------- removal sets
-
-
-def layer_output(value):
-    """The hidden state of a decoder layer's output (a tuple's first item for most families)."""
-    return value[0] if isinstance(value, (tuple, list)) else value
 
 
 def normalise_removal(removed: Iterable[int], num_layers: int) -> tuple[int, ...]:
@@ -459,7 +454,7 @@ def model_losses(
     device = adapter.input_device
     captured = {}
     handle = adapter.layers[-1].register_forward_hook(
-        lambda module, args, output: captured.__setitem__("h", layer_output(output))
+        lambda module, args, output: captured.__setitem__("h", first_output(output))
     )
     total, count, per_window = 0.0, 0, []
     try:

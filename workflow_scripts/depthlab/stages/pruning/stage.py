@@ -10,8 +10,9 @@
             criteria's sets included (one yardstick for all); the greedy path stops at
             greedy_max_n when set (no greedy set beyond: lm-eval scores greedy where it has a
             set, healing and speed may not name greedy beyond the cap: rejected at config time)
-  sublayer  with pruning.sublayer: the iterative sub-layer (attention / MLP) removal path on the
-            validation windows (depthlab.stages.pruning.sublayers), measured only, never exported
+  sublayer  with pruning.sublayer: the iterative sub-layer (attention / MLP) removal path,
+            ranked on the calibration windows and scored on the validation windows
+            (depthlab.stages.pruning.sublayers), measured only, never exported
   evaluate  lm-eval of the full model, of the sets of lm_eval.n_grid and of single layers
             (unless lm_eval.per_set_jobs: then each set is an evaluate_pruned job)
   speed     measured throughput of the exported sets of speed.n_grid against the full model
@@ -182,9 +183,11 @@ def split_tokens(spec: dict, tokenizer, split: str) -> tuple[np.ndarray, dict]:
 
 def calibration_windows(spec: dict, tokenizer) -> tuple[list | None, dict | None]:
     """(pruning.calibration's batches of windows of the train split, their token source), drawn
-    as the validation windows are from val; (None, None) when no strategy reads them."""
+    as the validation windows are from val; (None, None) when neither a strategy nor the
+    sub-layer search reads them."""
     calibration = spec.get("calibration")
-    if calibration is None or not set(spec["strategies"]) & set(CALIBRATED_STRATEGIES):
+    readers = set(spec["strategies"]) & set(CALIBRATED_STRATEGIES) or sublayer_enabled(spec)
+    if calibration is None or not readers:
         return None, None
     tokens, source = split_tokens(spec, tokenizer, "train")
     windows = validation_windows(
@@ -314,7 +317,9 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
         f"[{name}] {L} layers, full-model val loss {losses[()]:.4f}; {len(sweep.memo)} removal "
         f"sets, {sweep.layer_calls} layer calls over {len(windows)} batches"
     )
-    sublayer_records = sublayer_search(spec, model, windows, lambda m: log(f"[{name}] {m}"))
+    sublayer_records = sublayer_search(
+        spec, model, windows, calibration, lambda m: log(f"[{name}] {m}")
+    )
     if sublayer_records:
         clock.lap("sublayer")
     return Plan(
@@ -340,15 +345,26 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
     )
 
 
-def sublayer_search(spec: dict, model: nn.Module, windows: list, log) -> list[dict]:
-    """pruning.sublayer: the iterative sub-layer removal path on the validation windows
-    (depthlab.stages.pruning.sublayers); [] when absent or disabled."""
-    settings = spec.get("sublayer") or {}
-    if not settings.get("enabled"):
+def sublayer_search(
+    spec: dict, model: nn.Module, windows: list, calibration: list | None, log
+) -> list[dict]:
+    """pruning.sublayer: the iterative sub-layer removal path (depthlab.stages.pruning.sublayers),
+    ranked on the calibration windows and scored on the validation windows (ranked on the
+    validation windows when the job has no calibration windows); [] when absent or disabled."""
+    if not sublayer_enabled(spec):
         return []
     return sublayer_path(
-        model, windows, settings["max_units"], loss_tokens=spec["val"].get("loss_tokens"), log=log
+        model,
+        windows if calibration is None else calibration,
+        spec["sublayer"]["max_units"],
+        loss_tokens=spec["val"].get("loss_tokens"),
+        log=log,
+        score_windows=None if calibration is None else windows,
     )
+
+
+def sublayer_enabled(spec: dict) -> bool:
+    return bool((spec.get("sublayer") or {}).get("enabled"))
 
 
 def sublayer_summary(planned: Plan) -> dict | None:

@@ -43,13 +43,17 @@ import torch
 from torch import nn
 
 from depthlab.core.errors import PruningError, UnsupportedModelError
-from depthlab.models.architectures import ModelAdapter, adapt, resolve_model_path
+from depthlab.models.architectures import (
+    ModelAdapter,
+    adapt,
+    first_output,
+    resolve_model_path,
+)
 from depthlab.plan.engine_budgets import SWEEP_CACHE_MIB
 from depthlab.stages.pruning.layer_removal import (
     LOSS_CHUNK_ELEMENTS,
     export_pruned,
     head_losses,
-    layer_output,
     normalise_removal,
     scored_positions,
 )
@@ -520,7 +524,7 @@ class LossSweep:
         handles.append(
             self.adapter.layers[-1].register_forward_hook(
                 lambda module, args, output: states.__setitem__(
-                    self.num_layers, layer_output(output)
+                    self.num_layers, first_output(output)
                 )
             )
         )
@@ -552,7 +556,7 @@ class LossSweep:
             return state
         args, kwargs = self._batches[batch_index].calls[layer - 1]
         self.layer_calls += 1
-        state = layer_output(self.adapter.layers[layer - 1](previous, *args, **kwargs))
+        state = first_output(self.adapter.layers[layer - 1](previous, *args, **kwargs))
         size = state.numel() * state.element_size()
         if size <= self.cache_bytes:
             self._states[key] = state

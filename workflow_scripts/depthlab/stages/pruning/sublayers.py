@@ -30,9 +30,12 @@ removed parameters.
 Search (`sublayer_path`), following BlockPruner's block_search.py: n times, every unit not yet
 removed is tried on top of the current set and the one whose removal gives the lowest loss on the
 given windows is removed (BlockPruner ranks by the perplexity after removal, exp of the same mean
-loss, so the order is the same). Differences: the loss is depthlab's validation loss (the prune
-stage's windows, or calibration windows: the caller chooses; the last val.loss_tokens positions
-per window where set) rather than perplexity on Alpaca samples; ties go to the smallest (layer,
+loss, so the order is the same). Differences: the loss is the mean next-token loss on
+calibration windows of the train split (the prune stage's `pruning.calibration`, every position
+scored, as the block criteria and SLEB rank; BlockPruner: Alpaca samples), and each step's set is
+then scored on the validation windows like every other strategy, so the chosen path is never
+scored on the data that chose it (without calibration windows the search ranks on the validation
+windows themselves); ties go to the smallest (layer,
 kind), "attn" before "mlp" (BlockPruner keeps the first candidate in its order, every MHA block
 before every MLP block); BlockPruner's block removal is written for Llama only, here for every
 family above, Post-LN included. Step k scores 2L - k + 1 candidates; one pass per batch with the
@@ -55,11 +58,10 @@ import torch
 from torch import nn
 
 from depthlab.core.errors import PruningError, UnsupportedModelError
-from depthlab.models.architectures import ModelAdapter, adapt
+from depthlab.models.architectures import ModelAdapter, adapt, first_output, with_first_output
 from depthlab.plan.engine_budgets import LOSS_CHUNK_ELEMENTS
 from depthlab.stages.pruning.layer_removal import (
     head_losses,
-    layer_output,
     model_loss,
     scored_positions,
 )
@@ -116,20 +118,8 @@ def units_label(units: Iterable[Unit]) -> str:
     return "-".join(f"{layer}.{kind}" for layer, kind in sorted(units))
 
 
-def _first(value):
-    return value[0] if isinstance(value, (tuple, list)) else value
-
-
-def _replace_first(value, tensor):
-    if isinstance(value, tuple):
-        return (tensor, *value[1:])
-    if isinstance(value, list):
-        return [tensor, *value[1:]]
-    return tensor
-
-
 def _zero_output(module, args, output):
-    return _replace_first(output, torch.zeros_like(_first(output)))
+    return with_first_output(output, torch.zeros_like(first_output(output)))
 
 
 def _pass_norm(scale: float):
@@ -138,7 +128,7 @@ def _pass_norm(scale: float):
 
     def hook(module, args, kwargs, output):
         hidden = args[0] if args else next(iter(kwargs.values()))
-        return _replace_first(output, hidden / scale if scale != 1.0 else hidden)
+        return with_first_output(output, hidden / scale if scale != 1.0 else hidden)
 
     return hook
 
@@ -292,7 +282,7 @@ def candidate_losses(
             with removed_sublayers(model, (*removed, unit)):
                 for index in range(unit[0], adapter.num_layers):
                     args, kwargs = calls[index]
-                    hidden = layer_output(adapter.layers[index](hidden, *args, **kwargs))
+                    hidden = first_output(adapter.layers[index](hidden, *args, **kwargs))
             totals[unit] += head_losses(adapter, hidden, targets, chunk_elements, loss_tokens)[0]
     return {unit: total / count for unit, total in totals.items()}
 
@@ -309,13 +299,19 @@ def sublayer_path(
     loss_tokens: int | None = None,
     log=None,
     loss_of=None,
+    score_windows: Sequence[torch.Tensor] | None = None,
 ) -> list[dict]:
     """Iterative sub-layer removal: `steps` times remove, on top of the current set, the unit
     whose removal gives the lowest loss on `windows` (ties: the smallest (layer, kind)). One
-    record per step: step, layer, kind, removed (sorted units), loss, removed_params
-    (cumulative), removed_fraction (of decoder_params), seconds (the step's wall time),
-    candidates ({unit: loss}). The candidates of a step share their prefix (candidate_losses);
-    `loss_of(units) -> loss` scores each set by itself instead (tests)."""
+    record per step: step, layer, kind, removed (sorted units), loss (on `windows`), val_loss,
+    removed_params (cumulative), removed_fraction (of decoder_params), seconds (the step's wall
+    time), candidates ({unit: loss}). The candidates of a step share their prefix
+    (candidate_losses); `loss_of(units) -> loss` scores each set by itself instead (tests).
+
+    `score_windows`: held-out windows on which each step's set is scored (val_loss, with
+    `loss_tokens`) when the search ranks on others (calibration windows of the train split, all
+    positions scored, as the block criteria rank); None: the search's own windows are the
+    validation windows and val_loss is the search's loss."""
     adapter = adapt(model)
     _check_family(adapter)
     num_layers = adapter.num_layers
@@ -335,12 +331,18 @@ def sublayer_path(
         started = time.perf_counter()
         candidates = [unit for unit in sorted(sizes) if unit not in removed]
         if loss_of is None:
-            losses = candidate_losses(model, removed, candidates, windows, loss_tokens)
+            search_tokens = None if score_windows is not None else loss_tokens
+            losses = candidate_losses(model, removed, candidates, windows, search_tokens)
         else:
             losses = {unit: float(loss_of(tuple(sorted(removed + (unit,))))) for unit in candidates}
         best = min(candidates, key=lambda unit: (losses[unit], unit))
         removed = tuple(sorted(removed + (best,)))
         params = sum(sizes[unit] for unit in removed)
+        val_loss = (
+            losses[best]
+            if score_windows is None
+            else units_loss(model, removed, score_windows, loss_tokens)
+        )
         path.append(
             {
                 "step": step,
@@ -348,6 +350,7 @@ def sublayer_path(
                 "kind": best[1],
                 "removed": removed,
                 "loss": losses[best],
+                "val_loss": val_loss,
                 "removed_params": params,
                 "removed_fraction": params / total,
                 "seconds": time.perf_counter() - started,
@@ -356,15 +359,16 @@ def sublayer_path(
         )
         if log:
             log(
-                f"sub-layer step {step}: drop {best[0]}.{best[1]} -> loss {losses[best]:.4f}, "
+                f"sub-layer step {step}: drop {best[0]}.{best[1]} -> search loss "
+                f"{losses[best]:.4f}, val loss {val_loss:.4f}, "
                 f"{params} parameters ({params / total:.1%} of the decoder)"
             )
     return path
 
 
 def sublayer_table(path: list[dict]):
-    """sublayer_path.csv: step, layer, kind, removed, val_loss, removed_params,
-    removed_fraction, seconds."""
+    """sublayer_path.csv: step, layer, kind, removed, search_loss (the loss the step ranked
+    by), val_loss, removed_params, removed_fraction, seconds."""
     import pandas as pd
 
     return pd.DataFrame(
@@ -374,7 +378,8 @@ def sublayer_table(path: list[dict]):
                 "layer": r["layer"],
                 "kind": r["kind"],
                 "removed": units_label(r["removed"]),
-                "val_loss": r["loss"],
+                "search_loss": r["loss"],
+                "val_loss": r["val_loss"],
                 "removed_params": r["removed_params"],
                 "removed_fraction": r["removed_fraction"],
                 "seconds": round(r["seconds"], 3),
@@ -386,6 +391,7 @@ def sublayer_table(path: list[dict]):
             "layer",
             "kind",
             "removed",
+            "search_loss",
             "val_loss",
             "removed_params",
             "removed_fraction",
