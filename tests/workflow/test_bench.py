@@ -104,6 +104,16 @@ SMOKE = {
             rf"\s+bootstrap refits, 2 resamples: .*; full / warm = {NUMBER}x",
         ],
     ),
+    "bench_planning.py": (
+        ["--configfile", str(ROOT / "config" / "test.yaml"), "--repeats", "1"],
+        [
+            rf"repeat 0 +(off|warm): cpu {NUMBER} s, wall {NUMBER} s",
+            rf"test\.yaml: \d+ planned jobs; median dry run cache off cpu {NUMBER} s wall "
+            rf"{NUMBER} s, cache warm cpu {NUMBER} s wall {NUMBER} s -> cpu ratio {NUMBER}x",
+            # the fingerprints from the cache must be the parsed ones
+            r"same planned commands \(specs and code fingerprints\): yes",
+        ],
+    ),
     "bench_skip_interventions.py": (
         # --random: the custom case on a random model, never results/default/'s models
         ["--random", "4x64", "--prompts", "4", "--length", "12", "--future-min-position", "3"]

@@ -6,16 +6,116 @@ transitively (`import_closure`); its fingerprint (`code_fingerprint`) hashes eac
 syntax tree with docstrings removed, so an edit of a comment or a docstring changes nothing and
 reruns nothing, while any edit of code reruns exactly the rules whose scripts import it. The rules
 pass the fingerprint as a param (Snakemake reruns a job whose params changed).
+
+Every Snakemake start computes this for every rule's script, which parsing ~130 files made about
+half of a dry run's CPU time. A file's syntax (its fingerprint and import statements) is a pure
+function of its bytes and the Python version, so it is kept in a content-addressed cache
+(`syntax_cache_dir`: one small JSON file per file version, keyed by the sha256 of the bytes, the
+Python version and the cache format): shared by every checkout, never stale (an edited file has
+another key), and optional (an unwritable cache directory only costs the parse).
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 PACKAGE = "depthlab"
+# Bumped when what a cache entry holds changes; with the Python version (ast.dump's output may
+# differ between versions) it is part of every key.
+SYNTAX_CACHE_FORMAT = 1
+SYNTAX_CACHE_ENV = "DEPTHLAB_SYNTAX_CACHE"  # a folder, or "off"
+
+
+def syntax_cache_dir() -> Path | None:
+    """Where file syntaxes are cached: $DEPTHLAB_SYNTAX_CACHE ("off": nowhere), else
+    $XDG_CACHE_HOME/depthlab/syntax (default ~/.cache/depthlab/syntax)."""
+    chosen = os.environ.get(SYNTAX_CACHE_ENV)
+    if chosen == "off":
+        return None
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / PACKAGE / "syntax"
+
+
+@dataclass(frozen=True)
+class Syntax:
+    """What the fingerprint and the import closure need of one file: the sha256 of its syntax
+    tree without docstrings, and its import statements as (level, module, names) (`import a.b`:
+    (0, "a.b", None))."""
+
+    fingerprint: str
+    imports: tuple
+
+
+def _parse(source: bytes) -> Syntax:
+    tree = ast.parse(source)
+    imports = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imports.extend((0, alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imports.append((node.level, node.module, tuple(alias.name for alias in node.names)))
+    dump = ast.dump(_without_docstrings(tree), include_attributes=False)
+    return Syntax(hashlib.sha256(dump.encode()).hexdigest(), tuple(imports))
+
+
+def _cache_key(source: bytes) -> str:
+    version = f"{SYNTAX_CACHE_FORMAT}-py{sys.version_info[0]}.{sys.version_info[1]}"
+    return hashlib.sha256(version.encode() + b"\0" + source).hexdigest()
+
+
+def _cached(folder: Path, key: str) -> Syntax | None:
+    try:
+        entry = json.loads((folder / f"{key}.json").read_text())
+        return Syntax(
+            entry["fingerprint"],
+            tuple(
+                (level, module, None if names is None else tuple(names))
+                for level, module, names in entry["imports"]
+            ),  # fmt: skip
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent, unreadable or foreign: parse instead
+
+
+def _store(folder: Path, key: str, syntax: Syntax) -> None:
+    entry = {"fingerprint": syntax.fingerprint, "imports": [list(i) for i in syntax.imports]}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f".{key}.{os.getpid()}.tmp"
+        partial.write_text(json.dumps(entry))
+        os.replace(partial, folder / f"{key}.json")  # readers see a whole entry or none
+    except OSError:
+        pass  # a read-only home or cluster file system: the cache is only a shortcut
+
+
+@cache
+def _file_syntax(path: Path, mtime_ns: int, size: int, folder: Path | None) -> Syntax:
+    source = path.read_bytes()
+    if folder is None:
+        return _parse(source)
+    key = _cache_key(source)
+    syntax = _cached(folder, key)
+    if syntax is None:
+        syntax = _parse(source)
+        _store(folder, key, syntax)
+    return syntax
+
+
+def file_syntax(path: Path) -> Syntax:
+    """The Syntax of the file at `path`: from the cache when this version of the file was
+    parsed before, else parsed (and cached); once per file version within a process."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    return _file_syntax(path, stat.st_mtime_ns, stat.st_size, syntax_cache_dir())
 
 
 def _module_file(package_dir: Path, dotted: str) -> Path | None:
@@ -46,33 +146,32 @@ def imported_modules(path: Path, package_dir: Path) -> set[str]:
 
 @cache
 def _imported_modules(path: Path, package_dir: Path, mtime_ns: int, size: int) -> frozenset:
-    """imported_modules, parsed once per file version: the Snakefile asks for every rule's
+    """imported_modules, resolved once per file version: the Snakefile asks for every rule's
     closure, and the rules' closures share most files (file time and size are in the key, so an
-    edited file is parsed again)."""
+    edited file is resolved again)."""
     inside = path.is_relative_to(package_dir)
     here = _dotted_name(package_dir, path) if inside else ""
-    if inside and Path(path).name != "__init__.py":
+    if inside and path.name != "__init__.py":
         here = here.rpartition(".")[0]  # a module's relative imports start at its package
     found = set()
-    for node in ast.walk(ast.parse(Path(path).read_text())):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith(f"{PACKAGE}."):
-                    found.add(alias.name.removeprefix(f"{PACKAGE}."))
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = here.split(".") if here else []
-                parts = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
-                base = ".".join([*parts, *([node.module] if node.module else [])])
-            elif node.module == PACKAGE:
-                base = ""
-            elif (node.module or "").startswith(f"{PACKAGE}."):
-                base = node.module.removeprefix(f"{PACKAGE}.")
-            else:
-                continue
-            for alias in node.names:
-                child = f"{base}.{alias.name}" if base else alias.name
-                found.add(child if _module_file(package_dir, child) else base)
+    for level, module, names in file_syntax(path).imports:
+        if names is None:  # import a.b
+            if module.startswith(f"{PACKAGE}."):
+                found.add(module.removeprefix(f"{PACKAGE}."))
+            continue
+        if level:
+            parts = here.split(".") if here else []
+            parts = parts[: len(parts) - (level - 1)] if level > 1 else parts
+            base = ".".join([*parts, *([module] if module else [])])
+        elif module == PACKAGE:
+            base = ""
+        elif (module or "").startswith(f"{PACKAGE}."):
+            base = module.removeprefix(f"{PACKAGE}.")
+        else:
+            continue
+        for name in names:
+            child = f"{base}.{name}" if base else name
+            found.add(child if _module_file(package_dir, child) else base)
     found.discard("")
     return frozenset(name for name in found if _module_file(package_dir, name))
 
@@ -119,11 +218,9 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-@cache
 def source_fingerprint(path: Path) -> str:
     """sha256 of the file's syntax tree without docstrings (comments never reach the tree)."""
-    tree = _without_docstrings(ast.parse(Path(path).read_text()))
-    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+    return file_syntax(path).fingerprint
 
 
 def code_fingerprint(files, root: Path) -> str:
