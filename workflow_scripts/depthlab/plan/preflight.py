@@ -13,6 +13,7 @@ Torch-free: it runs in the Snakemake process.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -84,15 +85,22 @@ def _datasets_in(node, key: str) -> Iterable[HubItem]:
             yield from _datasets_in(value, f"{key}[{index}]")
 
 
+@functools.cache
+def _lm_eval_task_index() -> dict:
+    """lm-eval's index of its own tasks: built from its ~10k task YAML files (20-50 s here), so
+    once per process (it depends only on the installed lm-eval)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager().task_index
+
+
 def _harness_datasets(task_names: Iterable[str], key: str) -> list[HubItem]:
     """The datasets behind lm-eval's own tasks (groups and tags expanded through its task
     index); lm-eval pins no revision, so these are checked at `main`."""
     names = list(dict.fromkeys(task_names))
     if not names:
         return []
-    from lm_eval.tasks import TaskManager
-
-    index = TaskManager().task_index
+    index = _lm_eval_task_index()
     found: dict[str, None] = {}
 
     def collect(name: str, depth: int = 0) -> None:
