@@ -124,6 +124,7 @@ def spec_change_lines(result) -> list[str]:
             [
                 "heal_pruned[lns/angular_n2]: val.windows 4 -> 5",
                 "heal_pruned[lns/angular_n2_full]: val.windows 4 -> 5",
+                "heal_pruned[lns/angular_n2_qlora]: val.windows 4 -> 5",
                 "prune_model[lns]: val.windows 4 -> 5",
             ],
         ),
@@ -134,6 +135,7 @@ def spec_change_lines(result) -> list[str]:
             [
                 "heal_pruned[lns/angular_n2]: healing.steps 3 -> 4",
                 "heal_pruned[lns/angular_n2_full]: healing.steps 3 -> 4",
+                "heal_pruned[lns/angular_n2_qlora]: healing.steps 3 -> 4",
             ],
         ),
     ],

@@ -574,10 +574,10 @@ def test_healing_methods_are_one_heal_job_each_and_the_first_keeps_todays_job():
 
     config = load("test.yaml")
     healing = config["pruning"]["healing"]
-    assert healing["methods"] == ["lora", "full"] and healing["method"] == "lora"
+    assert healing["methods"] == ["lora", "qlora", "full"] and healing["method"] == "lora"
     resolved = resolve(config)
     heals = resolved.jobs("heal_pruned")
-    assert list(heals) == ["lns/angular_n2", "lns/angular_n2_full"]
+    assert list(heals) == ["lns/angular_n2", "lns/angular_n2_qlora", "lns/angular_n2_full"]
     today = copy.deepcopy(config)
     for key in ("methods", "full_lr"):
         del today["pruning"]["healing"][key]
@@ -590,12 +590,14 @@ def test_healing_methods_are_one_heal_job_each_and_the_first_keeps_todays_job():
     assert full["healing"] == {
         **plain["lns/angular_n2"]["healing"], "method": "full", "lr": healing["full_lr"]
     }  # fmt: skip
+    qlora = heals["lns/angular_n2_qlora"]  # the adapters' own learning rate
+    assert qlora["healing"] == {**plain["lns/angular_n2"]["healing"], "method": "qlora"}
     assert {k: v for k, v in full.items() if k not in ("healing", "out", "datasets_cache")} == {
         k: v for k, v in heals["lns/angular_n2"].items()
         if k not in ("healing", "out", "datasets_cache")
     }  # fmt: skip
     assert resolved.jobs("gather_pruning")["lns"]["heals"] == [
-        heals["lns/angular_n2"]["out"], full["out"]
+        heals["lns/angular_n2"]["out"], qlora["out"], full["out"]
     ]  # fmt: skip
     # without full_lr, full trains at lr; the first method may be full
     del config["pruning"]["healing"]["full_lr"]
@@ -612,7 +614,7 @@ def test_healing_methods_are_one_heal_job_each_and_the_first_keeps_todays_job():
     assert [j for j in heals if j.startswith("lns/")] == ["lns/angular_n2"]
     assert heals["lns/angular_n2"]["healing"]["method"] == "full"
     assert [j for j in heals if j.startswith("pre_ln/")] == [
-        "pre_ln/angular_n2", "pre_ln/angular_n2_full"
+        "pre_ln/angular_n2", "pre_ln/angular_n2_qlora", "pre_ln/angular_n2_full"
     ]  # fmt: skip
     # a bad method names the key, from the schema and from the library check
     for methods in (["lora", "cpt"], [], ["lora", "lora"]):
