@@ -545,15 +545,16 @@ def test_pruning_per_model_strategies_grids_and_healing_reach_only_their_model()
     heals = resolved.jobs("heal_pruned")
     choices = ("strategies", "n_grid", "methods", "full_lr")
     healing = {k: v for k, v in config["pruning"]["healing"].items() if k not in choices}
-    # test.yaml heals with lora and full: the first method's jobs keep their names
+    # test.yaml heals with lora, qlora and full: the first method's jobs keep their names
     assert [job for job in heals if job.startswith("lns/")] == [
-        "lns/angular_n1", "lns/deepest_n1", "lns/angular_n1_full", "lns/deepest_n1_full"
+        "lns/angular_n1", "lns/deepest_n1", "lns/angular_n1_qlora", "lns/deepest_n1_qlora",
+        "lns/angular_n1_full", "lns/deepest_n1_full",
     ]  # fmt: skip
     assert heals["lns/deepest_n1"]["healing"] == {**healing, "steps": 3}
     assert (heals["lns/deepest_n1"]["strategy"], heals["lns/deepest_n1"]["n"]) == ("deepest", 1)
     assert [job for job in heals if job.startswith("pre_ln/")] == [
         f"pre_ln/{strategy}_n{n}{suffix}"
-        for suffix in ("", "_full")
+        for suffix in ("", "_qlora", "_full")
         for strategy in config["pruning"]["healing"]["strategies"]
         for n in config["pruning"]["healing"]["n_grid"]
     ]

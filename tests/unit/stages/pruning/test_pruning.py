@@ -1136,7 +1136,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
     heal_jobs = resolve(test_config).jobs("heal_pruned")
     heal_job = next(iter(heal_jobs.values()))
     healing = heal_job["healing"]
-    # test.yaml heals with lora, then full (continued pretraining) on the same tokens
+    # test.yaml heals with lora, qlora, then full (continued pretraining) on the same tokens
     full_healing = heal_jobs["lns/angular_n2_full"]["healing"]
     assert (healing["method"], full_healing["method"]) == ("lora", "full")
     scored = {
