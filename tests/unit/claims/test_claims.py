@@ -37,6 +37,19 @@ def test_over_seeds_uses_a_t_interval_from_three_seeds_and_no_interval_for_two()
     assert (own.low, own.high, own.n) == (0.5, 1.5, 1) and "within one model" in own.method
 
 
+def test_over_seeds_adds_the_shared_items_error_to_the_seeds_spread():
+    values, item_se = [0.1, 0.2, 0.4], [0.05, 0.03, 0.04]
+    e = verdicts.over_seeds([Estimate(v) for v in values], sample_se=item_se)
+    se = np.sqrt(stats.sem(values) ** 2 + np.mean(np.square(item_se)))
+    half = stats.t.ppf(0.975, 2) * se
+    assert (e.value, e.low, e.high, e.n) == pytest.approx(
+        (np.mean(values), e.value - half, e.value + half, 3)
+    )
+    assert e.high - e.low > 2 * stats.t.ppf(0.975, 2) * stats.sem(values)
+    missing = verdicts.over_seeds([Estimate(v) for v in values], sample_se=[0.05, np.nan, 0.04])
+    assert not missing.has_interval and "standard error" in missing.method
+
+
 def test_log_variance_slope_matches_a_planted_exponential_and_skips_the_embedding():
     rng = np.random.default_rng(0)
     layers = np.arange(1, LAYERS + 1)
@@ -768,6 +781,7 @@ def test_config_reads_pretrained_models_over_their_shards(tmp_path):
         },
     }
     config["models"]["llm"] = {"kind": "hf", "path": "some-org/some-llm"}
+    config["analysis"]["models"] = None  # every declared model, llm among them
     config.pop("lens_swaps")  # it names the default's four shards
     resolved = resolve(config)
     spec = resolved.jobs("make_claims")["claims"]

@@ -9,6 +9,7 @@ import pytest
 from depthlab.claims import RunData, build_claims
 from depthlab.claims.verdicts import INDICATIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED
 from depthlab.core.paper_values_pruning import CRITERIA_GAP_NEGLIGIBLE
+from scipy import stats
 
 N_VALUES = (1, 2, 4)
 
@@ -120,3 +121,20 @@ def test_task_row_reads_the_lm_eval_scores():
     worse = _sweep(gaps, scores={"ppl": 0.60, "taylor_plus": 0.50})
     data = RunData(pruning_groups={"r": ["r"]}, sweeps={"r": worse})
     assert _table(data).loc["kim_taylor_vs_ppl_tasks:r", "verdict"] == NOT_REPRODUCED
+
+
+def test_seeds_scored_on_the_same_items_keep_the_items_error():
+    """Three seeds that all lose the same item: the seeds do not spread, but the items' error
+    (shared by every seed) keeps the interval open: not a zero-width 'not reproduced'."""
+    members = ["m_s0", "m_s1", "m_s2"]
+    sweeps = {m: _sweep({"ppl": 0.0, "taylor_plus": 0.1}, scores={"ppl": 0.6, "taylor_plus": 0.59})
+              for m in members}  # fmt: skip
+    data = RunData(pruning_groups={"m": members}, trained=set(members), sweeps=sweeps)
+    row = _table(data).loc["kim_taylor_vs_ppl_tasks:m"]
+    assert row["measured"] == pytest.approx(-0.01)
+    # zero seed spread: se^2 = 0 / 3 + mean(item se^2); item se of each seed's difference as in
+    # test_task_row_reads_the_lm_eval_scores; t quantile with 2 df
+    item_se = np.hypot(0.01 * np.sqrt(3) / 3, 0.01 * np.sqrt(3) / 3)
+    half = stats.t.ppf(0.975, 2) * item_se
+    assert (row["low"], row["high"]) == pytest.approx((-0.01 - half, -0.01 + half))
+    assert row["verdict"] == NOT_TESTABLE and "same items" in row["interval"]

@@ -3,8 +3,10 @@ supervised fine-tuning gain."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 
 from depthlab.claims.measures import (
@@ -180,16 +182,32 @@ def _loss_and_layer_rows(data: RunData, pair: _Pair) -> list[dict]:
 
 def sft_gains(base: pd.DataFrame, treat: pd.DataFrame) -> list[Estimate]:
     """Per fine-tuning seed both parents share: mean task score of the LNS parent's fine-tuned
-    model - that of the Pre-LN parent's (evaluate_finetuned scores.csv frames)."""
+    model - that of the Pre-LN parent's (evaluate_finetuned scores.csv frames), with the standard
+    error of that difference from the items (each task's score_stderr; tasks independent)."""
     from depthlab.stages.finetune.scores import FINETUNED, model_scores
 
     def after(scores):
         means = model_scores(scores)
         return means[means["stage"] == FINETUNED].set_index("seed")["score"]
 
+    def item_se(scores):
+        tuned = scores[scores["stage"] == FINETUNED]
+        if "score_stderr" not in tuned:
+            return {}
+        return tuned.groupby("seed")["score_stderr"].agg(
+            lambda se: float(np.sqrt((se**2).sum()) / len(se))
+        )
+
     base_after, treat_after = after(base), after(treat)
+    base_se, treat_se = item_se(base), item_se(treat)
     seeds = [s for s in base_after.index if s in treat_after.index]
-    return [Estimate(float(treat_after[s] - base_after[s])) for s in seeds]
+    return [
+        Estimate(
+            float(treat_after[s] - base_after[s]),
+            se=math.hypot(treat_se.get(s, math.nan), base_se.get(s, math.nan)),
+        )
+        for s in seeds
+    ]
 
 
 def finetune_claims(data: RunData) -> list[dict]:
@@ -217,7 +235,9 @@ def finetune_claims(data: RunData) -> list[dict]:
             )
             for gains in per_parent
         ]
-        gain = over_seeds(parent_gains)
+        # every parent pair scored on the same items: their error is shared by the seeds
+        item_errors = [math.sqrt(np.mean([g.se**2 for g in gains])) for gains in per_parent]
+        gain = over_seeds(parent_gains, sample_se=item_errors)
         if len(parent_gains) >= MIN_SEEDS:
             gain = replace(gain, method=f"{gain.method} (pretraining seeds)")
         runs = sum(len(gains) for gains in per_parent)

@@ -146,7 +146,9 @@ def pruning_method_claims(data: RunData) -> list[dict]:
             )  # fmt: skip
         if {"ppl", "taylor_plus"} <= strategies:
             gaps = [task_gap(data.sweeps[m], "ppl", "taylor_plus") for m in members]
-            estimate = None if any(g is None for g in gaps) else over_seeds(gaps)
+            estimate = None
+            if not any(g is None for g in gaps):  # every seed scored on the same items
+                estimate = over_seeds(gaps, sample_se=[g.se for g in gaps])
             claim = (
                 f"{group}: Taylor+ keeps more task accuracy than the PPL criterion: mean over "
                 f"the tasks and common n of score(taylor_plus) - score(ppl) > 0 (unhealed)"

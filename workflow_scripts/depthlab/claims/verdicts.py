@@ -74,10 +74,19 @@ def t_interval(values, what: str, confidence: float = CONFIDENCE) -> Estimate:
     )
 
 
-def over_seeds(estimates: list[Estimate], confidence: float = CONFIDENCE) -> Estimate:
+def over_seeds(
+    estimates: list[Estimate],
+    confidence: float = CONFIDENCE,
+    sample_se: list[float] | None = None,
+) -> Estimate:
     """The per-seed estimates of one claim as one. >= MIN_SEEDS seeds: their mean with a
     t-interval over seeds (n - 1 df); one seed: its own (within-model) estimate; two: their mean
-    without an interval. `n` is the number of seeds either way."""
+    without an interval. `n` is the number of seeds either way.
+
+    `sample_se`: each seed's standard error from the finite sample every seed was scored on (the
+    same task items). The seeds' spread cannot show that sample's error (the items are shared), so
+    their variance is added to the seeds' (se^2 = s^2 / n + mean(sample_se^2)): three seeds that
+    differ by the same one item of 64 are not a zero-width interval."""
     n = len(estimates)
     if n == 1:
         e = estimates[0]
@@ -96,6 +105,21 @@ def over_seeds(estimates: list[Estimate], confidence: float = CONFIDENCE) -> Est
             n=n,
         )
     e = t_interval(values, "seeds", confidence)
+    if sample_se is not None and e.has_interval:
+        if len(sample_se) != n or not all(math.isfinite(v) for v in sample_se):
+            return Estimate(
+                e.value, method=f"{n} seeds; no standard error of the shared items", n=n
+            )
+        se = math.sqrt(e.se**2 + float(np.mean(np.square(sample_se))))
+        half = _t_quantile(n - 1, confidence) * se
+        return Estimate(
+            e.value,
+            e.value - half,
+            e.value + half,
+            f"{e.method}, widened by the items' standard error (the same items for every seed)",
+            n,
+            se,
+        )
     return replace(e, n=n)
 
 
