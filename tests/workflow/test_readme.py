@@ -386,5 +386,5 @@ def test_config_reference_renders_every_schema_description():
     loaded.pop("description")  # the schema's own title, not a key's
     missing = [d for d in descriptions(loaded) if hook._prose(d) not in page]
     assert missing == []
-    assert "| `pretrain.steps` (required) | integer | `≥ 1` | `256` |" in page
+    assert "| `pretrain.steps` (required) | integer | `≥ 1` | `128` |" in page
     assert "*only with kind: gguf.*" in page
