@@ -12,6 +12,7 @@ import pandas as pd
 from depthlab.claims.measures import (
     deep_layer_gap,
     log_variance_slope,
+    mean_task_score,
     single_layer_drop,
 )
 from depthlab.claims.rows import (
@@ -183,31 +184,15 @@ def _loss_and_layer_rows(data: RunData, pair: _Pair) -> list[dict]:
 def sft_gains(base: pd.DataFrame, treat: pd.DataFrame) -> list[Estimate]:
     """Per fine-tuning seed both parents share: mean task score of the LNS parent's fine-tuned
     model - that of the Pre-LN parent's (evaluate_finetuned scores.csv frames), with the standard
-    error of that difference from the items (each task's score_stderr; tasks independent)."""
-    from depthlab.stages.finetune.scores import FINETUNED, model_scores
+    error of that difference from the items (mean_task_score of each model's task rows)."""
+    from depthlab.stages.finetune.scores import FINETUNED
 
     def after(scores):
-        means = model_scores(scores)
-        return means[means["stage"] == FINETUNED].set_index("seed")["score"]
-
-    def item_se(scores):
         tuned = scores[scores["stage"] == FINETUNED]
-        if "score_stderr" not in tuned:
-            return {}
-        return tuned.groupby("seed")["score_stderr"].agg(
-            lambda se: float(np.sqrt((se**2).sum()) / len(se))
-        )
+        return {seed: mean_task_score(rows) for seed, rows in tuned.groupby("seed", sort=False)}
 
     base_after, treat_after = after(base), after(treat)
-    base_se, treat_se = item_se(base), item_se(treat)
-    seeds = [s for s in base_after.index if s in treat_after.index]
-    return [
-        Estimate(
-            float(treat_after[s] - base_after[s]),
-            se=math.hypot(treat_se.get(s, math.nan), base_se.get(s, math.nan)),
-        )
-        for s in seeds
-    ]
+    return [difference(treat_after[s], base_after[s]) for s in base_after if s in treat_after]
 
 
 def finetune_claims(data: RunData) -> list[dict]:

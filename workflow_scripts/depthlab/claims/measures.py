@@ -29,6 +29,16 @@ def unigram_entropy(tokens) -> float:
     return float(-(p * np.log(p)).sum())
 
 
+def mean_task_score(frame: pd.DataFrame) -> Estimate:
+    """Mean of lm-eval score rows (one per task, or per task and n) with its standard error from
+    the rows' score_stderr: the items differ between rows, so the errors of the means combine as
+    independent (se = sqrt(sum se_i^2) / rows; NaN without a score_stderr column)."""
+    value = float(frame["score"].mean())
+    if "score_stderr" not in frame:
+        return Estimate(value, n=1)
+    return Estimate(value, n=1, se=float(np.sqrt((frame["score_stderr"] ** 2).sum()) / len(frame)))
+
+
 def final_val_loss(log: pd.DataFrame) -> float:
     """Validation loss at the largest token count of a train_log.csv frame."""
     val = log[log["split"] == "val"]

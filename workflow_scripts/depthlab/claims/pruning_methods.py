@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from depthlab.claims.measures import window_means
+from depthlab.claims.measures import mean_task_score, window_means
 from depthlab.claims.rows import claim_row, decide, not_learned, over_windows, scale_of
 from depthlab.claims.run_data import RunData
 from depthlab.claims.verdicts import (
@@ -83,13 +83,9 @@ def task_gap(sweep: pd.DataFrame, worse: str, better: str) -> Estimate | None:
     if not common:
         return None
 
-    def mean(strategy: str) -> Estimate:
-        frame = rows[strategy].loc[common]
-        value = float(frame["score"].mean())
-        se = float(np.sqrt((frame["score_stderr"] ** 2).sum()) / len(frame))
-        return Estimate(value, n=1, se=se)
-
-    return difference(mean(better), mean(worse))
+    return difference(
+        mean_task_score(rows[better].loc[common]), mean_task_score(rows[worse].loc[common])
+    )
 
 
 def _loss_estimate(data: RunData, members, trained: bool, worse: str, better: str):
