@@ -10,14 +10,25 @@ Snakemake's --config. A config without cluster.gpu lists its stages' resources.
 A config with `cluster.max_runtime` (hours) is refused when a job's time limit exceeds it: the
 error names the job and the key to change.
 
-Example: python workflow_scripts/plan.py config/paper.yaml --summary --gpus 64
+--calibrate gpu_check.json --write OVERLAY prices the plan from measurement: it writes OVERLAY, a
+config file setting cluster.gpu to the GPU workflow_scripts/gpu_check.py measured (its peaks and
+each job family's utilisation; depthlab/plan/calibration.py), prints the plan of CONFIG + OVERLAY
+and, on stderr, the total GPU-hours before and after. Run the workflow with the same files:
+snakemake --configfile=CONFIG OVERLAY.
+
+Examples:
+  python workflow_scripts/plan.py config/paper.yaml --summary --gpus 64
+  python workflow_scripts/plan.py config/paper.yaml --summary \
+      --calibrate results/gpu_check/gpu_check.json --write config/calibrated/my_cluster.yaml
 """
 
 import argparse
+import sys
 
 from depthlab.cli import main_guard
 from depthlab.config import apply_overrides, load_config, resolve
-from depthlab.plan.plan_tables import markdown
+from depthlab.plan.calibration import write_overlay
+from depthlab.plan.plan_tables import markdown, totals
 
 
 def main() -> None:
@@ -41,12 +52,37 @@ def main() -> None:
         metavar="N",
         help="add each rule's wall time when its jobs run side by side on N GPUs",
     )
+    parser.add_argument(
+        "--calibrate",
+        metavar="GPU_CHECK_JSON",
+        help="gpu_check.json of workflow_scripts/gpu_check.py: write its measured GPU into the "
+        "overlay --write names and print the plan with it",
+    )
+    parser.add_argument(
+        "--write",
+        metavar="OVERLAY",
+        help="with --calibrate: the config overlay to write (a new file, or one --calibrate wrote)",
+    )
     args = parser.parse_args()
     if args.gpus is not None and args.gpus < 1:
         parser.error(f"--gpus: at least 1 (got {args.gpus})")
+    if (args.calibrate is None) != (args.write is None):
+        parser.error("--calibrate and --write go together")
     overrides = dict(item.split("=", 1) for item in args.config)
-    resolved = resolve(apply_overrides(load_config(*args.configs), overrides))
+    config = apply_overrides(load_config(*args.configs), overrides)
+    if args.calibrate is not None:
+        before = totals(resolve(config).resource_plan)["gpu_hours"]
+        gpu = write_overlay(args.calibrate, args.write, config, args.configs)
+        print(f"wrote {args.write}: {gpu['source']}", file=sys.stderr)
+        config = apply_overrides(load_config(*args.configs, args.write), overrides)
+    resolved = resolve(config)
     print(markdown(resolved.resource_plan, per_job=not args.summary, gpu_count=args.gpus), end="")
+    if args.calibrate is not None:
+        after = totals(resolved.resource_plan)["gpu_hours"]
+        print(
+            f"est. GPU-hours: {before:,.1f} with the config's values, {after:,.1f} calibrated",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

@@ -61,6 +61,12 @@ HARNESS_DEFAULT_TOKENS = 5_000_000  # a task not listed above
 LOCAL_TASK_CHOICES = TASK_CHOICES
 LORA_MLP_MODULES = {"gate_proj", "up_proj", "down_proj", "fc1", "fc2", "dense_h_to_4h",
                     "dense_4h_to_h"}  # fmt: skip
+# The job families whose share of the peak (config `cluster.gpu.utilisation`) is stated apart,
+# because they reach very different shares (workflow_scripts/gpu_check.py measures each):
+# training = pretraining and fine-tuning (forward + backward + optimizer), analysis = forward-only
+# passes (analysis, loss sweeps, criteria, interventions, linear maps, speed runs), lm_eval =
+# lm-eval's scoring, healing = (Q)LoRA or continued-pretraining of a pruned model.
+UTILISATION_FAMILIES = ("training", "analysis", "lm_eval", "healing")
 
 
 # --- assumptions -------------------------------------------------------------------------------
@@ -86,17 +92,39 @@ class Assumptions:
         """One GPU's memory less the headroom."""
         return self.gpu["memory_gb"] * GiB * (1 - self.sizing["gpu_memory_headroom"])
 
-    def flops_per_second(self, dtype: str) -> float:
+    def utilisation(self, family: str) -> float:
+        """The share of the peak that `family`'s work reaches (one number: every family's)."""
+        value = self.gpu["utilisation"]
+        return value[family] if isinstance(value, dict) else value
+
+    def flops_per_second(self, dtype: str, family: str) -> float:
         key = {"bfloat16": "bf16_tflops", "float16": "bf16_tflops", "auto": "bf16_tflops",
                "float32": "fp32_tflops", "float64": "fp64_tflops"}[dtype]  # fmt: skip
-        return self.gpu[key] * 1e12 * self.gpu["utilisation"]
+        return self.gpu[key] * 1e12 * self.utilisation(family)
+
+    def seconds(self, work: Work) -> float:
+        """Compute time of `work` on one GPU: each family's FLOPs at its dtype's peak times the
+        family's utilisation."""
+        return sum(
+            flops / self.flops_per_second(dtype, family)
+            for (family, dtype), flops in work.flops.items()
+        )
+
+    def utilisation_text(self) -> str:
+        value = self.gpu["utilisation"]
+        if not isinstance(value, dict):
+            return f"at {value:.0%} utilisation"
+        shares = ", ".join(f"{family} {value[family]:.0%}" for family in UTILISATION_FAMILIES)
+        return f"at utilisation {shares}"
 
     def lines(self) -> list[str]:
         gpu, sizing = self.gpu, self.sizing
+        source = [f"- values from: {gpu['source']}"] if gpu.get("source") else []
         return [
             f"- GPU: {gpu['name']}, {gpu['memory_gb']} GB, {gpu['per_node']} per node; peak "
             f"{gpu['bf16_tflops']} TFLOP/s bf16, {gpu['fp32_tflops']} fp32, "
-            f"{gpu['fp64_tflops']} fp64, at {gpu['utilisation']:.0%} utilisation",
+            f"{gpu['fp64_tflops']} fp64, {self.utilisation_text()}",
+            *source,
             f"- headroom: {sizing['gpu_memory_headroom']:.0%} of each GPU's memory kept free; "
             f"host memory +{sizing['host_memory_headroom']:.0%} over "
             f"{sizing['host_base_mb'] / 1024:.0f} GB + the estimate; time limit = "
@@ -123,7 +151,7 @@ class Phase:
 class Work:
     """What one job does, as the cost model sees it."""
 
-    flops: dict[str, float]  # by the dtype the work runs in
+    flops: dict[tuple[str, str], float]  # by (utilisation family, the dtype the work runs in)
     phases: list[Phase]
     weights: float  # bytes that must fit in the job's memory at least (the refusal floor)
     weights_what: str
@@ -173,7 +201,8 @@ def pretrain_work(name: str, spec: dict, shape: Shape) -> Work:
     saved = DTYPE_BYTES[dtype] if precision == "pure_bf16" else 4
     return Work(
         flops={
-            dtype: tokens * 3 * forward_flops(shape, seq) + eval_tokens * forward_flops(shape, seq)
+            ("training", dtype): tokens * 3 * forward_flops(shape, seq),
+            ("analysis", dtype): eval_tokens * forward_flops(shape, seq),
         },
         phases=[
             Phase(
@@ -217,7 +246,7 @@ def analysis_work(name: str, spec: dict, shape: Shape, download: float) -> Work:
     if spec["all_token_distance"]:
         fixed["unit states (float64)"] = states * batch * shape.hidden_size * 8
     return Work(
-        flops={dtype: flops},
+        flops={("analysis", dtype): flops},
         phases=[Phase("pass", split={"weights": shape.parameters * b}, fixed=fixed)],
         weights=shape.parameters * b,
         weights_what=_what(name, shape, dtype),
@@ -248,7 +277,7 @@ def lens_swaps_work(name: str, spec: dict, shape: Shape, download: float) -> Wor
     rows = spec["batch_size"] * context
     translators = L * (d * d + d) * 4 * 4  # float32 weights, gradients and Adam's two moments
     return Work(
-        flops={dtype: flops},
+        flops={("analysis", dtype): flops},
         phases=[
             Phase(
                 "tuned lens and swaps",
@@ -395,12 +424,13 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
         lm_n = n_values if lm["n_grid"] is None else _grid(lm["n_grid"], L)
         variants = 1 + len({(s, n) for s in strategies for n in lm_n if has_set(s, n)})
         variants += L if lm["single_layer"] else 0
-    flops = {dtype: sweep_passes * val_tokens * forward_flops(shape, seq)}
-    flops[dtype] += variants * _lm_eval_flops(shape, spec, tasks_config)
+    flops = {("analysis", dtype): sweep_passes * val_tokens * forward_flops(shape, seq)}
+    if variants:
+        flops[("lm_eval", dtype)] = variants * _lm_eval_flops(shape, spec, tasks_config)
     phases = [_sweep_phase(shape, spec, b)]
     criteria = _criteria_work(shape, spec, b, n_values)
     if criteria is not None:
-        flops[dtype] += criteria[0]
+        flops[("analysis", dtype)] += criteria[0]
         phases.append(criteria[1])
     if variants:
         phases.append(_lm_eval_phase(shape, spec, b, phases[0].split))
@@ -410,7 +440,7 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
         speed_n = _grid(speed["n_grid"], L)
         length = speed["prompt_length"] + speed["new_tokens"]
         speed_tokens = (1 + len(speed_n)) * speed["repeats"] * speed["batch_size"] * length
-        flops[dtype] += speed_tokens * forward_flops(shape, length)
+        flops[("analysis", dtype)] += speed_tokens * forward_flops(shape, length)
         disk += sum(weights * (L - n) / L for n in speed_n)  # the timed variants' exports
     return Work(
         flops=flops,
@@ -440,7 +470,10 @@ def heal_work(name: str, spec: dict, shape: Shape, tasks_config: dict, download:
     full = healing["method"] == "full"
     if full:  # + the weight gradients of every kept layer: forward + backward = 3 forwards
         frozen = 3 * forward_flops(shape, heal_seq) * keep
-    flops = {dtype: heal_tokens * frozen + val_tokens * forward_flops(shape, seq) * keep}
+    flops = {
+        ("healing", dtype): heal_tokens * frozen,
+        ("analysis", dtype): val_tokens * forward_flops(shape, seq) * keep,
+    }
     # one forward/backward holds micro_batch_size rows; with checkpointing only each layer's
     # input is kept, plus one layer's activations while it is recomputed
     rows = (healing.get("micro_batch_size") or healing["batch_size"]) * heal_seq
@@ -462,7 +495,7 @@ def heal_work(name: str, spec: dict, shape: Shape, tasks_config: dict, download:
         disk += weights * keep  # the pruned copy exported for its 4-bit reload
     phases = [Phase("healing", split=heal_split, fixed={"logits": rows * shape.vocab_size * 12})]
     if spec["lm_eval"]["enabled"]:
-        flops[dtype] += _lm_eval_flops(shape, spec, tasks_config) * keep
+        flops[("lm_eval", dtype)] = _lm_eval_flops(shape, spec, tasks_config) * keep
         phases.append(
             _lm_eval_phase(shape, spec, b, {"weights": weights, "healed copy": weights * keep})
         )
@@ -481,7 +514,7 @@ def evaluate_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downl
     dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
     weights = shape.parameters * b
     return Work(
-        flops={dtype: _lm_eval_flops(shape, spec, tasks_config)},
+        flops={("lm_eval", dtype): _lm_eval_flops(shape, spec, tasks_config)},
         phases=[_lm_eval_phase(shape, spec, b, {"weights": weights})],
         weights=weights,
         weights_what=_what(name, shape, dtype),
@@ -508,7 +541,7 @@ def skip_work(name: str, spec: dict, shape: Shape, depth_use: dict, download: fl
         flops += generated * forward_flops(shape, context)
     rows = spec["batch_size"] * context
     return Work(
-        flops={dtype: flops},
+        flops={("analysis", dtype): flops},
         phases=[
             Phase(
                 "passes",
@@ -543,8 +576,8 @@ def linear_maps_work(names, spec: dict, shapes, downloads) -> Work:
     weights = (source.parameters + target.parameters) * b
     return Work(
         flops={
-            dtype: blocks * tokens * model_flops,
-            "float64": tokens * 2 * (n_s * n_t * d_a * d_b + 2 * n_s * d_a * d_a),
+            ("analysis", dtype): blocks * tokens * model_flops,
+            ("analysis", "float64"): tokens * 2 * (n_s * n_t * d_a * d_b + 2 * n_s * d_a * d_a),
         },
         phases=[
             Phase(
@@ -583,7 +616,7 @@ def finetune_work(name: str, spec: dict, shape: Shape) -> Work:
         flops = tokens * 3 * forward
         what = f"training state ({name}: weights, gradients and AdamW moments, {precision})"
     return Work(
-        flops={dtype: flops},
+        flops={("training", dtype): flops},
         phases=[
             Phase(
                 "fine-tuning",
@@ -616,9 +649,10 @@ def finetune_eval_work(name: str, spec: dict, shape: Shape, tasks_config: dict |
             for kind in tasks_config["kinds"]
         )  # fmt: skip
     models = 1 + len(spec["finetuned"])
-    rows = spec["lm_eval"]["batch_size"] * _context(LM_EVAL_CONTEXT, shape)
+    context = _context(LM_EVAL_CONTEXT, shape)
+    rows = spec["lm_eval"]["batch_size"] * context
     return Work(
-        flops={dtype: models * tokens * forward_flops(shape, _context(LM_EVAL_CONTEXT, shape))},
+        flops={("lm_eval", dtype): models * tokens * forward_flops(shape, context)},
         phases=[
             Phase(
                 "lm-eval",

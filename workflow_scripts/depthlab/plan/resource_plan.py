@@ -12,8 +12,10 @@ linear_maps, and the CPU jobs export_pruned and convert_gguf) is sized from its 
            states of a batch, the pruning loss sweep's cached states of every validation window
            at every layer, QLoRA healing's 4-bit copy, adapters and AdamW state, lm-eval's batch,
            the linear maps' float64 sums
-  runtime  FLOPs at the stated GPU's peak rate for the work's precision times the stated
-           utilisation: 6 N D for training (PaLM, app. B: 6 N + 12 L H Q T per token), 2 N per
+  runtime  FLOPs at the stated GPU's peak rate for the work's precision times the utilisation
+           stated for the work's family (training, analysis, lm_eval, healing;
+           job_costs.UTILISATION_FAMILIES; measured by gpu_check.py, written by plan.py
+           --calibrate, depthlab.plan.calibration): 6 N D for training (PaLM, app. B: 6 N + 12 L H Q T per token), 2 N per
            inference token, 4 N per token for adapters on a frozen base, times the stage's
            passes; N = the matrices a token multiplies through (model_shapes.matmul_parameters)
   disk     the hub download in the stored dtype, checkpoints, temporary exports
@@ -271,9 +273,7 @@ class _Planner:
             gpus = request["gpu"]  # resources.pretrain.gpu: one DDP process per GPU
         elif not gpus:
             gpus = _gpu_count(work.phases, a.usable_bytes)
-        seconds = sum(flops / a.flops_per_second(dtype) for dtype, flops in work.flops.items()) / (
-            gpus if work.data_parallel else 1
-        )
+        seconds = a.seconds(work) / (gpus if work.data_parallel else 1)
         request["gpu"] = gpus
         request["gpu_memory_mb"] = math.ceil(_per_gpu(work.phases, gpus) / MiB)
         plan.peak = _peak(work.phases, gpus)
