@@ -1,15 +1,21 @@
 #!/usr/bin/env python
-"""Training throughput: depthlab's pretrain loop vs a plain LlamaForCausalLM + AdamW loop, and
-whether the configured precision keeps the loss curve within seed noise.
+"""Training throughput: depthlab's pretraining loop vs a plain LlamaForCausalLM + AdamW loop on
+the same device, and whether the configured precision keeps the loss curve within seed noise.
 
-Throughput: same architecture, batch, sequence length, data windows and threads; four loops run
-in turn each repeat (so machine noise hits all of them):
-  depthlab           the model as the workflow trains it (its `train.precision`; bf16 on a CPU
-                     trains with eager attention, see depthlab.stages.pretrain.training)
-  depthlab fp32      the same with precision fp32
-  plain fp32         LlamaForCausalLM (SDPA attention), AdamW, fp32: what one writes by default
-  plain bf16         the same under bf16 autocast (SDPA attention)
-It prints tokens/s of each and ratios of medians; "ratio depthlab/plain" is against plain fp32.
+Throughput (depthlab.stages.pretrain.throughput): same device (--device, default: CUDA where
+visible, else the CPU), architecture, batch, sequence length, token windows and threads; the
+loops run in turn each repeat (so machine noise hits all of them), each timing `--steps` steps
+after `--warmup` untimed ones:
+  depthlab (P)           PretrainLoop as the workflow trains the model: train.precision P (auto
+                         resolved on this device), train.compile as configured (auto: compiled
+                         on CUDA only), fused AdamW on CUDA, losses read at check steps only
+  depthlab (P, compiled) / depthlab (P, eager)   with --compile-both: both settings of compile
+  plain (P)              LlamaForCausalLM (SDPA attention), AdamW (fused on CUDA), eager, the
+                         same precision P: what one writes by default
+  plain fp32             the same in fp32
+It prints tokens/s of each, ratios of medians (depthlab / plain at the same precision) and each
+loop's share of the device's measured matmul peak in the dtype it computes in (bf16 for bf16 and
+pure_bf16, fp32 for fp32), with model FLOPs counted as 6N + 12 L d T per token.
 
 Loss check (`--loss-seeds 0 1 2`): the model trained to its configured steps with each seed, in
 its configured precision and in fp32, on the same data; it prints each run's final validation
@@ -18,7 +24,7 @@ seed-to-seed standard deviation of the fp32 final loss, and the largest same-see
 the second half of the curves. The configured precision is within seed noise when the interval
 holds 0 and the mean difference is smaller than the seed spread.
 
-Usage: python bench/bench_pretrain_throughput.py [--steps 40 --repeats 3]
+Usage: python bench/bench_pretrain_throughput.py [--steps 40 --repeats 3] [--shape cod_130m]
        python bench/bench_pretrain_throughput.py --loss-seeds 0 1 2 --data results/default/data
 """
 
@@ -26,7 +32,6 @@ import argparse
 import copy
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -38,36 +43,14 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[1]
 
 from depthlab.config import load_config, resolve  # noqa: E402
-from depthlab.data.prepare import load_tokens, prepare_corpus  # noqa: E402
-from depthlab.stages.pretrain.training import language_model_loss, pretrain, train_batch  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
-
-
-def plain_llama_tokens_per_s(model_decl, data_dir, steps, threads, autocast_dtype) -> float:
-    torch.set_num_threads(threads)
-    arch, train = model_decl["architecture"], model_decl["train"]
-    tokens = load_tokens(data_dir, "train")
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=int(tokens.max()) + 1,
-            hidden_size=arch["hidden_size"],
-            intermediate_size=arch["intermediate_size"],
-            num_hidden_layers=arch["num_layers"],
-            num_attention_heads=arch["num_heads"],
-            max_position_embeddings=train["seq_len"],
-            use_cache=False,
-        )
-    )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"])
-    start = time.perf_counter()
-    for step in range(steps):
-        window = train_batch(tokens, step, 0, train["batch_size"], train["seq_len"])
-        loss = language_model_loss(model, window, autocast_dtype)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return steps * train["batch_size"] * train["seq_len"] / (time.perf_counter() - start)
+from depthlab.data.prepare import prepare_corpus  # noqa: E402
+from depthlab.stages.pretrain.throughput import (  # noqa: E402
+    SHAPES,
+    matmul_peak_tflops,
+    measure_training,
+    model_flops_utilisation,
+)
+from depthlab.stages.pretrain.training import effective_precision, pretrain  # noqa: E402
 
 
 def with_precision(model_decl: dict, precision: str) -> dict:
@@ -76,62 +59,84 @@ def with_precision(model_decl: dict, precision: str) -> dict:
     return model_decl
 
 
-def throughput(args, model, data_dir: Path, tmp: Path) -> None:
-    # Throughput of the training loop only: no evaluation or checkpoints inside the window.
-    model = copy.deepcopy(model)
-    model["train"].update(
+def throughput(args, model) -> None:
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.shape:
+        shape = SHAPES[args.shape]
+        norm_scheme, compile_setting = args.norm_scheme or "pre_ln", "auto"
+        configured = args.precision or "auto"
+    else:  # the model exactly as the workflow would train it
+        train = model["train"]
+        shape = {
+            "arch": model["architecture"],
+            "batch_size": train["batch_size"],
+            "seq_len": train["seq_len"],
+            "vocab_size": args.vocab_size,
+        }
+        norm_scheme = args.norm_scheme or model["norm_scheme"]
+        compile_setting = train.get("compile", "auto")
+        configured = args.precision or train["precision"]
+    precision = effective_precision(configured, device)
+    common = dict(
+        arch=shape["arch"],
+        batch_size=shape["batch_size"],
+        seq_len=shape["seq_len"],
+        vocab_size=shape["vocab_size"],
+        device=device,
         steps=args.steps,
-        eval_every=10**9,
-        log_spaced_evals=0,
-        checkpoint_every=10**9,
-        warmup_steps=0,
+        warmup=args.warmup,
+        threads=args.threads,
     )
-    precision = model["train"]["precision"]
-
-    def depthlab_tokens_per_s(model_decl: dict, out: Path) -> float:
-        return pretrain(
-            args.model,
-            model_decl,
-            data_dir,
-            out,
-            out.with_suffix(".state"),
-            seed=0,
-            threads=args.threads,
-            progress=False,
-        )["tokens_per_s"]
-
-    loops = {
-        f"depthlab ({precision})": lambda out: depthlab_tokens_per_s(model, out),
-        "depthlab fp32": lambda out: depthlab_tokens_per_s(with_precision(model, "fp32"), out),
-        "plain fp32": lambda out: plain_llama_tokens_per_s(
-            model, data_dir, args.steps, args.threads, None
-        ),
-        "plain bf16": lambda out: plain_llama_tokens_per_s(
-            model, data_dir, args.steps, args.threads, torch.bfloat16
-        ),
-    }
+    loops = {}
+    compiles = [False, True] if args.compile_both else [compile_setting]
+    for setting in compiles:
+        label = f"depthlab ({precision})"
+        if args.compile_both:
+            label = f"depthlab ({precision}, {'compiled' if setting else 'eager'})"
+        loops[label] = dict(
+            loop="depthlab", norm_scheme=norm_scheme, precision=precision, compile=setting
+        )
+    loops[f"plain ({precision})"] = dict(loop="plain", precision=precision)
+    loops.setdefault("plain fp32", dict(loop="plain", precision="fp32"))
     rates = {name: [] for name in loops}
+    results = {}
     for repeat in range(args.repeats):
-        for index, (name, loop) in enumerate(loops.items()):
-            rates[name].append(loop(tmp / f"out{repeat}_{index}"))
+        for name, settings in loops.items():
+            results[name] = measure_training(**settings, **common)
+            rates[name].append(results[name]["tokens_per_s"])
         print(
             f"repeat {repeat}: "
             + ", ".join(f"{name} {values[-1]:.0f} tok/s" for name, values in rates.items())
         )
-    arch = model["architecture"]
+    arch = shape["arch"]
     print(
-        f"model {args.model} ({model['norm_scheme']}, {arch['num_layers']}x{arch['hidden_size']}), "
-        f"batch {model['train']['batch_size']}x{model['train']['seq_len']}, {args.threads} "
-        f"thread(s), precision {precision}"
+        f"{args.shape or args.model} ({norm_scheme}, {arch['num_layers']}x{arch['hidden_size']}), "
+        f"batch {shape['batch_size']}x{shape['seq_len']}, vocab {shape['vocab_size']}, device "
+        f"{device}, {args.threads} thread(s), precision {precision}"
     )
     median = {name: statistics.median(values) for name, values in rates.items()}
-    ours = median[f"depthlab ({precision})"]
     print("median tokens/s: " + ", ".join(f"{name} {value:.0f}" for name, value in median.items()))
+    plain = median[f"plain ({precision})"]
     print(
-        f"ratio depthlab/plain {ours / median['plain fp32']:.3f} (vs plain fp32); "
-        f"vs plain bf16 {ours / median['plain bf16']:.3f}; "
-        f"depthlab fp32/plain fp32 {median['depthlab fp32'] / median['plain fp32']:.3f}"
+        "ratio depthlab/plain (same precision): "
+        + ", ".join(
+            f"{name} {value / plain:.3f}"
+            for name, value in median.items()
+            if name.startswith("depthlab")
+        )
     )
+    peaks = {}
+    for name, value in median.items():
+        dtype = torch.float32 if results[name]["precision"] == "fp32" else torch.bfloat16
+        if dtype not in peaks:
+            peaks[dtype] = matmul_peak_tflops(device, dtype)
+        share = model_flops_utilisation(value, results[name]["flops_per_token"], peaks[dtype])
+        print(
+            f"share of the measured {str(dtype)[6:]} matmul peak ({peaks[dtype]:.3g} TFLOP/s): {name} {share:.3f}"
+        )
+    compiled = [r for r in results.values() if r["compiled"]]
+    if compiled:
+        print(f"compile time (not in tokens/s): {compiled[-1]['compile_s']:.1f} s")
 
 
 def loss_check(args, model, data_dir: Path, tmp: Path) -> None:
@@ -184,7 +189,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", default=str(ROOT / "config" / "default.yaml"))
     parser.add_argument("--model", default="pre_ln_s0")
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per loop")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: CUDA where visible)")
+    parser.add_argument(
+        "--shape", choices=sorted(SHAPES), help="a preset shape instead of the config's model"
+    )
+    parser.add_argument("--norm-scheme", help="throughput: this norm scheme instead")
+    parser.add_argument("--precision", help="throughput: this train.precision instead")
+    parser.add_argument(
+        "--vocab-size", type=int, help="with the config's model (default: its tokenizer's)"
+    )
+    parser.add_argument(
+        "--compile-both", action="store_true", help="time depthlab compiled and eager"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--data", help="a data stage folder (default: config/test.yaml's corpus)")
@@ -197,6 +215,10 @@ def main() -> None:
     config = load_config(args.config)
     # the model exactly as the workflow would train it (the pretrain job's resolved spec)
     model = copy.deepcopy(resolve(config).jobs("pretrain_model")[args.model]["model"])
+    if not args.loss_seeds:  # random token windows: throughput does not depend on the text
+        args.vocab_size = args.vocab_size or config["data"]["tokenizer"]["vocab_size"]
+        throughput(args, model)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         data_dir = Path(args.data) if args.data else tmp / "data"
@@ -204,10 +226,7 @@ def main() -> None:
             test_data = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())["data"]
             test_data["tokenizer"]["vocab_size"] = config["data"]["tokenizer"]["vocab_size"]
             prepare_corpus(test_data, data_dir, seed=0)
-        if args.loss_seeds:
-            loss_check(args, model, data_dir, tmp)
-        else:
-            throughput(args, model, data_dir, tmp)
+        loss_check(args, model, data_dir, tmp)
 
 
 if __name__ == "__main__":

@@ -33,12 +33,13 @@ NUMBER = r"-?\d+(\.\d+)?(e[-+]\d+)?"
 # script[:case]: (arguments, regexes each of which must match a whole line of the output)
 SMOKE = {
     "bench_pretrain_throughput.py": (
-        ["--steps", "2", "--repeats", "1"],
+        ["--steps", "2", "--warmup", "1", "--repeats", "1"],
         [
-            rf"repeat 0: depthlab \(\w+\) {NUMBER} tok/s, depthlab fp32 {NUMBER} tok/s, "
-            rf"plain fp32 {NUMBER} tok/s, plain bf16 {NUMBER} tok/s",
-            rf"ratio depthlab/plain {NUMBER} \(vs plain fp32\); vs plain bf16 {NUMBER}; "
-            rf"depthlab fp32/plain fp32 {NUMBER}",
+            rf"repeat 0: depthlab \((\w+)\) {NUMBER} tok/s, plain \(\1\) {NUMBER} tok/s"
+            rf"(, plain fp32 {NUMBER} tok/s)?",
+            r"pre_ln_s0 \(pre_ln, 12x64\), batch \d+x\d+, vocab \d+, device cpu, .*",
+            rf"ratio depthlab/plain \(same precision\): depthlab \(\w+\) {NUMBER}",
+            rf"share of the measured \w+ matmul peak \({NUMBER} TFLOP/s\): plain \(\w+\) {NUMBER}",
         ],
     ),
     "bench_pretrain_throughput.py:loss_check": (

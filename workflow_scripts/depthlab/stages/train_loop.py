@@ -5,9 +5,16 @@ TensorBoard / W&B scalars, periodic evaluation, the resumable state and the run 
 A run subclasses TrainingLoop with what differs: the loss of a step's batch (`train_loss`, which
 also runs the backward pass), the held-out loss (`validate`) and what to do with it
 (`validated`), and optionally a look at the gradient before clipping at evaluation steps
-(`gradients_taken`). Batches are a pure function of (seed, step), so resuming restores only the
-step counter, the weights, the optimizer, the schedule, torch's RNG and the logs; a run resumed
-after a kill ends bit-identical to one that was never interrupted.
+(`gradients_taken`). `train_loss` may return the loss as a tensor on the device: the loop brings
+losses to the host only at check steps (log, evaluation, checkpoint and progress steps and the
+last step), one transfer for all the steps since the previous check, so a GPU never waits on the
+host between them (NonFiniteLossCheck). A non-finite loss stops the run at the next check step,
+naming the step it first appeared at and the range of steps that check covered; the updates in
+between were taken, but nothing after the previous check is saved.
+
+Batches are a pure function of (seed, step), so resuming restores only the step counter, the
+weights, the optimizer, the schedule, torch's RNG and the logs; a run resumed after a kill ends
+bit-identical to one that was never interrupted.
 
 The resumable state (`state.pt`) holds only tensors and plain Python values and is read with
 `torch.load(weights_only=True)`: a state file cannot run code. It carries a fingerprint of the
@@ -81,6 +88,35 @@ def load_state(path: Path, device) -> dict:
     return state
 
 
+class NonFiniteLossCheck:
+    """The training losses of the steps since the last check, kept where they were computed (a
+    GPU's losses stay on the GPU); `check` moves them to the host in one transfer and raises
+    FloatingPointError naming the first non-finite one."""
+
+    def __init__(self, name: str, hint: str):
+        self.name, self.hint = name, hint
+        self.pending: list[tuple[int, torch.Tensor]] = []
+        self.checked_through = 0  # the last step a check covered
+
+    def add(self, step: int, loss) -> None:
+        self.pending.append((step, torch.as_tensor(loss).detach().reshape(())))
+
+    def check(self, step: int) -> float:
+        """The losses since the last check, on the host (one synchronisation); the loss of
+        `step`, the last of them. FloatingPointError at the first non-finite loss."""
+        steps = [at for at, _ in self.pending]
+        values = torch.stack([loss.float() for _, loss in self.pending]).tolist()
+        first, self.pending = self.checked_through + 1, []
+        self.checked_through = step
+        for at, value in zip(steps, values):
+            if not math.isfinite(value):
+                raise FloatingPointError(
+                    f"[{self.name}] loss is {value} at step {at}; stopping at the check of "
+                    f"steps {first}..{step} ({self.hint})"
+                )
+        return values[-1]
+
+
 def run_record(
     resumed_from: int | None, earlier_processes: int, earlier_wall: float, process_start: float
 ) -> dict:
@@ -126,6 +162,9 @@ class TrainingLoop:
         self.state_path, self.fingerprint, self.device = Path(state_path), fingerprint, device
         self.process_start, self.is_main = process_start, is_main
         self.tracker = Tracker(None, enabled=False)
+        self.losses = NonFiniteLossCheck(name, self.loss_hint)
+        self.last_loss = math.nan  # the loss of the last check step, on the host
+        self.progress_every = None  # run() sets the progress lines' interval
         self.step, self.log_rows, self.wall_offset, self.wall = 0, [], 0.0, 0.0
         self.started = time.perf_counter()
         for key in self.extra_rows:
@@ -136,8 +175,9 @@ class TrainingLoop:
 
     # ---- what a run defines
 
-    def train_loss(self, step: int) -> float:
-        """Forward and backward pass of the batch of `step` (0-based); its mean loss."""
+    def train_loss(self, step: int) -> torch.Tensor | float:
+        """Forward and backward pass of the batch of `step` (0-based); its mean loss (a tensor
+        on the device, or a float)."""
         raise NotImplementedError
 
     def gradients_taken(self, step: int) -> None:
@@ -203,23 +243,43 @@ class TrainingLoop:
         bar = Progress(
             self.steps, self.name, initial=self.step, enabled=progress, every=progress_every
         )
+        # the plain progress lines show the loss of the very step they print
+        self.progress_every = bar.every if progress else None
+        self.losses.checked_through = self.step
         self.model.train()
+        self.before_first_step()
+        self.started = time.perf_counter()  # after before_first_step: not counted as training
         while self.step < self.steps:
             loss = self.train_loss(self.step)
             self.step += 1
             lr, tokens_per_s = self.update(loss)
             values = {"tok/s": tokens_per_s} if self.show_throughput else {}
-            bar.update(1, loss=loss, lr=lr, **values)
+            bar.update(1, loss=self.last_loss, lr=lr, **values)
         bar.close()
 
-    def update(self, loss: float) -> tuple[float, float]:
+    def before_first_step(self) -> None:
+        """Runs once before the first step of this process (e.g. a compile warm-up); its time is
+        not training time."""
+
+    def is_check_step(self, step: int) -> bool:
+        """Whether the losses come to the host after update `step`: log, evaluation and
+        checkpoint steps, the progress lines' steps and the last step."""
+        return (
+            step % self.log_every == 0
+            or step == self.steps
+            or (self.progress_every is not None and step % self.progress_every == 0)
+            or step in self.eval_at
+            or step % self.checkpoint_every == 0
+        )
+
+    def update(self, loss) -> tuple[float, float]:
         """After the backward pass of update self.step: the optimizer and schedule steps, the
-        logs, the evaluation and the state; the update's learning rate and tokens/s."""
+        logs, the evaluation and the state; the update's learning rate and tokens/s. `loss`
+        stays on its device except at check steps (is_check_step)."""
         step = self.step
-        if not math.isfinite(loss):
-            raise FloatingPointError(
-                f"[{self.name}] loss is {loss} at step {step}; stopping ({self.loss_hint})"
-            )
+        self.losses.add(step, loss)
+        if self.is_check_step(step):
+            self.last_loss = self.losses.check(step)  # FloatingPointError when not finite
         evaluating = step in self.eval_at
         if evaluating:
             self.gradients_taken(step)
@@ -238,6 +298,7 @@ class TrainingLoop:
             / max(self.wall - self.wall_offset, 1e-9)
         )
         if step % self.log_every == 0 or step == self.steps:
+            loss = self.last_loss
             self.log_rows.append([step, tokens, "train", loss, lr, round(self.wall, 3)])
             self.tracker.scalars(step, {"loss/train": loss, "lr": lr, "tokens_per_s": tokens_per_s})
         if evaluating:

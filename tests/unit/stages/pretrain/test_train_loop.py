@@ -1,7 +1,8 @@
 """The training loop shared by pretraining and fine-tuning (depthlab.stages.train_loop), on a toy
 regression: a run killed right after a saved state and resumed ends bit-identical (weights, logs,
 extra row lists) to one never interrupted; a state of another run is ignored; the log has the
-train rows of log_every and the val rows of eval_at; a non-finite loss names its step."""
+train rows of log_every and the val rows of eval_at; losses reach the host only at check steps,
+and a non-finite loss stops the run at the next one, naming its step and the range."""
 
 import time
 from types import SimpleNamespace
@@ -9,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from depthlab.stages.train_loop import TrainingLoop, load_state
+from depthlab.stages.train_loop import NonFiniteLossCheck, TrainingLoop, load_state
 
 SETTINGS = SimpleNamespace(steps=12, log_every=2, checkpoint_every=3, grad_clip=1.0)
 
@@ -119,12 +120,61 @@ def test_log_rows_follow_log_every_and_eval_at(tmp_path):
     assert not (tmp_path / "state.pt").exists()
 
 
-def test_a_non_finite_loss_stops_naming_the_step(tmp_path):
-    class Exploding(ToyLoop):
-        loss_hint = "lower toy.lr"
+SPARSE_CHECKS = SimpleNamespace(steps=12, log_every=5, checkpoint_every=12, grad_clip=1.0)
 
+
+class Exploding(ToyLoop):
+    """A NaN loss planted at update `nan_at` (1-based, as logged)."""
+
+    loss_hint = "lower toy.lr"
+
+    def __init__(self, state_path, nan_at, settings=SPARSE_CHECKS):
+        super().__init__(state_path, settings=settings)
+        self.nan_at = nan_at
+
+    def train_loss(self, step):
+        loss = super().train_loss(step)
+        return torch.tensor(float("nan")) if step + 1 == self.nan_at else loss
+
+
+def test_a_non_finite_loss_stops_at_the_next_check_naming_the_range(tmp_path):
+    # Checks after updates 4, 8 (evaluations) and 5, 10 (log_every): a NaN at update 6 is found
+    # at the check of update 8, and the message names the update and the range 6..8.
+    loop = Exploding(tmp_path / "state.pt", nan_at=6)
+    with pytest.raises(
+        FloatingPointError,
+        match=r"loss is nan at step 6; stopping at the check of steps 6\.\.8 \(lower toy\.lr\)",
+    ):
+        loop.run(progress=False)
+    assert loop.step == 8  # it stopped at that check, not later
+    assert not (tmp_path / "state.pt").exists()  # no state saved after the NaN
+
+    # a NaN exactly at a check step is named at that step
+    with pytest.raises(
+        FloatingPointError, match=r"at step 5; stopping at the check of steps 5\.\.5"
+    ):
+        Exploding(tmp_path / "other.pt", nan_at=5).run(progress=False)
+
+
+def test_losses_reach_the_host_only_at_check_steps(tmp_path, monkeypatch):
+    # Each step's loss stays a tensor; the loop reads them (one transfer) only at log,
+    # evaluation, checkpoint and last steps, and the logged loss is that step's own loss.
+    checked, losses = [], {}
+    original = NonFiniteLossCheck.check
+
+    def recording_check(self, step):
+        checked.append(step)
+        return original(self, step)
+
+    class Recording(ToyLoop):
         def train_loss(self, step):
-            return super().train_loss(step) if step < 3 else float("nan")
+            loss = super().train_loss(step)
+            losses[step + 1] = loss
+            return torch.tensor(loss)
 
-    with pytest.raises(FloatingPointError, match=r"loss is nan at step 4; stopping \(lower toy"):
-        Exploding(tmp_path / "state.pt").run(progress=False)
+    monkeypatch.setattr(NonFiniteLossCheck, "check", recording_check)
+    loop = Recording(tmp_path / "state.pt", settings=SPARSE_CHECKS)
+    loop.run(progress=False)
+    assert checked == [4, 5, 8, 10, 12]
+    train_rows = {row[0]: row[3] for row in loop.log_rows if row[2] == "train"}
+    assert train_rows == pytest.approx({5: losses[5], 10: losses[10], 12: losses[12]})

@@ -232,7 +232,7 @@ class FinetuneLoop(TrainingLoop):
             self.autocast_dtype,
         )
         loss.backward()
-        return loss.item()
+        return loss.detach()  # read by the loop at its check steps only
 
     def validate(self, step: int) -> float:
         return task_loss(

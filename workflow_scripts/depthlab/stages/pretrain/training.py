@@ -27,6 +27,15 @@ TensorBoard and W&B scalars go through depthlab.core.tracking; event files are w
 `<state_dir>/tensorboard/` while training (resumed with the state) and moved into the model
 folder with the checkpoint.
 
+Speed on a GPU (`train.compile`, auto = on where CUDA is visible): the forward pass and the loss
+are compiled with torch.compile (inductor fuses each norm scheme's scalings, LNS's 1/sqrt(l),
+DeepNorm's alpha, into the surrounding kernels), compiled once before the first step so that the
+compile time is reported apart from the training time (`compile_s` in the summary, the job's log
+and provenance); under DDP the wrapper is compiled, as the PyTorch docs do it. AdamW is the fused
+kernel on CUDA (on a CPU the default implementation stays, so CPU runs are unchanged). The
+step's loss stays on the device; the loop reads losses only at its check steps
+(depthlab.stages.train_loop).
+
 The loop itself (steps, clipping, AdamW and schedule steps, logs, evaluation, the resumable
 `<state_dir>/state.pt` and the run record) is depthlab.stages.train_loop's, shared with fine-tuning;
 PretrainLoop adds pretraining's batches, DDP, gradient accumulation and layer statistics.
@@ -91,6 +100,7 @@ class TrainSettings:
     init_std: float
     micro_batch_size: int | None  # per-process rows per forward; None = the whole share
     document_layout: str = "packed"
+    compile: bool | str = "auto"  # torch.compile the forward and loss; auto: where CUDA is
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainSettings:
@@ -136,6 +146,16 @@ def effective_precision(precision: str, device: torch.device | str) -> str:
     if precision != "auto":
         return precision
     return "bf16" if native_bf16(torch.device(device)) else "fp32"
+
+
+def effective_compile(setting: bool | str, device: torch.device | str) -> bool:
+    """Whether a run compiles its forward and loss: `auto` on CUDA only (on a CPU the compile
+    costs 30-60 s, more than a toy model's whole training); true / false as declared."""
+    if setting == "auto":
+        return torch.device(device).type == "cuda"
+    if not isinstance(setting, bool):
+        raise ValueError(f"train.compile: {setting!r} is not one of auto, true, false")
+    return setting
 
 
 def training_attention(precision: str, device: torch.device) -> str | None:
@@ -225,13 +245,16 @@ def gradient_norms(model) -> tuple[list[float], float]:
 
 
 class Distributed:
-    """Rank/world from torchrun's environment; a single process otherwise."""
+    """Rank/world from torchrun's environment; a single process otherwise. `device`: where a
+    single process runs (default: this rank's GPU where CUDA is visible, else the CPU)."""
 
-    def __init__(self):
+    def __init__(self, device: torch.device | str | None = None):
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.enabled = self.world_size > 1
-        if torch.cuda.is_available():
+        if device is not None and not self.enabled:
+            self.device = torch.device(device)
+        elif torch.cuda.is_available():
             local_rank = int(os.environ.get("LOCAL_RANK", "0"))
             self.device = torch.device("cuda", local_rank)
             torch.cuda.set_device(self.device)
@@ -295,9 +318,12 @@ def check_split_length(data_dir: str | Path, split: str, tokens, seq_len: int) -
 
 
 def make_optimizer(model, settings: TrainSettings) -> torch.optim.AdamW:
+    """AdamW; the fused kernel where the weights are on CUDA (one launch for all parameters),
+    the default elsewhere (a CPU run's numbers stay those of earlier runs)."""
     # Norm gains and other 1-D parameters are not decayed (standard for LLaMA-style training).
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
+    on_cuda = all(p.device.type == "cuda" for p in model.parameters())
     return torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": settings.weight_decay},
@@ -306,6 +332,7 @@ def make_optimizer(model, settings: TrainSettings) -> torch.optim.AdamW:
         lr=settings.lr,
         betas=(settings.beta1, settings.beta2),
         eps=1e-8,
+        fused=True if on_cuda else None,
     )
 
 
@@ -394,6 +421,9 @@ class PretrainLoop(TrainingLoop):
         self.autocast_dtype = torch.bfloat16 if settings.precision == "bf16" else None
         self.train_model = model  # the DDP wrapper once distribute() has run
         self.grads, self.variance = None, None
+        self.compiled = effective_compile(settings.compile, ddp.device)
+        self.step_loss = None  # distribute() sets it: (micro-batch) -> loss, maybe compiled
+        self.compile_s = 0.0
 
     def distribute(self) -> None:
         """Wrap the model for DDP (after a resume: the wrapper starts every rank from rank 0's
@@ -411,6 +441,36 @@ class PretrainLoop(TrainingLoop):
                 f"{self.rows_per_rank} rows each process gets per step"
             )
         self.accumulation = self.rows_per_rank // self.micro_rows
+        train_model, autocast_dtype = self.train_model, self.autocast_dtype
+
+        def step_loss(window: torch.Tensor) -> torch.Tensor:
+            return language_model_loss(train_model, window, autocast_dtype)
+
+        # torch.compile of the (DDP-wrapped) model's forward and loss together: the docs'
+        # order for DDP (wrap, then compile), and the loss's float cast and cross-entropy fuse
+        # with the head.
+        self.step_loss = torch.compile(step_loss) if self.compiled else step_loss
+
+    def before_first_step(self) -> None:
+        """Compiling: one forward and backward pass of the next step's first micro-batch, whose
+        gradients are then dropped, so the compile happens here and its time is compile_s, not
+        training time (the weights, the optimizer and the RNG are untouched)."""
+        if not self.compiled or self.step >= self.steps:
+            return
+        start = time.perf_counter()
+        rank, rows = self.ddp.rank, self.rows_per_rank
+        local = self.batch(self.step)[rank * rows : (rank + 1) * rows].to(self.device)
+        self.step_loss(local[: self.micro_rows]).backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.compile_s = time.perf_counter() - start
+        if self.is_main:
+            print(
+                f"[{self.name}] compiled the forward and loss in {self.compile_s:.1f} s "
+                f"(not counted in the training time or tok/s)",
+                file=sys.stderr,
+            )
 
     def batch(self, step: int) -> torch.Tensor:
         settings = self.settings
@@ -437,13 +497,10 @@ class PretrainLoop(TrainingLoop):
             # Gradients are all-reduced once per step, on the last micro-batch.
             sync = index == self.accumulation - 1 or not self.ddp.enabled
             with contextlib.nullcontext() if sync else self.train_model.no_sync():
-                micro_loss = (
-                    language_model_loss(self.train_model, micro, self.autocast_dtype)
-                    / self.accumulation
-                )
+                micro_loss = self.step_loss(micro) / self.accumulation
                 micro_loss.backward()
             loss += micro_loss.detach()
-        return self.ddp.mean(loss).item()
+        return self.ddp.mean(loss)  # on the device: the loop reads it at its check steps
 
     def gradients_taken(self, step: int) -> None:
         self.grads = gradient_norms(self.model)  # as all-reduced, before clipping
@@ -545,6 +602,8 @@ def pretraining_summary(loop: PretrainLoop, n_params: int) -> dict:
         "tokens_per_s": settings.steps * settings.tokens_per_step / max(loop.wall, 1e-9),
         "params": n_params,
         "world_size": loop.ddp.world_size,
+        "compiled": loop.compiled,
+        "compile_s": round(loop.compile_s, 3),  # apart from the training time above
     }
 
 
@@ -571,7 +630,12 @@ def pretrain(
     settings = replace(settings, precision=effective_precision(settings.precision, ddp.device))
     provenance = Provenance(
         "pretrain",
-        config={"model_name": model_name, **model_decl, "precision_used": settings.precision},
+        config={
+            "model_name": model_name,
+            **model_decl,
+            "precision_used": settings.precision,
+            "compile_used": effective_compile(settings.compile, ddp.device),
+        },
         inputs=[data_dir],
         seed=seed,
     )
@@ -632,7 +696,7 @@ def pretrain(
         summary.update(loop.record())
     # The DDP wrapper holds the process group: freed after the group is destroyed, on a rank
     # whose peer has already exited, it can hang in gloo's teardown. Free it on every rank first.
-    loop.train_model = None
+    loop.train_model = loop.step_loss = None  # the compiled step closes over the wrapper
     gc.collect()
     ddp.barrier()
     ddp.close()
