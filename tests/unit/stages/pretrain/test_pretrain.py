@@ -464,33 +464,50 @@ def test_workflow_starts_torchrun_with_two_ranks_when_asked(tmp_path):
     assert "world 2" in log and "\r" not in log and f"[{model}] step 12/12" in log
 
 
-def test_compiled_training_matches_eager(tmp_path, test_config, data_dir):
-    # train.compile true on this CPU (inductor's C++ kernels) against eager: same data, seed and
-    # steps, an LNS model (its 1/sqrt(l) scaling is fused under compile). In fp32 the two differ
-    # only by the compiled kernels' summation order: measured 2026-12-04, largest difference of
-    # the logged losses 4.8e-7 nats over 6 steps; bounded here at 1e-4 (bf16's resolution at
-    # these losses is ~0.03).
-    summaries, losses, records = {}, {}, {}
-    for name, compile_setting in (("eager", False), ("compiled", True)):
-        model = tiny_model(test_config, steps=6, compile=compile_setting)
-        summaries[name] = pretrain(
-            "tiny",
-            model,
-            data_dir,
-            tmp_path / name,
-            tmp_path / f"state_{name}",
-            seed=0,
-            threads=1,
-            progress=False,
-        )
-        log = pd.read_csv(tmp_path / name / "train_log.csv")
-        losses[name] = log.loss.to_numpy()
-        records[name] = json.loads((tmp_path / name / "provenance.json").read_text())
+def test_compiled_training_matches_eager_also_under_ddp(tmp_path, test_config, data_dir):
+    # train.compile true on this CPU (inductor's C++ kernels), in two gloo ranks with gradient
+    # accumulation (DDP wraps the model, then the wrapper is compiled, as the PyTorch docs do it;
+    # the micro-batches before the last run under no_sync), against one eager process: same data,
+    # seed and global batches, an LNS model (its 1/sqrt(l) scaling is fused under compile). In
+    # fp32 the two differ only by summation order: measured 2026-12-04, largest difference of the
+    # logged losses 4.8e-7 nats over 6 steps; bounded here at 1e-4 (bf16's resolution at these
+    # losses is ~0.03). One compiled process costs ~35 s here, so both properties share a run.
+    eager = tiny_model(test_config, steps=6, eval_every=3, compile=False)
+    summary = pretrain(
+        "tiny",
+        eager,
+        data_dir,
+        tmp_path / "eager",
+        tmp_path / "s1",
+        seed=0,
+        threads=1,
+        progress=False,
+    )
+    compiled = tiny_model(test_config, steps=6, eval_every=3, compile=True, micro_batch_size=1)
+    torchrun = [
+        str(Path(sys.executable).with_name("torchrun")),
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+    ]
+    run_script(compiled, data_dir, tmp_path / "compiled", tmp_path / "s2", *torchrun)
+    losses = {
+        name: pd.read_csv(tmp_path / name / "train_log.csv").loss.to_numpy()
+        for name in ("eager", "compiled")
+    }
     largest = float(np.max(np.abs(losses["compiled"] - losses["eager"])))
     assert len(losses["eager"]) == len(losses["compiled"]) > 6  # train and val rows
     assert largest < 1e-4, largest
-    assert summaries["compiled"]["compiled"] and summaries["compiled"]["compile_s"] > 0
-    assert not summaries["eager"]["compiled"] and summaries["eager"]["compile_s"] == 0
+    records = {
+        name: json.loads((tmp_path / name / "provenance.json").read_text())
+        for name in ("eager", "compiled")
+    }
     assert records["compiled"]["config"]["compile_used"] is True
-    assert records["compiled"]["summary"]["compile_s"] == summaries["compiled"]["compile_s"]
+    assert (
+        records["compiled"]["summary"]["compiled"]
+        and records["compiled"]["summary"]["world_size"] == 2
+    )
+    assert records["compiled"]["summary"]["compile_s"] > 0
     assert records["eager"]["config"]["compile_used"] is False
+    assert not summary["compiled"] and summary["compile_s"] == 0
+    assert records["eager"]["summary"]["compile_s"] == 0
