@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# Device `auto` resolves to the CPU in every test and in the Snakemake runs tests start (they
+# inherit the environment): a test comparing with a CPU reference gets the same answer where CUDA
+# is visible. Tests of the GPU are marked `cuda`, name their device, and skip without one.
+os.environ["DEPTHLAB_AUTO_DEVICE"] = "cpu"
 # Test files import builders from other test files (make_run, real_lms_installed, test_workflow's
 # run helpers) across the folders that mirror the package: every test folder is importable.
 for folder in sorted(p for p in Path(__file__).parent.rglob("*") if p.is_dir()):
@@ -44,6 +48,15 @@ def finished_test_checkout(tmp_path_factory):
     result = snakemake(checkout)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     return checkout
+
+
+def pytest_runtest_setup(item):
+    """A `cuda`-marked test runs only where a CUDA device is visible."""
+    if item.get_closest_marker("cuda") is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA GPU; none is visible")
 
 
 def pytest_collection_finish(session):

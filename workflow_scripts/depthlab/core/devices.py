@@ -1,18 +1,29 @@
 """Device and compute-dtype choice, one rule for every stage: device `auto` is cuda when a GPU is
-visible, else cpu; dtype `auto` is bfloat16 where the device multiplies bf16 natively, else
-float32 (an AVX2-only CPU emulates bf16: SmolLM2-135M's forward ran 3.3x slower in bf16 than in
-fp32 on one, bench/RESULTS.md)."""
+visible, else cpu (or what $DEPTHLAB_AUTO_DEVICE names: the tests set it to cpu, so that a test
+comparing with a CPU reference gets the same answer where CUDA is visible); dtype `auto` is
+bfloat16 where the device multiplies bf16 natively, else float32 (an AVX2-only CPU emulates bf16:
+SmolLM2-135M's forward ran 3.3x slower in bf16 than in fp32 on one, bench/RESULTS.md)."""
 
 from __future__ import annotations
 
+import os
+
 from depthlab.core.errors import DeviceError
+
+AUTO_DEVICE_VARIABLE = "DEPTHLAB_AUTO_DEVICE"
 
 
 def resolve_device(name: str = "auto") -> str:
-    """`auto` -> cuda when a GPU is visible, else cpu; `cpu` / `cuda` / `cuda:N` as given."""
+    """`auto` -> $DEPTHLAB_AUTO_DEVICE where set (cpu or cuda), else cuda when a GPU is visible,
+    else cpu; `cpu` / `cuda` / `cuda:N` as given."""
     import torch
 
     if name == "auto":
+        pinned = os.environ.get(AUTO_DEVICE_VARIABLE)
+        if pinned:
+            if pinned not in ("cpu", "cuda"):
+                raise DeviceError(f"${AUTO_DEVICE_VARIABLE}: {pinned!r} is not cpu or cuda")
+            return resolve_device(pinned)
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise DeviceError(f"device {name!r} requested but no CUDA device is visible")
