@@ -1,6 +1,7 @@
 """The library's shape: every module lives in a layer's folder, the layers import only downwards
-(import-linter's layers contract in pyproject.toml, the one place the order is written), the
-planning layer runs without torch, and the size limits of the layout hold."""
+(import-linter's layers contract in pyproject.toml, the one place the order is written), no two
+modules import each other even through others (a cycle within a layer, which the layers contract
+allows), the planning layer runs without torch, and the size limits of the layout hold."""
 
 from __future__ import annotations
 
@@ -60,6 +61,50 @@ def test_the_contract_catches_an_upward_import(tmp_path):
         env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode != 0 and "depthlab.core.errors -> depthlab.stages" in result.stdout
+
+
+# Every import cycle of the package, TYPE_CHECKING imports included, found with grimp (what
+# import-linter builds its graph with): for each import a -> b, a chain from b back to a.
+FIND_CYCLES = """
+import grimp
+graph = grimp.build_graph("depthlab")
+cycles = set()
+for module in graph.modules:
+    for imported in graph.find_modules_directly_imported_by(module):
+        chain = graph.find_shortest_chain(importer=imported, imported=module)
+        if chain:
+            cycles.add(" -> ".join((module, *chain)))
+print("\\n".join(sorted(cycles)))
+"""
+
+
+def import_cycles(package_root: Path) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", FIND_CYCLES],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(package_root), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [line for line in result.stdout.splitlines() if line]
+
+
+def test_no_import_cycle():
+    assert import_cycles(PACKAGE.parent) == []
+
+
+def test_a_planted_import_cycle_is_found(tmp_path):
+    """The cycle check on a copy of the package in which batches imports training back (as it
+    once did, for the settings type) finds that cycle: the check is not vacuous."""
+    copy = tmp_path / "workflow_scripts"
+    subprocess.run(["cp", "-r", str(PACKAGE.parent), str(copy)], check=True)
+    batches = copy / "depthlab" / "stages" / "pretrain" / "batches.py"
+    batches.write_text(
+        batches.read_text() + "\nfrom depthlab.stages.pretrain import training  # planted\n"
+    )
+    cycles = import_cycles(copy)
+    assert cycles and all("depthlab.stages.pretrain.batches" in cycle for cycle in cycles)
+    assert any("depthlab.stages.pretrain.training" in cycle for cycle in cycles)
 
 
 def test_planning_and_config_load_no_torch():

@@ -4,13 +4,10 @@ batches, each drawn from (seed, step) alone so that a resumed run draws the same
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
 
-if TYPE_CHECKING:  # the settings type only: training imports this module
-    from depthlab.stages.pretrain.training import TrainSettings
+from depthlab.stages.pretrain.settings import TrainSettings
 
 IGNORE = -100  # padding in a truncate_pad batch: never a target (cross_entropy's ignore_index)
 
