@@ -12,7 +12,7 @@ after `--warmup` untimed ones:
   depthlab (P, compiled) / depthlab (P, eager)   with --compile-both: both settings of compile
   plain (P)              LlamaForCausalLM (SDPA attention), AdamW (fused on CUDA), eager, the
                          same precision P: what one writes by default
-  plain fp32             the same in fp32
+  plain fp32             the same in fp32 (when P is not fp32 already)
 It prints tokens/s of each, ratios of medians (depthlab / plain at the same precision) and each
 loop's share of the device's measured matmul peak in the dtype it computes in (bf16 for bf16 and
 pure_bf16, fp32 for fp32), with model FLOPs counted as 6N + 12 L d T per token.
@@ -97,7 +97,8 @@ def throughput(args, model) -> None:
             loop="depthlab", norm_scheme=norm_scheme, precision=precision, compile=setting
         )
     loops[f"plain ({precision})"] = dict(loop="plain", precision=precision)
-    loops.setdefault("plain fp32", dict(loop="plain", precision="fp32"))
+    if precision != "fp32":
+        loops["plain fp32"] = dict(loop="plain", precision="fp32")
     rates = {name: [] for name in loops}
     results = {}
     for repeat in range(args.repeats):
