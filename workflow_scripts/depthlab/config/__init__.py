@@ -24,7 +24,7 @@ model folders and files). The package:
     stages/<stage>   one resolver per stage: data, pretrain, analysis, scaling, toy, pruning,
                      depth_use, finetune, claims
 
-Job families are named after their rule and script (`pretrain` -> workflow_scripts/pretrain.py).
+Job families are named after their rule and script (`pretrain` -> workflow_scripts/pretrain_model.py).
 Every name that becomes a path or wildcard matches SAFE_NAME; every output path stays inside
 `results/<run_name>/`. Errors are ConfigError with a message that starts with the key.
 Light on imports: the Snakefile imports this package at DAG time.
