@@ -26,8 +26,8 @@ import argparse
 import sys
 
 from depthlab.cli import main_guard
-from depthlab.config import apply_overrides, load_config, resolve
-from depthlab.plan.calibration import write_overlay
+from depthlab.config import apply_overrides, load_config, merge, resolve
+from depthlab.plan.calibration import calibration, check_target, write_overlay
 from depthlab.plan.plan_tables import markdown, totals
 
 
@@ -71,18 +71,23 @@ def main() -> None:
     overrides = dict(item.split("=", 1) for item in args.config)
     config = apply_overrides(load_config(*args.configs), overrides)
     if args.calibrate is not None:
+        target = check_target(args.write, args.configs)
         before = totals(resolve(config).resource_plan)["gpu_hours"]
-        gpu = write_overlay(args.calibrate, args.write, config, args.configs)
-        print(f"wrote {args.write}: {gpu['source']}", file=sys.stderr)
-        config = apply_overrides(load_config(*args.configs, args.write), overrides)
+        gpu = calibration(args.calibrate, config, args.configs)
+        # merged as the written file will be (before --config), and resolved before writing:
+        # an overlay that fails the schema or the plan's checks is not written
+        files = merge(load_config(*args.configs), {"cluster": {"gpu": gpu}})
+        config = apply_overrides(files, overrides)
     resolved = resolve(config)
-    print(markdown(resolved.resource_plan, per_job=not args.summary, gpu_count=args.gpus), end="")
     if args.calibrate is not None:
+        write_overlay(target, gpu, args.calibrate)
         after = totals(resolved.resource_plan)["gpu_hours"]
         print(
-            f"est. GPU-hours: {before:,.1f} with the config's values, {after:,.1f} calibrated",
+            f"wrote {target}: {gpu['source']}\nest. GPU-hours: {before:,.1f} with the config's "
+            f"values, {after:,.1f} calibrated",
             file=sys.stderr,
         )
+    print(markdown(resolved.resource_plan, per_job=not args.summary, gpu_count=args.gpus), end="")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from depthlab.config import ConfigError, load_config, resolve
-from depthlab.plan.calibration import read_gpu_check, write_overlay
+from depthlab.plan.calibration import calibration, check_target, read_gpu_check, write_overlay
 from depthlab.plan.job_costs import UTILISATION_FAMILIES, Assumptions, Work
 from local_snakemake import local_env
 
@@ -58,6 +58,14 @@ def plan_command(*args) -> subprocess.CompletedProcess:
         [sys.executable, str(ROOT / "workflow_scripts" / "plan.py"), *map(str, args)],
         capture_output=True, text=True, timeout=300, cwd=ROOT, env=local_env(),
     )  # fmt: skip
+
+
+def calibrate(check_path, target, config, configs) -> dict:
+    """What plan.py --calibrate does before it plans: the target checked, the overlay written."""
+    target = check_target(target, configs)
+    gpu = calibration(check_path, config, configs)
+    write_overlay(target, gpu, check_path)
+    return gpu
 
 
 def compute_hours(job, assumptions) -> float:
@@ -158,7 +166,7 @@ def test_calibrating_with_a_faster_gpu_shortens_every_estimated_job(tmp_path, pa
         utilisation=dict.fromkeys(UTILISATION_FAMILIES, 0.4),
     )  # fmt: skip
     overlay = tmp_path / "h200.yaml"
-    write_overlay(write_check(tmp_path, faster), overlay, paper, [PAPER])
+    calibrate(write_check(tmp_path, faster), overlay, paper, [PAPER])
     before = resolve(paper).resource_plan
     after = resolve(load_config(PAPER, overlay)).resource_plan
     assert after.assumptions.gpu["name"] == "NVIDIA H200"
@@ -189,21 +197,37 @@ def test_a_check_that_cannot_calibrate_is_refused_naming_the_key(tmp_path, chang
 def test_calibrate_never_overwrites_a_config(tmp_path, paper):
     check = write_check(tmp_path, planted_check())
     with pytest.raises(ConfigError, match="is a config being calibrated"):
-        write_overlay(check, PAPER, paper, [PAPER])
+        calibrate(check, PAPER, paper, [PAPER])
     handwritten = tmp_path / "mine.yaml"
     handwritten.write_text("cluster: {}\n")
     with pytest.raises(ConfigError, match="was not written by --calibrate"):
-        write_overlay(check, handwritten, paper, [PAPER])
+        calibrate(check, handwritten, paper, [PAPER])
     assert handwritten.read_text() == "cluster: {}\n"
     with pytest.raises(ConfigError, match="has no cluster.gpu"):
-        write_overlay(check, tmp_path / "new.yaml", load_config(ROOT / "config" / "test.yaml"),
-                      [ROOT / "config" / "test.yaml"])  # fmt: skip
+        calibrate(check, tmp_path / "new.yaml", load_config(ROOT / "config" / "test.yaml"),
+                  [ROOT / "config" / "test.yaml"])  # fmt: skip
     # an overlay --calibrate wrote is rewritten
     overlay = tmp_path / "calibrated.yaml"
-    write_overlay(check, overlay, paper, [PAPER])
-    write_overlay(write_check(tmp_path, planted_check(utilisation__training=0.3)), overlay, paper,
-                  [PAPER])  # fmt: skip
+    calibrate(check, overlay, paper, [PAPER])
+    calibrate(write_check(tmp_path, planted_check(utilisation__training=0.3)), overlay, paper,
+              [PAPER])  # fmt: skip
     assert yaml.safe_load(overlay.read_text())["cluster"]["gpu"]["utilisation"]["training"] == 0.3
+
+
+def test_a_calibration_the_plan_refuses_is_not_written(tmp_path):
+    """Training at 0.2 of the peak pushes the 1B pretraining past the paper's 168-hour limit:
+    the plan's one-line refusal names the job, and no overlay is written."""
+    check = write_check(tmp_path, planted_check(utilisation__training=0.2))
+    overlay = tmp_path / "slow.yaml"
+    result = plan_command(PAPER, "--summary", "--calibrate", check, "--write", overlay)
+    assert result.returncode != 0
+    assert "cluster.max_runtime: job pretrain_model[llama1b_" in result.stderr
+    assert not overlay.exists()
+    # a longer partition limit (--config, as Snakemake's) makes it plannable, and written
+    result = plan_command(PAPER, "--summary", "--calibrate", check, "--write", overlay,
+                          "--config", "cluster={max_runtime: 336}")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert yaml.safe_load(overlay.read_text())["cluster"]["gpu"]["utilisation"]["training"] == 0.2
 
 
 def test_the_cli_error_is_one_line(tmp_path):

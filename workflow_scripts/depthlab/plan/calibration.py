@@ -82,13 +82,17 @@ def source_line(check: dict, origin: str) -> str:
     )
 
 
+def _significant(value: float, digits: int = 4) -> float:
+    return float(f"{float(value):.{digits}g}")
+
+
 def calibrated_gpu(check: dict, origin: str) -> dict:
     """The `cluster.gpu` keys gpu_check measured (per_node is the cluster's, not measured)."""
     peaks = check["peaks"]
     return {
         "name": check["device"]["name"],
-        "memory_gb": round(float(check["device"]["memory_gb"]), 1),
-        **{key: round(float(peaks[key]), 1) for key in PEAK_KEYS},
+        "memory_gb": _significant(check["device"]["memory_gb"]),
+        **{key: _significant(peaks[key]) for key in PEAK_KEYS},
         "utilisation": {
             family: round(float(check["utilisation"][family]), 4) for family in UTILISATION_FAMILIES
         },
@@ -110,11 +114,9 @@ def overlay_text(gpu: dict, origin: str) -> str:
     )
 
 
-def write_overlay(check_path: str | Path, target: str | Path, config: dict, configs: list) -> dict:
-    """Write the overlay of `check_path` to `target` and return its `cluster.gpu`. `config`: the
-    merged config being calibrated, from the files `configs`. Refuses a target that is one of
-    `configs` or an existing file --calibrate did not write (a config would be overwritten), and
-    a config that plans no GPU (the overlay could not complete its cluster.gpu)."""
+def check_target(target: str | Path, configs: list) -> Path:
+    """The overlay's path, refused when it is one of `configs` or an existing file --calibrate
+    did not write (a config would be overwritten)."""
     target = Path(target)
     if any(target.resolve() == Path(c).resolve() for c in configs):
         raise ConfigError(f"--write: {target} is a config being calibrated; name a new file")
@@ -122,13 +124,20 @@ def write_overlay(check_path: str | Path, target: str | Path, config: dict, conf
         raise ConfigError(
             f"--write: {target} exists and was not written by --calibrate; name a new file"
         )
+    return target
+
+
+def calibration(check_path: str | Path, config: dict, configs: list) -> dict:
+    """The overlay's `cluster.gpu` from `check_path`, for `config` (merged from the files
+    `configs`); refused for a config that plans no GPU (the overlay could not complete it)."""
     if not (config.get("cluster") or {}).get("gpu"):
         raise ConfigError(
             f"--calibrate: {' '.join(map(str, configs))} has no cluster.gpu, so it plans no "
             f"GPU (config/paper.yaml has one): nothing to calibrate"
         )
-    check = read_gpu_check(check_path)
-    calibrated = calibrated_gpu(check, str(check_path))
+    return calibrated_gpu(read_gpu_check(check_path), str(check_path))
+
+
+def write_overlay(target: Path, gpu: dict, check_path: str | Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(overlay_text(calibrated, str(check_path)))
-    return calibrated
+    target.write_text(overlay_text(gpu, str(check_path)))
