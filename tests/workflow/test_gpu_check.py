@@ -1,0 +1,92 @@
+"""workflow_scripts/gpu_check.py's smoke run (CI): on a machine without a GPU it says so and runs
+the same checks at tiny shapes, with a narrowed DAG of config/test.yaml, in a fresh copy of the
+checkout. Its gpu_check.json is what `plan.py --calibrate` reads: refused as a CPU measurement,
+and, marked as a GPU's, written into the overlay value for value."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+from depthlab.plan.calibration import read_gpu_check
+from depthlab.plan.job_costs import UTILISATION_FAMILIES
+from local_snakemake import fresh_checkout, local_env
+
+pytestmark = pytest.mark.workflow
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    checkout = fresh_checkout(tmp_path_factory.mktemp("gpu_check") / "depthlab")
+    out = checkout / "results" / "gpu_check"
+    result = subprocess.run(
+        [sys.executable, "workflow_scripts/gpu_check.py", "--out", str(out), "--cores", "2"],
+        cwd=checkout, capture_output=True, text=True, timeout=600, env=local_env(),
+    )  # fmt: skip
+    return checkout, out, result
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU smoke run (a GPU runs it whole)")
+def test_the_smoke_run_says_there_is_no_gpu_and_runs_every_check(smoke):
+    checkout, out, result = smoke
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "no GPU is visible" in result.stdout
+    record = json.loads((out / "gpu_check.json").read_text())
+    assert record["device"]["type"] == "cpu"
+    # the narrowed DAG ran: data, one model's pretraining and its analysis
+    assert record["dag"]["returncode"] == 0 and "narrowed" in record["dag"]["what"]
+    assert (checkout / "results" / "gpu_check" / "analysis" / "val" / "pre_ln").is_dir()
+    assert all(record["peaks"][k] > 0 for k in ("bf16_tflops", "fp32_tflops", "fp64_tflops"))
+    rows = [r for r in record["throughput"] if "tokens_per_s" in r]
+    assert {(r["loop"], r["norm_scheme"]) for r in rows} >= {
+        ("plain", "pre_ln"), ("depthlab", "pre_ln"), ("depthlab", "lns")
+    }  # fmt: skip
+    for row in rows:
+        assert row["tokens_per_s"] > 0 and 0 < row["share_of_peak"] < 1
+        assert math.isfinite(row["final_loss"])
+        if row["loop"] == "depthlab":
+            assert row["vs_plain"] > 0
+    assert set(record["utilisation"]) == set(UTILISATION_FAMILIES)
+    assert all(0 < share < 1 for share in record["utilisation"].values())
+    # the analysis in float32 against float64, on the CPU here: the same blocks, a small gap
+    check = record["analysis_check"]
+    assert check["same_block_for_every_n"] and check["max_abs_difference"] < 1e-4
+    assert "no GPU visible" in record["cuda_tests"]["skipped"]
+    page = (out / "gpu_check.md").read_text()
+    assert "no GPU visible" in page and record["commit"] in page and "torch " in page
+    assert "| utilisation `healing`" in page and "| QLoRA healing on cpu | ran;" in page
+
+
+def test_calibrate_refuses_the_cpu_run_and_takes_a_gpu_runs_values(smoke, tmp_path):
+    checkout, out, result = smoke
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    plan = [sys.executable, "workflow_scripts/plan.py", "config/paper.yaml", "--summary"]
+    refused = subprocess.run(
+        [*plan, "--calibrate", str(out / "gpu_check.json"), "--write", str(tmp_path / "a.yaml")],
+        cwd=checkout, capture_output=True, text=True, timeout=300, env=local_env(),
+    )  # fmt: skip
+    assert refused.returncode != 0 and "measured without a GPU" in refused.stderr
+    # the same record as a GPU's (its format is what --calibrate reads); at a CPU's peaks the
+    # paper's jobs need years, so the partition limit is lifted
+    record = json.loads((out / "gpu_check.json").read_text())
+    record["device"].update(type="cuda", memory_gb=80.0, driver="test")
+    record["utilisation"] = {
+        f: round(0.3 + 0.1 * i, 4) for i, f in enumerate(UTILISATION_FAMILIES)
+    }  # fmt: skip
+    as_gpu = tmp_path / "gpu_check.json"
+    as_gpu.write_text(json.dumps(record))
+    read_gpu_check(as_gpu)
+    overlay = tmp_path / "calibrated.yaml"
+    taken = subprocess.run(
+        [*plan, "--calibrate", str(as_gpu), "--write", str(overlay),
+         "--config", "cluster={max_runtime: 1.0e+9}"],
+        cwd=checkout, capture_output=True, text=True, timeout=300, env=local_env(),
+    )  # fmt: skip
+    assert taken.returncode == 0, taken.stderr[-3000:]
+    gpu = yaml.safe_load(overlay.read_text())["cluster"]["gpu"]
+    assert gpu["utilisation"] == record["utilisation"]
+    assert gpu["bf16_tflops"] == pytest.approx(record["peaks"]["bf16_tflops"], rel=1e-3)
+    assert record["commit"] in gpu["source"]
