@@ -90,3 +90,32 @@ def test_calibrate_refuses_the_cpu_run_and_takes_a_gpu_runs_values(smoke, tmp_pa
     assert gpu["utilisation"] == record["utilisation"]
     assert gpu["bf16_tflops"] == pytest.approx(record["peaks"]["bf16_tflops"], rel=1e-3)
     assert record["commit"] in gpu["source"]
+
+
+def test_the_gpu_run_plans_the_whole_test_dag_with_every_device_cuda():
+    """On a GPU the DAG command has no target (the whole DAG) and its --config overrides, read as
+    Snakemake reads them, put every job that names a device on cuda and pretraining on
+    precision auto; the check's own copy of the config (for the analysis comparison) agrees."""
+    from pathlib import Path
+
+    from depthlab.config import apply_overrides, load_config, resolve
+    from depthlab.gpu_check import dag_command, filter_config
+
+    root = Path(__file__).resolve().parents[2]
+    command, _ = dag_command(root, cuda=True, cores=16)
+    assert command[1].startswith("--configfile=")  # no target before it: the default, all
+    overrides = dict(item.split("=", 1) for item in command[command.index("--config") + 1 :])
+    config = apply_overrides(load_config(root / "config" / "test.yaml"), overrides)
+    assert config == filter_config(root, cuda=True)
+    resolved = resolve(config)
+    devices = {
+        (family, where["device"])
+        for family in resolved.families
+        for spec in resolved.jobs(family).values()
+        for where in (spec, spec.get("settings") or {})  # train_toy's sits in its settings
+        if "device" in where
+    }
+    assert {"analyse_model", "prune_model", "heal_pruned", "train_toy"} <= {f for f, _ in devices}
+    assert {d for _, d in devices} == {"cuda"}, sorted(devices)
+    pretrain = resolved.jobs("pretrain_model")
+    assert {spec["model"]["train"]["precision"] for spec in pretrain.values()} == {"auto"}

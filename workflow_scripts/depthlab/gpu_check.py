@@ -137,8 +137,11 @@ def dag_command(root: Path, cuda: bool, cores: int) -> tuple[list[str], str]:
     overrides = [f"run_name={RUN_NAME}"]
     target = []
     if cuda:
+        from depthlab.config import load_config
+
+        sections = load_config(root / "config" / "test.yaml")
         overrides += ["pretrain={precision: auto}"]
-        overrides += [f"{section}={{device: cuda}}" for section in DEVICE_SECTIONS]
+        overrides += [f"{s}={{device: cuda}}" for s in DEVICE_SECTIONS if s in sections]
         what = "config/test.yaml's whole DAG on the GPU"
     else:
         target = [f"results/{RUN_NAME}/analysis/val/pre_ln"]
