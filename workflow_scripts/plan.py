@@ -14,7 +14,7 @@ error names the job and the key to change.
 config file setting cluster.gpu to the GPU workflow_scripts/gpu_check.py measured (its peaks and
 each job family's utilisation; depthlab/plan/calibration.py), prints the plan of CONFIG + OVERLAY
 and, on stderr, the total GPU-hours before and after. Run the workflow with the same files:
-snakemake --configfile=CONFIG OVERLAY.
+snakemake --configfile CONFIG OVERLAY -- all.
 
 Examples:
   python workflow_scripts/plan.py config/paper.yaml --summary --gpus 64

@@ -6,7 +6,8 @@ family (job_costs.UTILISATION_FAMILIES), the FLOP rate the project's code reache
 the plan's own FLOP model. The overlay sets `cluster.gpu` to that GPU: its name and memory, the
 measured rates as its peaks, each family's rate over the measured bf16 peak as its utilisation,
 and `source` (GPU, driver, CUDA, torch, date, commit). Merged after the config it calibrates
-(`plan.py CONFIG OVERLAY`, `snakemake --configfile=CONFIG OVERLAY`), it keeps that config's
+(`plan.py CONFIG OVERLAY`; `snakemake --configfile CONFIG OVERLAY -- all`, no `=` after
+--configfile, which would make OVERLAY a target), it keeps that config's
 `per_node` and `sizing`. Torch-free."""
 
 from __future__ import annotations
@@ -108,8 +109,8 @@ def overlay_text(gpu: dict, origin: str) -> str:
     return (
         f"{OVERLAY_HEADER} {origin}: the GPU gpu_check.py measured, its\n"
         "# measured peaks and each job family's measured share of the bf16 peak. Merge it after the\n"
-        "# config it calibrates (plan.py CONFIG THIS_FILE; snakemake --configfile=CONFIG THIS_FILE);\n"
-        "# that config keeps its cluster.gpu.per_node and cluster.sizing. Rewritten by each --calibrate.\n"
+        "# config it calibrates: plan.py CONFIG THIS_FILE; snakemake --configfile CONFIG THIS_FILE --\n"
+        "# all. That config keeps its cluster.gpu.per_node and sizing. Rewritten by each --calibrate.\n"
         f"{body}"
     )
 
