@@ -33,9 +33,10 @@ def main() -> None:
     parser.add_argument(
         "--budget-minutes",
         type=float,
-        default=5.0,
+        default=4.0,
         help="the throughput runs still to start after this many minutes from the start are "
-        "skipped, and say so (the families' rates and the tests follow them)",
+        "skipped, and say so; the families' rates, the analysis and the cuda tests follow them "
+        "(about 2-3 minutes more on a GPU, an estimate: not yet timed on one)",
     )
     parser.add_argument(
         "--cores", type=int, default=os.cpu_count(), help="Snakemake's --cores for the DAG"
