@@ -119,3 +119,20 @@ def test_the_gpu_run_plans_the_whole_test_dag_with_every_device_cuda():
     assert {d for _, d in devices} == {"cuda"}, sorted(devices)
     pretrain = resolved.jobs("pretrain_model")
     assert {spec["model"]["train"]["precision"] for spec in pretrain.values()} == {"auto"}
+
+
+def test_the_page_of_a_gpu_record_names_the_gpu_and_its_stack(smoke):
+    """The page's GPU branch, on the smoke record marked as a GPU's: GPU, memory, capability,
+    driver, CUDA, date and commit, and no smoke-run note."""
+    from depthlab.gpu_check import markdown
+
+    _, out, result = smoke
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    record = json.loads((out / "gpu_check.json").read_text())
+    record["device"] = {"type": "cuda", "name": "NVIDIA H200", "memory_gb": 139.8,
+                        "capability": "9.0", "driver": "570.86", "count": 1}  # fmt: skip
+    record["versions"]["cuda"] = "12.8"
+    page = markdown(record)
+    assert "- device: NVIDIA H200, 139.8 GB, compute capability 9.0, driver 570.86" in page
+    assert "- CUDA 12.8, python " in page and f"commit {record['commit']}" in page
+    assert "smoke run" not in page and "| check | NVIDIA H200 (cuda) |" in page
