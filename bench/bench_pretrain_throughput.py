@@ -43,6 +43,7 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[1]
 
 from depthlab.config import load_config, resolve  # noqa: E402
+from depthlab.core.devices import resolve_device  # noqa: E402
 from depthlab.data.prepare import prepare_corpus  # noqa: E402
 from depthlab.stages.pretrain.throughput import (  # noqa: E402
     SHAPES,
@@ -60,7 +61,7 @@ def with_precision(model_decl: dict, precision: str) -> dict:
 
 
 def throughput(args, model) -> None:
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device(args.device or resolve_device("auto"))
     if args.shape:
         shape = SHAPES[args.shape]
         norm_scheme, compile_setting = args.norm_scheme or "pre_ln", "auto"

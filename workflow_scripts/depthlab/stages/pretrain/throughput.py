@@ -8,7 +8,7 @@ a plain transformers loop, and the share of the device's bf16 matmul peak each r
 - `matmul_peak_tflops` measures the device's bf16 matmul rate (the denominator of the model FLOPs
   utilisation, MFU); `training_flops_per_token` / `forward_flops_per_token` count a step's model
   FLOPs the way PaLM's appendix B does: 6N (2N forward) for the N matmul weights, plus the
-  attention scores, 12 L d T (6 L d T forward) for L layers of width d over T positions.
+  attention scores, 12 L d T (4 L d T forward) for L layers of width d over T positions.
 
 Both loops time only steady-state steps: the first `warmup` steps (compilation, allocator and
 kernel autotuning) are excluded, and the device is synchronised at both ends of the window.
@@ -97,8 +97,10 @@ def matmul_parameters(arch: dict, vocab_size: int) -> int:
 
 
 def forward_flops_per_token(arch: dict, vocab_size: int, seq_len: int) -> float:
-    """Model FLOPs of one token's forward pass: 2N + 6 L d T (PaLM, app. B, forward third)."""
-    attention = 6 * arch["num_layers"] * arch["hidden_size"] * seq_len
+    """Model FLOPs of one token's forward pass: 2N + 4 L d T (PaLM, app. B: a third of the
+    training step's 6N + 12 L d T; the attention scores QK^T and their product with V, 2 L d T
+    each, over all T positions, causal masking not discounted)."""
+    attention = 4 * arch["num_layers"] * arch["hidden_size"] * seq_len
     return 2 * matmul_parameters(arch, vocab_size) + attention
 
 

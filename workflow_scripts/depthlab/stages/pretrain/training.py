@@ -61,7 +61,7 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer
 
 from depthlab.core.atomic_files import atomic_path, write_dataframe
-from depthlab.core.devices import native_bf16
+from depthlab.core.devices import native_bf16, resolve_device
 from depthlab.core.provenance import Provenance
 from depthlab.core.tracking import Tracker
 from depthlab.data import prepare as data_lib
@@ -198,7 +198,7 @@ class Distributed:
         self.enabled = self.world_size > 1
         if device is not None and not self.enabled:
             self.device = torch.device(device)
-        elif torch.cuda.is_available():
+        elif resolve_device("auto") == "cuda":  # $DEPTHLAB_AUTO_DEVICE can pin the CPU
             local_rank = int(os.environ.get("LOCAL_RANK", "0"))
             self.device = torch.device("cuda", local_rank)
             torch.cuda.set_device(self.device)
