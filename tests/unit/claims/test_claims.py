@@ -427,8 +427,7 @@ def test_gromov_block_choice_covers_the_papers_range_of_n():
     for m in members:
         twin = _flat_twin()
         twin.losses.update(
-            {f"angular:{n}": 5.0 for n in range(1, 5)}
-            | {f"deepest:{n}": 5.21 for n in range(1, 5)}
+            {f"angular:{n}": 5.0 for n in range(1, 5)} | {f"deepest:{n}": 5.21 for n in range(1, 5)}
         )
         data.initial[m] = twin
     row = build_claims(data).set_index("claim_id").loc["gromov_block_choice:m"]

@@ -14,10 +14,12 @@ from depthlab.claims.measures import (
     map_error_advantage,
 )
 from depthlab.claims.rows import (
+    against_initialisation,
     claim_row,
     decide,
     not_learned,
     scale_of,
+    twin,
 )
 from depthlab.claims.run_data import RunData
 from depthlab.claims.verdicts import (
@@ -119,9 +121,8 @@ def future_margin(per_layer: pd.Series, num_layers: int) -> float:
 
 def future_effect_rows(data: RunData) -> list[dict]:
     """csordas_future_effect per depth-scored group with the layer_future variant: over seeds
-    for models trained here (whose untrained twins' skips the run does not measure: the row is
-    not testable, since a random network's future effects may be as small), over nothing for a
-    published LM scored on one document set (no interval)."""
+    for models trained here, trained - untrained twin (a random network's skips may already
+    spare its later layers); a published LM scored on one document set has no interval."""
     rows = []
     small = pv.CSORDAS_FUTURE_EFFECT_SMALL
     for group, members in data.depth_groups.items():
@@ -133,12 +134,24 @@ def future_effect_rows(data: RunData) -> list[dict]:
         values = [future_margin(s, n) for s, n in zip(series, layers)]
         trained = any(m in data.trained for m in members)
         blockers = not_learned(data, members)
+        extra = ""
         if trained:
-            blockers.append(
-                "a model trained here: its untrained twin's skip effects are not measured, so "
-                "the row cannot say what training did"
-            )
-            e = over_seeds([Estimate(v) for v in values])
+            initial = []
+            for m, n in zip(members, layers):
+                stats = twin(data, m)
+                twin_series = None if stats is None or stats.skip_effects is None else (
+                    future_effects(stats.skip_effects))  # fmt: skip
+                initial.append(None if twin_series is None else future_margin(twin_series, n))
+            compared = against_initialisation([Estimate(v) for v in values], initial, 0.0)
+            e = compared.delta
+            blockers += compared.blockers
+            if compared.initial is None:
+                blockers.append(
+                    "a model trained here without an untrained twin's skip effects: the row "
+                    "cannot say what training did"
+                )
+            else:
+                extra = f"; shown: {compared.text}"
         else:
             e = Estimate(
                 values[0], method="one document set: no interval (the layers are no samples)"
@@ -150,7 +163,9 @@ def future_effect_rows(data: RunData) -> list[dict]:
                 f"{group}: skipping a second-half layer barely changes the later layers' "
                 f"computation for future tokens, skipping a first-half one does: min(first-half "
                 f"mean - {small:g}, {small:g} - second-half mean) > 0 of the largest relative "
-                f"update change over later layers (layer_future)",
+                f"update change over later layers (layer_future)"
+                + (", trained - untrained" if trained else "")
+                + extra,
                 "csordas_future_effect",
                 e,
                 scale_of(data, members),

@@ -5,7 +5,7 @@ report the trained value minus this one, so that an effect the initialisation al
 1/sqrt(l) shrinks deep updates before any training) is not read as the paper's effect.
 
 No training: one forward pass over the analysis stage's documents (the same text set, tokens and
-batches as the trained model's analysis) and, where the model was pruned, over the pruning stage's
+batches as the trained model's analysis), the skip stage's future-token skips on its texts and, where the model was pruned, over the pruning stage's
 validation windows once per removal set (full model, each single layer, the angular and the
 deepest block at every n of the claims' range). A 12 x 64 model costs about a second."""
 
@@ -32,6 +32,7 @@ class InitialStatistics:
     angle_update: pd.Series | None = None
     block_rel_norm: pd.Series | None = None
     losses: dict = field(default_factory=dict)
+    skip_effects: pd.DataFrame | None = None  # the skip stage's effects.csv rows (layer_future)
 
 
 def untrained_model(model_dir: str | Path, data_folder: str | Path):
@@ -107,11 +108,24 @@ def _removal_losses(
     return losses
 
 
+def _skip_statistics(model, tokenizer, skip: dict) -> pd.DataFrame:
+    """The skip stage's layer_future effects of `model` on the trained model's skip job's texts
+    (`skip`: that job's spec), as effects.csv rows."""
+    from depthlab.models.architectures import adapt
+    from depthlab.stages.depth_use.interventions import SkipSettings, skip_effects
+    from depthlab.stages.model_job import text_batches
+
+    settings = SkipSettings.from_spec({**skip, "variants": ["layer_future"]}, where="skip")
+    batches = text_batches(skip, tokenizer, skip["max_length"], max_samples=skip["max_samples"])
+    return skip_effects(adapt(model), batches, settings).to_frame()
+
+
 def initial_statistics(spec: dict) -> InitialStatistics:
     """One trained model's untrained twin, measured. spec: model (folder), data (folder),
     analysis (the trained model's analyse_model spec, or null), windows ({windows, seq_len,
     batch_size} of its prune_model job, or null), removals (score the single layers and the
-    blocks too, or the full model alone), n_values (block sizes)."""
+    blocks too, or the full model alone), n_values (block sizes), skip (its skip_interventions
+    job's spec, or absent)."""
     import torch
 
     from depthlab.data.model_tokens import model_tokens
@@ -128,6 +142,8 @@ def initial_statistics(spec: dict) -> InitialStatistics:
         distance_last = measured.pop("distance_last")
         for key, value in measured.items():
             setattr(stats, key, value)
+    if spec.get("skip"):
+        stats.skip_effects = _skip_statistics(model, load_tokenizer(spec["model"]), spec["skip"])
     if spec.get("windows"):
         val = spec["windows"]
         tokens, _ = model_tokens(spec["data"], "val")

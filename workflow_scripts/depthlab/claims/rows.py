@@ -118,7 +118,9 @@ def against_initialisation(trained: list, initial: list, threshold: float) -> Ag
     The row's value is trained - untrained, over seeds (a twin's value is exact: its weights
     are a function of the seed, so each seed's interval only shifts). When the twins' mean
     effect is itself beyond the threshold and at least as large in size as the trained mean,
-    the initialisation already shows it: the row cannot say what training did."""
+    on the same side of zero, the initialisation already shows it: the trained value is the
+    prior (or what is left of it), and the row cannot say what training did. A trained value
+    on the other side of zero is training's doing, and trained - untrained decides."""
     trained_e = over_seeds(trained)
     if not trained or any(v is None or not math.isfinite(v) for v in initial):
         return AgainstInit(
@@ -135,10 +137,12 @@ def against_initialisation(trained: list, initial: list, threshold: float) -> Ag
     as_large = abs(initial_e.value) >= abs(trained_e.value) or math.isclose(
         abs(initial_e.value), abs(trained_e.value), rel_tol=1e-9, abs_tol=1e-12
     )
-    if abs(initial_e.value) > abs(threshold) and as_large:
+    # the trained value on the twins' side and no larger: training has not left the prior
+    same_side = initial_e.value * trained_e.value >= 0
+    if abs(initial_e.value) > abs(threshold) and as_large and same_side:
         blockers.append(
             f"{INIT_SHOWS_IT}: the untrained twins' {initial_e.value:.4g} is as large as the "
-            f"trained {trained_e.value:.4g}"
+            f"trained {trained_e.value:.4g}, on the same side"
         )
     return AgainstInit(delta, trained_e, initial_e, blockers, text)
 

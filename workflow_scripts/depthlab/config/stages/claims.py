@@ -221,12 +221,35 @@ def _initial_twins(
     members = [m for pair in cod_pairs for m in pair[1] + pair[3]]
     members += [m for _, group, _ in schemes for m in group]
     members += [m for m in pruned if resolved.models[m]["kind"] == "pretrain"]
+    skips = {
+        m: spec
+        for m, spec in resolved.jobs("skip_interventions").items()
+        if spec["problems"] and "layer_future" in spec["variants"]
+        and resolved.models[m]["kind"] == "pretrain"
+    }  # fmt: skip
+    members += list(skips)
     analyses, prunes = resolved.jobs("analyse_model"), resolved.jobs("prune_model")
     default_val = (resolved.config.get("pruning") or {}).get("val")
     keys = ("texts", "text_field", "batch_size", "add_special_tokens", "max_samples")
     twins = {}
     for m in dict.fromkeys(members):
-        if resolved.models[m]["kind"] != "pretrain" or m not in corpus_models(resolved):
+        if resolved.models[m]["kind"] != "pretrain":
+            continue
+        if m in skips and m not in corpus_models(resolved):  # trained on the problems
+            twins[m] = {
+                "model": resolved.paths.model(m),
+                "data": data_folder(resolved, m),
+                "analysis": None,
+                "windows": None,
+                "skip": {
+                    k: skips[m][k]
+                    for k in ("texts", "text_field", "batch_size", "add_special_tokens",
+                              "max_samples", "max_length", "layers", "no_skip_front",
+                              "future_positions", "future_min_position", "max_rows", "seed")
+                },
+            }  # fmt: skip
+            continue
+        if m not in corpus_models(resolved):
             continue
         job = analyses.get(f"{text_set}/{m}")
         layers = resolved.models[m]["architecture"]["num_layers"]
