@@ -1028,3 +1028,27 @@ def test_pretrained_block_choice_and_delta_p_read_the_window_losses():
     # a healed model is trained here: one healing run is indicative, whatever the windows say
     assert "validation windows" in gap["interval"] and gap["verdict"] == INDICATIVE
     assert "healing trains the model here" in gap["reason"] and REPRODUCED in gap["reason"]
+
+
+def test_cod_delta_p_where_no_layer_costs_the_threshold_is_not_testable():
+    data = _cod_data("paper")  # threshold: 5% of 0.5 nats learned = 0.025
+    for name in data.single_layer:
+        data.single_layer[name]["delta_loss"] *= 0.1  # deep layers cost 0.01-0.015 nats
+    row = build_claims(data).set_index("claim_id").loc["cod_delta_p"]
+    assert row["verdict"] == NOT_TESTABLE and "costs only" in row["reason"]
+
+
+def test_gromov_block_choice_where_removals_cost_nothing_is_not_testable():
+    members = _seeded("m", 3)
+    sweeps = {}
+    for i, m in enumerate(members):
+        sweep = _sweep(0.002, None, shift=0.0001 * i)
+        sweep["val_loss"] = 5.0 + (sweep["val_loss"] - 5.0) * 0.01  # removals cost < 0.01 nats
+        sweeps[m] = pd.concat(
+            [sweep, pd.DataFrame([("angular", 0, False, 5.0, 0.0)], columns=sweep.columns)]
+        )
+    data = RunData(pruning_groups={"m": members}, trained=set(members), sweeps=sweeps)
+    data.val_loss = {m: 5.0 for m in members}
+    data.unigram = {m: 6.0 for m in members}  # learned 1 nat: threshold 0.05
+    row = build_claims(data).set_index("claim_id").loc["gromov_block_choice:m"]
+    assert row["verdict"] == NOT_TESTABLE and "costs only" in row["reason"]

@@ -14,6 +14,7 @@ from depthlab.claims.measures import (
     half_gap,
     log_variance_slope,
     mean_task_score,
+    no_room,
     over_shards,
     single_layer_drop,
 )
@@ -246,6 +247,10 @@ def _loss_and_layer_rows(data: RunData, pair: _Pair) -> list[dict]:
         threshold, threshold_text = learned_threshold(
             data, [b for b, _ in pairs], pv.COD_DELTA_P_NEGLIGIBLE
         )
+        deep_cost = [
+            max(float(d[0][d[0].index >= len(d[0]) // 2].mean()) for d in pair) for pair in drops
+        ]
+        room = no_room(deep_cost, threshold, "one deep layer, the costlier scheme's mean")
         removal = against_initialisation(
             [deep_layer_gap(db[0], dt[0]) for db, dt in drops],
             [_twin_drop_gap(data, b, t) if what == "val loss increase" else None for b, t in pairs],
@@ -264,7 +269,7 @@ def _loss_and_layer_rows(data: RunData, pair: _Pair) -> list[dict]:
                 "cod_delta_p",
                 removal.delta,
                 scale,
-                pair.positive(removal.delta, threshold, removal.blockers),
+                pair.positive(removal.delta, threshold, removal.blockers + room),
             )
         )
     return rows

@@ -19,6 +19,8 @@ from depthlab.claims.measures import (
     healing_methods,
     mean_task_score,
     method_gap_of_means,
+    no_room,
+    removal_damage,
     sweep_layers,
     window_means,
 )
@@ -75,6 +77,11 @@ def gromov_claims(data: RunData) -> list[dict]:
         max_n = block_range(layers, pv.GROMOV_MAX_FRACTION)
         negligible, negligible_text = learned_threshold(data, members, pv.GROMOV_GAP_NEGLIGIBLE)
         n_text = f"n = 1..{max_n} of {layers} layers (about half: the paper's range)"
+        blockers = blockers + no_room(
+            [removal_damage(data.sweeps[m], "deepest", max_n) for m in members],
+            negligible,
+            f"mean over {n_text} of the deepest block's",
+        )
         if not trained and all(m in data.window_losses for m in members):
             # published checkpoints: the documents' sampling variance, over validation windows
             before = over_seeds(

@@ -104,6 +104,31 @@ def block_range(num_layers: int | None, max_fraction: float) -> int | None:
     return None if num_layers is None else max(1, int(num_layers * max_fraction))
 
 
+def removal_damage(sweep: pd.DataFrame, strategy: str, max_n: int | None = None) -> float:
+    """Mean over 1 <= n <= max_n of val_loss(strategy, n) - val_loss(intact), unhealed: how much
+    the removals cost at all (two rankings cannot differ by more than their sets' damage)."""
+    unhealed = sweep[sweep["healed"].astype(str) == "False"]
+    intact = unhealed[unhealed["n"] == 0]["val_loss"]
+    losses = _unhealed(sweep, strategy)
+    ns = [n for n in losses.index if n >= 1 and (max_n is None or n <= max_n)]
+    if intact.empty or not ns:
+        return math.nan
+    return float(np.mean([losses[n] for n in ns]) - intact.iloc[0])
+
+
+def no_room(damages: list[float], threshold: float, what: str) -> list[str]:
+    """[reason] when removing layers costs less than `threshold` at all (mean over the models of
+    `damages`, each the loss a removal adds): two choices of layers cannot then differ by the
+    threshold, and the comparison tests nothing; [] otherwise."""
+    finite = [d for d in damages if math.isfinite(d)]
+    if not finite or float(np.mean(finite)) >= threshold:
+        return []
+    return [
+        f"removing layers here costs only {float(np.mean(finite)):.3g} nats ({what}), less "
+        f"than the threshold {threshold:.3g}: two choices cannot differ by it"
+    ]
+
+
 def block_choice_gap(sweep: pd.DataFrame, max_n: int | None = None) -> Estimate:
     """Mean over the removed-layer counts 1 <= n <= max_n (None: every n) of val_loss(deepest)
     - val_loss(angular), unhealed (> 0: the angular block choice is better), t-interval over n."""

@@ -13,7 +13,14 @@ import math
 import numpy as np
 import pandas as pd
 
-from depthlab.claims.measures import block_range, mean_task_score, sweep_layers, window_means
+from depthlab.claims.measures import (
+    block_range,
+    mean_task_score,
+    no_room,
+    removal_damage,
+    sweep_layers,
+    window_means,
+)
 from depthlab.claims.rows import (
     claim_row,
     decide,
@@ -102,22 +109,6 @@ def strategy_gap(
     return t_interval(
         [means[f"{prefix}{worse}:{n}"] - means[f"{prefix}{better}:{n}"] for n in ns], "common n"
     )
-
-
-def removal_damage(sweep: pd.DataFrame, strategy: str, max_n: int | None = None) -> float:
-    """Mean over 1 <= n <= max_n of val_loss(strategy, n) - val_loss(intact), unhealed: how much
-    the removals cost at all (two rankings cannot differ by more than their sets' damage)."""
-    unhealed = sweep[sweep["healed"].astype(str) == "False"]
-    intact = unhealed[unhealed["n"] == 0]["val_loss"]
-    losses = _sweep_losses(sweep, strategy)
-    ns = [
-        int(k.split(":", 1)[1])
-        for k in losses
-        if int(k.split(":", 1)[1]) >= 1 and (max_n is None or int(k.split(":", 1)[1]) <= max_n)
-    ]
-    if intact.empty or not ns:
-        return math.nan
-    return float(np.mean([losses[f"{strategy}:{n}"] for n in ns]) - intact.iloc[0])
 
 
 def task_gap(
@@ -232,12 +223,11 @@ def pruning_method_claims(data: RunData) -> list[dict]:
             healed = paper_healed and _healed_both(data, members, worse, better)
             if paper_healed and not healed:
                 blockers.append(NOT_HEALED.format(worse=worse, better=better))
-            damage = [removal_damage(data.sweeps[m], worse, max_n) for m in members]
-            if all(math.isfinite(d) for d in damage) and np.mean(damage) < threshold:
-                blockers.append(
-                    f"removing blocks here costs only {np.mean(damage):.3g} nats (mean over "
-                    f"{n_text}, {worse}): two rankings cannot differ by the threshold"
-                )
+            blockers += no_room(
+                [removal_damage(data.sweeps[m], worse, max_n) for m in members],
+                threshold,
+                f"mean over {n_text} of {worse}'s blocks",
+            )
             claim = (
                 f"{group}: {words}: mean over {n_text} of val_loss({worse}) - "
                 f"val_loss({better}) > {threshold_text} "
