@@ -311,3 +311,13 @@ def test_untrained_twin_is_the_pretraining_stage_initial_model(tmp_path):
         assert torch.equal(a, b), name
     other = untrained_model(tmp_path / "model", tmp_path / "data")
     assert all(torch.equal(a, b) for a, b in zip(twin.parameters(), other.parameters()))
+
+
+def test_updates_that_training_made_parallel_are_not_reproduced():
+    rng = np.random.default_rng(0)
+    base, treat = ["a_s0", "a_s1", "a_s2"], ["b_s0", "b_s1", "b_s2"]
+    data = RunData(cod_pairs=[("a", base, "b", treat)], trained=set(base + treat))
+    for m in base + treat:
+        data.measures[m] = _angle_frame(0.5, rng)  # trained: successive updates aligned
+        data.initial[m] = _twin(angle=math.pi / 2)  # untrained: orthogonal
+    assert _table(data).loc["liu_update_orthogonal:a", "verdict"] == NOT_REPRODUCED

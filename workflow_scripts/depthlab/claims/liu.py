@@ -24,6 +24,7 @@ from depthlab.claims.verdicts import (
     MIN_SEEDS,
     NOT_TESTABLE,
     NOT_TESTABLE_DATA,
+    REPRODUCED,
     Estimate,
     band_text,
     over_seeds,
@@ -169,16 +170,19 @@ def orthogonal_rows(data: RunData) -> list[dict]:
         ]
         trained_e = over_seeds(trained_values)
         blockers = not_learned(data, members)
+        rule = verdict_equivalent({"angle - pi/2": trained_e}, margin, blockers)
         text = ""
         if all(v is not None for v in initial):
             twins = over_seeds([Estimate(v) for v in initial])
             text = f"; shown: trained (untrained twins: {twins.value:.3g})"
-            if abs(twins.value) <= margin:
+            # orthogonal updates of a random network: a trained model that keeps them says
+            # nothing about training; one that lost them is a finding
+            if rule[0] == REPRODUCED and abs(twins.value) <= margin:
                 blockers.append(
                     f"{INIT_SHOWS_IT}: the untrained twins' updates are already within "
                     f"{abs(twins.value):.3g} rad of pi/2"
                 )
-        rule = verdict_equivalent({"angle - pi/2": trained_e}, margin, blockers)
+                rule = verdict_equivalent({"angle - pi/2": trained_e}, margin, blockers)
         rows.append(
             claim_row(
                 f"liu_update_orthogonal:{group}",

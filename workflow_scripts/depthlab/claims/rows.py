@@ -142,7 +142,8 @@ def against_initialisation(trained: list, initial: list, threshold: float) -> Ag
     if abs(initial_e.value) > abs(threshold) and as_large and same_side:
         blockers.append(
             f"{INIT_SHOWS_IT}: the untrained twins' {initial_e.value:.4g} is as large as the "
-            f"trained {trained_e.value:.4g}, on the same side"
+            f"trained {trained_e.value:.4g}, on the same side (the trained value is the "
+            f"initialisation's, not yet left by training)"
         )
     return AgainstInit(delta, trained_e, initial_e, blockers, text)
 
