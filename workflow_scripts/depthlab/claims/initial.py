@@ -5,7 +5,8 @@ report the trained value minus this one, so that an effect the initialisation al
 1/sqrt(l) shrinks deep updates before any training) is not read as the paper's effect.
 
 No training: one forward pass over the analysis stage's documents (the same text set, tokens and
-batches as the trained model's analysis), the skip stage's future-token skips on its texts and, where the model was pruned, over the pruning stage's
+batches as the trained model's analysis), the skip stage's future-token skips on its texts, the
+tuned lens and layer swaps (the lens's few Adam steps train a probe, not the model) and, where the model was pruned, over the pruning stage's
 validation windows once per removal set (full model, each single layer, the angular and the
 deepest block at every n of the claims' range). A 12 x 64 model costs about a second."""
 
@@ -33,6 +34,8 @@ class InitialStatistics:
     block_rel_norm: pd.Series | None = None
     losses: dict = field(default_factory=dict)
     skip_effects: pd.DataFrame | None = None  # the skip stage's effects.csv rows (layer_future)
+    # the lens_swaps job's (lens.csv, swaps.csv) frames per text set, as the trained model's
+    lens_swaps: list | None = None
 
 
 def untrained_model(model_dir: str | Path, data_folder: str | Path):
@@ -120,12 +123,23 @@ def _skip_statistics(model, tokenizer, skip: dict) -> pd.DataFrame:
     return skip_effects(adapt(model), batches, settings).to_frame()
 
 
+def _lens_swaps_statistics(model, tokenizer, job: dict) -> list:
+    """The lens_swaps job's measurement of `model` with the trained model's job spec (`job`):
+    the tuned lens trained on the same train-split tokens, then the lens and the swaps on each
+    text set; [(lens frame, swaps frame)] per text set."""
+    from depthlab.models.architectures import adapt
+    from depthlab.stages.analysis.lens_swaps_stage import lens_and_swaps
+
+    *_, evaluations, _ = lens_and_swaps(adapt(model), tokenizer, job, job["max_length"], log=None)
+    return [(lens.frame(), swaps.result().frame()) for lens, swaps in evaluations.values()]
+
+
 def initial_statistics(spec: dict) -> InitialStatistics:
     """One trained model's untrained twin, measured. spec: model (folder), data (folder),
     analysis (the trained model's analyse_model spec, or null), windows ({windows, seq_len,
     batch_size} of its prune_model job, or null), removals (score the single layers and the
     blocks too, or the full model alone), n_values (block sizes), skip (its skip_interventions
-    job's spec, or absent)."""
+    job's spec, or absent), lens_swaps (its lens_swaps job's spec, or absent)."""
     import torch
 
     from depthlab.data.model_tokens import model_tokens
@@ -142,6 +156,10 @@ def initial_statistics(spec: dict) -> InitialStatistics:
         distance_last = measured.pop("distance_last")
         for key, value in measured.items():
             setattr(stats, key, value)
+    if spec.get("lens_swaps"):
+        stats.lens_swaps = _lens_swaps_statistics(
+            model, load_tokenizer(spec["model"]), spec["lens_swaps"]
+        )
     if spec.get("skip"):
         stats.skip_effects = _skip_statistics(model, load_tokenizer(spec["model"]), spec["skip"])
     if spec.get("windows"):

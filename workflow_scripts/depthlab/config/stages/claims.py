@@ -229,6 +229,9 @@ def _initial_twins(
     }  # fmt: skip
     members += list(skips)
     analyses, prunes = resolved.jobs("analyse_model"), resolved.jobs("prune_model")
+    lens_jobs = {m: spec for m, spec in resolved.jobs("lens_swaps").items()
+                 if resolved.models[m]["kind"] == "pretrain"}  # fmt: skip
+    members += list(lens_jobs)
     default_val = (resolved.config.get("pruning") or {}).get("val")
     keys = ("texts", "text_field", "batch_size", "add_special_tokens", "max_samples")
     twins = {}
@@ -272,8 +275,16 @@ def _initial_twins(
             ),
             "removals": m in prunes,
             "n_values": list(range(1, layers // 2 + 1)) if m in prunes else [],
+            **({"lens_swaps": _lens_job(lens_jobs[m])} if m in lens_jobs else {}),
         }  # fmt: skip
     return twins
+
+
+def _lens_job(job: dict) -> dict:
+    """What the untrained twin's lens and swaps read of the trained model's lens_swaps job."""
+    keys = ("train_data", "text_sets", "text_field", "max_samples", "max_length", "batch_size",
+            "stride", "tuned_lens", "add_special_tokens", "seed")  # fmt: skip
+    return {k: job[k] for k in keys}
 
 
 def _healing_runs(resolved: Resolved) -> dict:
