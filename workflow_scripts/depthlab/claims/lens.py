@@ -83,6 +83,14 @@ def _against_twins(data: RunData, members: list, statistic, threshold: float):
     ]
     compared = against_initialisation(trained, initial, threshold)
     words = f"; shown: {compared.text}" if compared.initial is not None else ""
+    if compared.initial is None and all(
+        (stats := twin(data, m)) is not None and stats.lens_swaps for m in members
+    ):
+        # a random network's top-1 accuracy is 0: kept accuracy (accuracy / intact) is 0 / 0
+        words = (
+            "; the untrained twins predict no next token right (top-1 accuracy 0), so their "
+            "kept accuracy is undefined: the trained value alone"
+        )
     return compared.delta, compared.blockers, words
 
 
