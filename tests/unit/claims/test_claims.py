@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from depthlab import claims
 from depthlab.claims import RunData, build_claims, verdicts
+from depthlab.claims.initial import InitialStatistics
 from depthlab.claims.verdicts import INDICATIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Estimate
 from depthlab.config import load_config, resolve
 from depthlab.core.paper_values import PAPER_VALUES
@@ -212,10 +213,27 @@ def _seeded(base: str, seeds: int) -> list[str]:
     return [f"{base}_s{s}" for s in range(seeds)] if seeds > 1 else [base]
 
 
-def _cod_data(effect: str, seeds: int = 3, gain: float = 0.05) -> RunData:
+def _flat_twin(layers: int = LAYERS, loss: float = 8.3) -> InitialStatistics:
+    """An untrained twin with none of the CoD effects: flat variance, equal distances, every
+    removal costing nothing."""
+    states = np.arange(layers + 1)
+    return InitialStatistics(
+        h_var=pd.Series(np.ones(layers + 1), index=states),
+        distance=pd.Series(np.full(layers, 0.1), index=np.arange(layers)),
+        angle_update=pd.Series(np.full(layers - 1, 1.0)),
+        losses={"full": loss, **{f"single:{l}": loss for l in range(layers)}},
+    )
+
+
+def _cod_data(
+    effect: str, seeds: int = 3, gain: float = 0.05, twins: str | None = "flat"
+) -> RunData:
     """Pre-LN vs LNS trained here, where LNS has (effect = "paper") or lacks ("opposite") every
     CoD effect; "unlearned": the paper's effects on a model no better than unigram; "noisy":
-    effects whose sign flips from seed to seed; "null": no effect at all."""
+    effects whose sign flips from seed to seed; "null": no effect at all. twins: "flat"
+    untrained twins without any effect, "same" twins that already show every trained effect
+    (the trained tables copied), None no twins. Trained to 25 tokens per parameter, all-token
+    distances."""
     rng = np.random.default_rng(1)
     base, treat = _seeded("pre_ln", seeds), _seeded("lns", seeds)
     data = RunData(cod_pairs=[("pre_ln", base, "lns", treat)], trained=set(base + treat))
@@ -226,7 +244,7 @@ def _cod_data(effect: str, seeds: int = 3, gain: float = 0.05) -> RunData:
         jitter = rng.normal(0, 0.003)
         data.val_loss[b], data.val_loss[t] = 5.5 + jitter, 5.5 + jitter - gain * sign * seed_sign
         for name in (b, t):
-            data.unigram[name] = 5.0 if effect == "unlearned" else 6.5
+            data.unigram[name] = 5.0 if effect == "unlearned" else 6.0
             data.scale[name] = "8 layers x 32, 1k tokens"
         states = np.arange(LAYERS + 1)
         data.h_var[b] = pd.Series(np.exp((0.2 if sign >= 0 else 0.02) * states), index=states)
@@ -236,16 +254,31 @@ def _cod_data(effect: str, seeds: int = 3, gain: float = 0.05) -> RunData:
         data.distance[t] = data.distance[b] + gap
         drop_b = 0.1 + rng.normal(0, 1e-4, LAYERS)
         data.single_layer[b] = pd.DataFrame(
-            {"layer": layers, "task": "x", "delta_score": -drop_b, "delta_loss": drop_b}
+            {"layer": layers, "task": "x", "delta_score": np.nan, "delta_loss": drop_b}
         )
         data.single_layer[t] = pd.DataFrame(
             {
                 "layer": layers,
                 "task": "x",
-                "delta_score": -(drop_b + gap),
+                "delta_score": np.nan,
                 "delta_loss": drop_b + gap,
             }
         )
+    for name in base + treat:
+        data.tokens_per_param[name] = 25.0
+        data.distance_tokens[name] = "all tokens"
+        if twins == "flat":
+            data.initial[name] = _flat_twin()
+        elif twins == "same":  # the untrained twin already has the trained model's effects
+            drops = data.single_layer[name].set_index("layer")["delta_loss"]
+            data.initial[name] = InitialStatistics(
+                h_var=data.h_var[name],
+                distance=data.distance[name],
+                losses={
+                    "full": 8.0 + data.val_loss[name],
+                    **{f"single:{l}": 8.0 + data.val_loss[name] + d for l, d in drops.items()},
+                },
+            )
     return data
 
 
@@ -279,6 +312,59 @@ def test_cod_claims_give_each_verdict(claim):
         assert _verdicts(flat)[claim] == NOT_REPRODUCED
     if claim in ("cod_angular_distance", "cod_delta_p", "cod_val_loss"):
         assert _verdicts(_cod_data("null"))[claim] == NOT_REPRODUCED  # a precise null
+
+
+@pytest.mark.parametrize(
+    "claim",
+    ["cod_variance_growth", "cod_lns_variance", "cod_angular_distance", "cod_delta_p",
+     "cod_val_loss"],
+)  # fmt: skip
+def test_an_effect_the_initialisation_already_shows_is_not_testable(claim):
+    # every trained effect of the paper, and untrained twins that already have it
+    row = build_claims(_cod_data("paper", twins="same")).set_index("claim_id").loc[claim]
+    assert row["verdict"] == NOT_TESTABLE
+    assert verdicts.INIT_SHOWS_IT in row["reason"]
+    # the row's value is trained - untrained: zero here
+    assert row["measured"] == pytest.approx(0.0, abs=1e-9)
+    # twins without the effect: the same trained tables reproduce, valued as trained - untrained
+    flat = build_claims(_cod_data("paper")).set_index("claim_id").loc[claim]
+    assert flat["verdict"] == REPRODUCED and "untrained" in flat["claim"]
+
+
+def test_cod_rows_subtract_the_untrained_twin():
+    data = _cod_data("paper")
+    for name in data.cod_pairs[0][1]:  # Pre-LN twins whose variance already grows by 0.05
+        data.initial[name].h_var = pd.Series(np.exp(0.05 * np.arange(LAYERS + 1)))
+    table = build_claims(data).set_index("claim_id")
+    assert table.loc["cod_variance_growth", "measured"] == pytest.approx(0.2 - 0.05)
+    assert table.loc["cod_lns_variance", "measured"] == pytest.approx(0.18 - 0.05)
+
+
+def test_cod_val_loss_before_the_papers_budget_is_not_testable():
+    data = _cod_data("paper")
+    data.tokens_per_param = {m: 0.22 for m in data.tokens_per_param}
+    row = build_claims(data).set_index("claim_id").loc["cod_val_loss"]
+    assert row["verdict"] == NOT_TESTABLE and "tokens per non-embedding parameter" in row["reason"]
+    assert row["size_verdict"] == NOT_TESTABLE  # a blocked row decides no size
+
+
+def test_cod_angular_distance_on_the_last_token_is_not_testable():
+    data = _cod_data("paper")
+    data.distance_tokens = {m: "last token" for m in data.distance}
+    row = build_claims(data).set_index("claim_id").loc["cod_angular_distance"]
+    assert row["verdict"] == NOT_TESTABLE and "all_token_distance" in row["reason"]
+
+
+def test_cod_delta_p_threshold_is_a_share_of_what_the_model_learned():
+    data = _cod_data("paper")  # learned: unigram 6 - val loss 5.5 = 0.5 nats
+    row = build_claims(data).set_index("claim_id").loc["cod_delta_p"]
+    assert "(5% of the 0.499 nats the models learned below the unigram loss)" in row["claim"]
+    # a 0.015-nat LNS effect: above 0.005 nats, below 5% of what the model learned
+    for name in data.cod_pairs[0][3]:
+        data.single_layer[name]["delta_loss"] -= 0.05 - 0.015
+    assert build_claims(data).set_index("claim_id").loc["cod_delta_p", "verdict"] == (
+        NOT_REPRODUCED
+    )
 
 
 def test_cod_val_loss_size_against_table_1():
@@ -321,7 +407,31 @@ def _sweep(
         rows += [("angular", n, False, 5.0 + 0.1 * n), ("deepest", n, False, 5.0 + 0.1 * n + gap)]
         if gap_after is not None and n % 2 == 0:
             rows += [("angular", n, True, 5.0), ("deepest", n, True, 5.0 + gap_after + shift)]
-    return pd.DataFrame(rows, columns=["strategy", "n", "healed", "val_loss"])
+    frame = pd.DataFrame(rows, columns=["strategy", "n", "healed", "val_loss"])
+    return frame.assign(fraction=frame["n"] / LAYERS)
+
+
+def test_gromov_block_choice_covers_the_papers_range_of_n():
+    members = _seeded("m", 3)
+    sweeps = {}
+    for i, m in enumerate(members):
+        sweep = _sweep(0.2, None, shift=0.01 * i)
+        beyond = (sweep["n"] > LAYERS // 2) & (sweep["strategy"] == "deepest")
+        sweep.loc[beyond, "val_loss"] -= 2.0  # past half the layers the deepest block wins
+        sweeps[m] = sweep
+    data = RunData(pruning_groups={"m": members}, trained=set(members), sweeps=sweeps)
+    row = build_claims(data).set_index("claim_id").loc["gromov_block_choice:m"]
+    assert row["verdict"] == REPRODUCED and row["measured"] == pytest.approx(0.21)
+    assert f"n = 1..{LAYERS // 2} of {LAYERS} layers" in row["claim"]
+    # untrained twins whose angular block already wins by as much: not testable
+    for m in members:
+        twin = _flat_twin()
+        twin.losses.update(
+            {f"angular:{n}": 5.0 for n in range(1, 5)} | {f"deepest:{n}": 5.21 for n in range(1, 5)}
+        )
+        data.initial[m] = twin
+    row = build_claims(data).set_index("claim_id").loc["gromov_block_choice:m"]
+    assert row["verdict"] == NOT_TESTABLE and verdicts.INIT_SHOWS_IT in row["reason"]
 
 
 @pytest.mark.parametrize(
@@ -492,11 +602,12 @@ def _fit(a_l: float, low: float, high: float, at_bounds=()) -> dict:
 @pytest.mark.parametrize(
     "fit, expected, size",
     [
-        (_fit(1.3, 0.9, 1.7), NOT_TESTABLE, NOT_TESTABLE),  # too wide for the band
+        # published points: "not testable on these data", never "at this scale"
+        (_fit(1.3, 0.9, 1.7), verdicts.NOT_TESTABLE_DATA, verdicts.NOT_TESTABLE_DATA),
         (_fit(1.3, 1.0, 1.4), REPRODUCED, verdicts.SIZE_REPRODUCED),
         (_fit(2.5, 2.1, 2.9), NOT_REPRODUCED, verdicts.SIZE_NOT_REPRODUCED),
-        (_fit(4.9, 3.0, 5.0), NOT_TESTABLE, NOT_TESTABLE),
-        (_fit(1.3, 0.9, 1.7, ["a_m"]), NOT_TESTABLE, NOT_TESTABLE),
+        (_fit(4.9, 3.0, 5.0), verdicts.NOT_TESTABLE_DATA, verdicts.NOT_TESTABLE_DATA),
+        (_fit(1.3, 0.9, 1.7, ["a_m"]), verdicts.NOT_TESTABLE_DATA, verdicts.NOT_TESTABLE_DATA),
     ],
 )
 def test_scaling_exponent_claim_gives_each_verdict(fit, expected, size):
@@ -539,7 +650,9 @@ def test_config_marks_the_sweep_fit_as_trained_here_with_its_seeds():
     assert resolve(config).jobs("make_claims")["claims"]["fits"]["sweep"]["seeds"] == 3
 
 
-def _toy_fit(tied: list[float], indep: list[float], se: float = 0.05) -> dict:
+def _toy_fit(
+    tied: list[float], indep: list[float], se: float = 0.05, protocol: str = "converged"
+) -> dict:
     def row(kind, values):
         return {
             "teacher_kind": kind,
@@ -552,7 +665,12 @@ def _toy_fit(tied: list[float], indep: list[float], se: float = 0.05) -> dict:
             ],
         }
 
-    return {"form": "power", "fits": [row("independent", indep), row("tied", tied)], "losses": []}
+    return {
+        "form": "power",
+        "protocol": {"name": protocol},
+        "fits": [row("independent", indep), row("tied", tied)],
+        "losses": [],
+    }
 
 
 @pytest.mark.parametrize(
@@ -580,6 +698,44 @@ def test_toy_claim_uses_its_replicates(tied, indep, expected, size):
         assert (row["low"], row["high"]) == pytest.approx((low, high))
         assert row["seeds"] == len(gaps)
     assert (row["verdict"], row["size_verdict"]) == (expected, size)
+
+
+@pytest.mark.parametrize(
+    "tied, indep, expected",
+    [
+        ([1.1, 1.05, 1.12], [1.0, 1.02, 0.98], REPRODUCED),  # close, as the paper says
+        ([3.0, 3.1, 2.9], [1.0, 1.05, 0.95], NOT_REPRODUCED),  # the converged gap, too early
+        ([3.0, 0.2, 1.5], [1.0, 1.0, 1.0], NOT_TESTABLE),
+    ],
+)
+def test_an_unconverged_toy_is_tested_for_no_gap(tied, indep, expected):
+    fit = _toy_fit(tied, indep, protocol="embedding")
+    table = build_claims(RunData(toy_fit=fit)).set_index("claim_id")
+    assert "liu_toy_tied_exceeds:T=1" not in table.index
+    row = table.loc["liu_toy_unconverged_no_gap:T=1"]
+    assert (row["verdict"], row["size_verdict"]) == (expected, verdicts.NO_SIZE)
+
+
+def test_toy_gap_of_one_replicate_uses_the_t_quantile_of_its_fits():
+    fit = _toy_fit([3.0], [1.0], se=0.1)
+    fit["losses"] = [{"student_depth": d} for d in (2, 4, 8, 16)]  # 4 depths - 2 parameters
+    row = build_claims(RunData(toy_fit=fit)).set_index("claim_id").loc["liu_toy_tied_exceeds:T=1"]
+    half = stats.t.ppf(0.975, 2) * math.hypot(0.1, 0.1)
+    assert (row["low"], row["high"]) == pytest.approx((2.0 - half, 2.0 + half))
+    assert "t (2 df)" in row["interval"]
+
+
+def test_a_decidable_size_is_shown_when_the_direction_is_not():
+    # lad_layer_swaps: the margin straddles 0 (direction undecided) while the middle swaps'
+    # kept accuracy lies wholly above the paper's 72-95%
+    e = Estimate(0.999, 0.9968, 1.002)
+    reason = verdicts.verdict_positive(Estimate(0.18, -0.22, 0.59))[1]
+    assert verdicts.TOO_WIDE in reason
+    assert verdicts.verdict_size(e, (0.72, 0.95), NOT_TESTABLE, reason) == (
+        verdicts.SIZE_NOT_REPRODUCED
+    )
+    # a blocked row (a model that did not learn) decides no size
+    assert verdicts.verdict_size(e, (0.72, 0.95), NOT_TESTABLE, "did not learn") == NOT_TESTABLE
 
 
 def test_markdown_shows_every_claim_with_its_interval_and_verdict():
@@ -869,4 +1025,30 @@ def test_pretrained_block_choice_and_delta_p_read_the_window_losses():
         means[("deepest", 2, True)] - means[("angular", 2, True)]
     )
     assert gap["measured"] == pytest.approx(by_hand)
-    assert "validation windows" in gap["interval"] and gap["verdict"] == REPRODUCED
+    # a healed model is trained here: one healing run is indicative, whatever the windows say
+    assert "validation windows" in gap["interval"] and gap["verdict"] == INDICATIVE
+    assert "healing trains the model here" in gap["reason"] and REPRODUCED in gap["reason"]
+
+
+def test_cod_delta_p_where_no_layer_costs_the_threshold_is_not_testable():
+    data = _cod_data("paper")  # threshold: 5% of 0.5 nats learned = 0.025
+    for name in data.single_layer:
+        data.single_layer[name]["delta_loss"] *= 0.1  # deep layers cost 0.01-0.015 nats
+    row = build_claims(data).set_index("claim_id").loc["cod_delta_p"]
+    assert row["verdict"] == NOT_TESTABLE and "costs only" in row["reason"]
+
+
+def test_gromov_block_choice_where_removals_cost_nothing_is_not_testable():
+    members = _seeded("m", 3)
+    sweeps = {}
+    for i, m in enumerate(members):
+        sweep = _sweep(0.002, None, shift=0.0001 * i)
+        sweep["val_loss"] = 5.0 + (sweep["val_loss"] - 5.0) * 0.01  # removals cost < 0.01 nats
+        sweeps[m] = pd.concat(
+            [sweep, pd.DataFrame([("angular", 0, False, 5.0, 0.0)], columns=sweep.columns)]
+        )
+    data = RunData(pruning_groups={"m": members}, trained=set(members), sweeps=sweeps)
+    data.val_loss = {m: 5.0 for m in members}
+    data.unigram = {m: 6.0 for m in members}  # learned 1 nat: threshold 0.05
+    row = build_claims(data).set_index("claim_id").loc["gromov_block_choice:m"]
+    assert row["verdict"] == NOT_TESTABLE and "costs only" in row["reason"]

@@ -70,7 +70,10 @@ def test_a_published_lm_is_decided_over_its_windows_at_the_largest_n(gap, expect
     if gap:
         assert row["measured"] == pytest.approx(gap, abs=0.02)
     assert "100 validation windows" in row["interval"] and row["low"] < row["high"]
-    assert row["verdict"] == expected, row["reason"]
+    # healing trains the model here: one healing run per block is indicative; the reason says
+    # what the windows' interval would decide
+    assert row["verdict"] == INDICATIVE and f"interval {expected}" in row["reason"], row["reason"]
+    assert "healing trains the model here" in row["reason"]
     assert "largest healed n (4)" in row["claim"] and row["seeds"] == 1
     assert row["paper_value"] == PAPER_VALUES["kim_cpt_vs_lora"].describe()
     assert row["size_verdict"] == "no size stated"
@@ -91,7 +94,7 @@ def test_the_interval_is_a_paired_bootstrap_over_windows():
     low, high = np.quantile(draws, [0.025, 0.975])
     assert (row["low"], row["high"]) == pytest.approx((low, high))
     # unpaired, the windows' spread (sd 1) would swamp a gap of 0.1; paired it decides
-    assert row["high"] - row["low"] < 0.05 and row["verdict"] == REPRODUCED
+    assert row["high"] - row["low"] < 0.05 and f"interval {REPRODUCED}" in row["reason"]
 
 
 def test_the_first_method_may_be_full_and_gromov_reads_the_first_methods_rows():
@@ -109,6 +112,19 @@ def test_the_first_method_may_be_full_and_gromov_reads_the_first_methods_rows():
         ]
     )
     assert table.loc["gromov_healing_gap:real", "measured"] == pytest.approx(by_hand)
+
+
+def test_continued_pretraining_on_a_few_tokens_is_no_test_of_the_paper():
+    data = _published(_windows(_healed(0.2)))
+    data.healing = {
+        "real": {
+            "full": {"tokens": 1536, "lr": 5e-5, "runs": 1},
+            "lora": {"tokens": 1536, "lr": 2e-3, "runs": 1},
+        }
+    }
+    row = build_claims(data).set_index("claim_id").loc["kim_cpt_vs_lora:real"]
+    assert row["verdict"] == NOT_TESTABLE
+    assert "1,536 tokens at lr 5e-05 against lora at lr 0.002" in row["reason"]
 
 
 def test_no_row_without_both_methods():

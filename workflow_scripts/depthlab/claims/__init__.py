@@ -3,9 +3,18 @@ measured (with an interval), a verdict on the paper's statement and a verdict on
 
 Verdicts: `reproduced`, `not reproduced`, `not testable at this scale` (with the reason: a model
 that did not learn beyond the unigram loss, a fit parameter at its bound, an interval too wide to
-decide) and `one seed: indicative` (a claim about a model trained here, measured on fewer than
-MIN_SEEDS seeds: the row shows what the within-model interval says, and never decides). The
-rules, per claim kind (margins and bands are named constants in paper_values.py):
+decide, the initialisation already showing the effect, removals that cost less than the
+threshold, too few training tokens for a final-loss claim), `not testable on these data` (the
+same about published data points) and `one seed: indicative` (a claim about a model trained
+here, healing included, measured on fewer than MIN_SEEDS seeds: the row shows what the
+within-model interval says, and never decides).
+
+A claim about a model trained here is measured against its untrained twin (`initial`: the same
+seed's initial weights, measured on the same inputs): the row's value is trained - untrained,
+and a twin whose effect is as large, on the same side of zero, makes the row not testable.
+Loss thresholds of models trained here are a share of what the model learned
+(rows.learned_threshold); block choices average over n up to about half the layers. The rules,
+per claim kind (margins and bands are named constants in paper_values.py):
 
   effect > x ("LNS grows less", "angular beats deepest"; x the claim's threshold, named in
       paper_values.py and in each row's claim and reason): reproduced when the interval lies
@@ -21,9 +30,11 @@ rules, per claim kind (margins and bands are named constants in paper_values.py)
       testable when it crosses a band edge (too wide) or the estimate or interval touches a
       fit bound; an interval merely containing the paper's value decides nothing
   size (`size_verdict`, where the paper states a size: LNS gain per Table 1 in nats, the toy's
-      tied / independent exponent ratio ≈ 3, Liu's a_l and a_m): size reproduced when the
-      interval lies inside the paper's band, size not reproduced when it lies wholly outside,
-      not testable otherwise; "no size stated" where the paper gives none
+      tied / independent exponent ratio ≈ 3, Liu's a_l and a_m, Csordás's 0.15 / 0.05, Lad's
+      72-95%): size reproduced when the interval lies inside the paper's band, size not
+      reproduced when it lies wholly outside, not testable otherwise; decided whenever it is
+      decidable, also when the main verdict is only too wide (verdicts.verdict_size); "no size
+      stated" where the paper gives none
 
 Seeds: a claim about a model trained here is decided over >= MIN_SEEDS seeds, on the mean of the
 per-seed values with a t-interval over seeds (n - 1 df), which carries the seed-to-seed variance.

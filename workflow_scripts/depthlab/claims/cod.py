@@ -11,26 +11,38 @@ import pandas as pd
 
 from depthlab.claims.measures import (
     deep_layer_gap,
+    half_gap,
     log_variance_slope,
     mean_task_score,
+    no_room,
+    over_shards,
     single_layer_drop,
 )
 from depthlab.claims.rows import (
+    AgainstInit,
+    against_initialisation,
     claim_row,
     decide,
+    learned_threshold,
     not_learned,
     scale_of,
     seed_pairs,
+    twin,
 )
 from depthlab.claims.run_data import RunData
 from depthlab.claims.verdicts import (
     MIN_SEEDS,
+    NOT_REPRODUCED,
+    NOT_TESTABLE,
+    REPRODUCED,
+    TOO_WIDE,
     Estimate,
     band_text,
     difference,
     over_seeds,
     t_interval,
     verdict_positive,
+    with_seeds,
 )
 from depthlab.core import paper_values as pv
 from depthlab.core.paper_values import COD, PAPER_VALUES
@@ -50,9 +62,10 @@ class _Pair:
     scale: str
     suffix: str
 
-    def positive(self, e, threshold: float) -> tuple[str, str]:
-        rule = verdict_positive(e, self.blockers, threshold)
-        return decide(e, rule, self.trained, self.blockers)
+    def positive(self, e, threshold: float, extra=()) -> tuple[str, str]:
+        blockers = self.blockers + list(extra)
+        rule = verdict_positive(e, blockers, threshold)
+        return decide(e, rule, self.trained, blockers)
 
 
 def cod_claims(data: RunData) -> list[dict]:
@@ -71,90 +84,158 @@ def cod_claims(data: RunData) -> list[dict]:
             f":{base}-vs-{treat}" if len(data.cod_pairs) > 1 else "",
         )
         rows += _variance_rows(data, pair) + _loss_and_layer_rows(data, pair)
+    rows += lns_best_rows(data) + post_ln_rows(data)
     return rows
 
 
-def _variance_rows(data: RunData, pair: _Pair) -> list[dict]:
-    """cod_variance_growth (Pre-LN's own growth) and cod_lns_variance (LNS grows less)."""
-    base, treat, pairs, members = pair.base, pair.treat, pair.pairs, pair.members
-    suffix, scale, positive = pair.suffix, pair.scale, pair.positive
-    rows = []
-    if all(m in data.h_var for m in members):
-        growth = over_seeds([log_variance_slope(data.h_var[b]) for b, _ in pairs])
-        rows.append(
-            claim_row(
-                f"cod_variance_growth{suffix}",
-                COD,
-                f"{base}: ln Var(h_l) rises with depth l (slope > "
-                f"{pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}); a precondition of the "
-                f"paper's argument, which cod_lns_variance tests",
-                "cod_variance_growth",
-                growth,
-                scale,
-                positive(growth, pv.COD_VARIANCE_SLOPE_NEGLIGIBLE),
-            )
-        )
-        less = over_seeds(
-            [
-                difference(log_variance_slope(data.h_var[b]), log_variance_slope(data.h_var[t]))
-                for b, t in pairs
-            ]
-        )
-        rows.append(
-            claim_row(
-                f"cod_lns_variance{suffix}",
-                COD,
-                f"{treat}'s variance grows less: slope({base}) - slope({treat}) > "
-                f"{pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}",
-                "cod_variance_growth",
-                less,
-                scale,
-                positive(less, pv.COD_VARIANCE_SLOPE_NEGLIGIBLE),
-            )
-        )
+def _twin_value(data: RunData, name: str, statistic):
+    """statistic(untrained twin of `name`), or None without a twin or the tables it reads."""
+    stats = twin(data, name)
+    if stats is None:
+        return None
+    try:
+        value = statistic(stats)
+    except (TypeError, KeyError, AttributeError):
+        return None
+    return None if value is None else float(value)
 
+
+def _twin_slope(stats) -> float:
+    return log_variance_slope(stats.h_var).value
+
+
+def _shown(claim: str, compared: AgainstInit) -> str:
+    return f"{claim}; shown: {compared.text}" if compared.initial is not None else claim
+
+
+def _variance_rows(data: RunData, pair: _Pair) -> list[dict]:
+    """cod_variance_growth (Pre-LN's own growth) and cod_lns_variance (LNS grows less), each
+    against the untrained twins: trained - untrained over seeds."""
+    base, treat, pairs, members = pair.base, pair.treat, pair.pairs, pair.members
+    suffix, scale = pair.suffix, pair.scale
+    threshold = pv.COD_VARIANCE_SLOPE_NEGLIGIBLE
+    rows = []
+    if not all(m in data.h_var for m in members):
+        return rows
+    growth = against_initialisation(
+        [log_variance_slope(data.h_var[b]) for b, _ in pairs],
+        [_twin_value(data, b, _twin_slope) for b, _ in pairs],
+        threshold,
+    )
+    rows.append(
+        claim_row(
+            f"cod_variance_growth{suffix}",
+            COD,
+            _shown(
+                f"{base}: ln Var(h_l) rises with depth l beyond its initialisation: slope "
+                f"(trained) - slope (same seed untrained) > {threshold:g}; a precondition of "
+                f"the paper's argument, which cod_lns_variance tests",
+                growth,
+            ),
+            "cod_variance_growth",
+            growth.delta,
+            scale,
+            pair.positive(growth.delta, threshold, growth.blockers),
+        )
+    )
+
+    def gap(stats_b, stats_t):
+        return _twin_slope(stats_b) - _twin_slope(stats_t)
+
+    less = against_initialisation(
+        [
+            difference(log_variance_slope(data.h_var[b]), log_variance_slope(data.h_var[t]))
+            for b, t in pairs
+        ],
+        [
+            None if twin(data, b) is None or twin(data, t) is None
+            else gap(twin(data, b), twin(data, t))
+            for b, t in pairs
+        ],
+        threshold,
+    )  # fmt: skip
+    rows.append(
+        claim_row(
+            f"cod_lns_variance{suffix}",
+            COD,
+            _shown(
+                f"{treat}'s variance grows less, beyond the initialisation: [slope({base}) - "
+                f"slope({treat})] trained - untrained > {threshold:g}",
+                less,
+            ),
+            "cod_variance_growth",
+            less.delta,
+            scale,
+            pair.positive(less.delta, threshold, less.blockers),
+        )
+    )
     return rows
 
 
 def _loss_and_layer_rows(data: RunData, pair: _Pair) -> list[dict]:
-    """cod_val_loss, cod_angular_distance and cod_delta_p."""
+    """cod_val_loss, cod_angular_distance and cod_delta_p, against the untrained twins."""
     base, treat, pairs, members = pair.base, pair.treat, pair.pairs, pair.members
-    suffix, scale, positive = pair.suffix, pair.scale, pair.positive
+    suffix, scale = pair.suffix, pair.scale
     rows = []
     if all(m in data.val_loss for m in members):
-        gain = over_seeds([Estimate(data.val_loss[b] - data.val_loss[t]) for b, t in pairs])
         band = pv.COD_LNS_GAIN_BAND
+        threshold = pv.COD_LNS_GAIN_NEGLIGIBLE
+        gain = against_initialisation(
+            [Estimate(data.val_loss[b] - data.val_loss[t]) for b, t in pairs],
+            [_twin_loss_gap(data, b, t) for b, t in pairs],
+            threshold,
+        )
         rows.append(
             claim_row(
                 f"cod_val_loss{suffix}",
                 COD,
-                f"{treat} reaches a lower validation loss: loss({base}) - "
-                f"loss({treat}) > {pv.COD_LNS_GAIN_NEGLIGIBLE:g} nats",
+                _shown(
+                    f"{treat} reaches a lower validation loss after pretraining: loss({base}) - "
+                    f"loss({treat}) > {threshold:g} nats (trained - untrained)",
+                    gain,
+                ),
                 "cod_lns_gain",
-                gain,
+                gain.delta,
                 scale,
-                positive(gain, pv.COD_LNS_GAIN_NEGLIGIBLE),
+                pair.positive(gain.delta, threshold, gain.blockers + _budget(data, members)),
                 f"gain {PAPER_VALUES['cod_lns_gain'].describe()} nats = ln of "
                 f"perplexity Pre-LN {PAPER_VALUES['cod_ppl_pre_ln'].describe()} / "
                 f"LNS {PAPER_VALUES['cod_ppl_lns'].describe()}",
-                size=(band, band_text(band, " nats"), gain),
+                size=(band, band_text(band, " nats"), gain.delta),
             )
         )
     if all(m in data.distance for m in members):
-        gap = over_seeds([deep_layer_gap(data.distance[b], data.distance[t]) for b, t in pairs])
+        threshold = pv.COD_ANGULAR_NEGLIGIBLE
         tokens = sorted({data.distance_tokens.get(m, "last token") for m in members})
+        distance = against_initialisation(
+            [deep_layer_gap(data.distance[b], data.distance[t]) for b, t in pairs],
+            [
+                None if twin(data, b) is None or twin(data, t) is None
+                else deep_layer_gap(twin(data, b).distance, twin(data, t).distance).value
+                for b, t in pairs
+            ],
+            threshold,
+        )  # fmt: skip
+        blockers = list(distance.blockers)
+        if tokens != ["all tokens"]:
+            blockers.append(
+                "the analysis measured the distance on the last token only; the paper's Eq. 1 "
+                "averages all tokens (analysis.all_token_distance: true)"
+            )
         rows.append(
             claim_row(
                 f"cod_angular_distance{suffix}",
                 COD,
-                f"deep {base} layers are closer to identity: mean over the deeper "
-                f"half of d(l, l+1)[{treat}] - d(l, l+1)[{base}] > "
-                f"{pv.COD_ANGULAR_NEGLIGIBLE:g} ({' / '.join(tokens)}"
-                f"{'' if tokens == ['all tokens'] else '; the paper: all tokens'})",
+                _shown(
+                    f"deep {base} layers are closer to identity than {treat}'s: mean over the "
+                    f"deeper half of d(l, l+1)[{treat}] - d(l, l+1)[{base}] > {threshold:g}, "
+                    f"trained - untrained ({' / '.join(tokens)})",
+                    distance,
+                ),
                 "cod_angular_distance",
-                gap,
+                distance.delta,
                 scale,
-                positive(gap, pv.COD_ANGULAR_NEGLIGIBLE),
+                pair.positive(distance.delta, threshold, blockers),
             )
         )
     if all(m in data.single_layer for m in members):
@@ -163,21 +244,169 @@ def _loss_and_layer_rows(data: RunData, pair: _Pair) -> list[dict]:
             for b, t in pairs
         ]
         what = drops[0][0][1]
-        gap = over_seeds([deep_layer_gap(db[0], dt[0]) for db, dt in drops])
+        threshold, threshold_text = learned_threshold(
+            data, [b for b, _ in pairs], pv.COD_DELTA_P_NEGLIGIBLE
+        )
+        deep_cost = [
+            max(float(d[0][d[0].index >= len(d[0]) // 2].mean()) for d in pair) for pair in drops
+        ]
+        room = no_room(deep_cost, threshold, "one deep layer, the costlier scheme's mean")
+        removal = against_initialisation(
+            [deep_layer_gap(db[0], dt[0]) for db, dt in drops],
+            [_twin_drop_gap(data, b, t) if what == "val loss increase" else None for b, t in pairs],
+            threshold,
+        )
         rows.append(
             claim_row(
                 f"cod_delta_p{suffix}",
                 COD,
-                f"removing one deep {base} layer hurts less: mean over the deeper "
-                f"half of {what}[{treat}] - {what}[{base}] > "
-                f"{pv.COD_DELTA_P_NEGLIGIBLE:g}",
+                _shown(
+                    f"removing one deep {base} layer hurts less than one deep {treat} layer: "
+                    f"mean over the deeper half of {what}[{treat}] - {what}[{base}] > "
+                    f"{threshold_text}, trained - untrained",
+                    removal,
+                ),
                 "cod_delta_p",
-                gap,
+                removal.delta,
                 scale,
-                positive(gap, pv.COD_DELTA_P_NEGLIGIBLE),
+                pair.positive(removal.delta, threshold, removal.blockers + room),
             )
         )
+    return rows
 
+
+def _twin_loss_gap(data: RunData, base: str, treat: str):
+    """Untrained twins' validation loss, base - treatment (None without both)."""
+    b, t = twin(data, base), twin(data, treat)
+    if b is None or t is None or "full" not in b.losses or "full" not in t.losses:
+        return None
+    return b.losses["full"] - t.losses["full"]
+
+
+def _twin_drops(stats) -> pd.Series:
+    singles = {
+        int(k.split(":", 1)[1]): v - stats.losses["full"]
+        for k, v in stats.losses.items()
+        if k.startswith("single:")
+    }
+    return pd.Series(singles).sort_index()
+
+
+def _twin_drop_gap(data: RunData, base: str, treat: str):
+    b, t = twin(data, base), twin(data, treat)
+    if b is None or t is None or "full" not in b.losses or "full" not in t.losses:
+        return None
+    return deep_layer_gap(_twin_drops(b), _twin_drops(t)).value
+
+
+def _budget(data: RunData, members) -> list[str]:
+    """Why a final-loss comparison says nothing about Table 1: too few training tokens per
+    parameter (the paper's losses are after pretraining; this early they rank how fast each
+    scheme starts)."""
+    ratios = [data.tokens_per_param[m] for m in members if m in data.tokens_per_param]
+    if not ratios or min(ratios) >= pv.COD_MIN_TOKENS_PER_PARAM:
+        return []
+    return [
+        f"trained to {min(ratios):.2g} tokens per non-embedding parameter; Table 1's losses are "
+        f"after pretraining (>= {pv.COD_MIN_TOKENS_PER_PARAM:g} per parameter): this early a "
+        f"loss gap ranks how fast each scheme starts"
+    ]
+
+
+def lns_best_rows(data: RunData) -> list[dict]:
+    """cod_lns_best: LNS below every other scheme trained at its shape. Per other scheme, loss
+    (scheme) - loss(LNS) paired seed by seed (the shorter list of seeds), trained - untrained;
+    the row shows the scheme closest to LNS. Reproduced when every scheme's interval lies above
+    the threshold, not reproduced when one lies wholly below it; a scheme with fewer than
+    MIN_SEEDS seeds makes it indicative."""
+    lns = [(g, m) for g, m, scheme in data.schemes if scheme == "lns"]
+    others = [(g, m) for g, m, scheme in data.schemes if scheme != "lns"]
+    if not lns or not others:
+        return []
+    group, lns_members = lns[0]
+    every = [m for _, ms, _ in data.schemes for m in ms]
+    if not all(m in data.val_loss for m in every):
+        return []
+    threshold = pv.COD_LNS_BEST_NEGLIGIBLE
+    gaps, blockers = {}, []
+    for other, members in others:
+        paired = list(zip(members, lns_members))
+        compared = against_initialisation(
+            [Estimate(data.val_loss[o] - data.val_loss[t]) for o, t in paired],
+            [_twin_loss_gap(data, o, t) for o, t in paired],
+            threshold,
+        )
+        gaps[other] = compared.delta
+        blockers += compared.blockers
+    blockers += not_learned(data, every) + _budget(data, every)
+    closest = min(gaps, key=lambda k: gaps[k].value)
+    e = gaps[closest]
+    n = min(g.n for g in gaps.values())
+    e = replace(e, n=n)
+    above = [k for k, g in gaps.items() if g.has_interval and g.low > threshold]
+    below = [k for k, g in gaps.items() if g.has_interval and g.high < threshold]
+    shown = "; ".join(f"{k}: {g.value:.3g}" for k, g in gaps.items())
+    if blockers:
+        verdict = (NOT_TESTABLE, "; ".join(dict.fromkeys(blockers)))
+    elif below:
+        verdict = (NOT_REPRODUCED, f"{', '.join(below)} at or below LNS ({shown})")
+    elif len(above) == len(gaps):
+        verdict = (REPRODUCED, f"every scheme above LNS by > {threshold:g} ({shown})")
+    else:
+        verdict = (NOT_TESTABLE, f"an interval straddles {threshold:g}: {TOO_WIDE} ({shown})")
+    return [
+        claim_row(
+            "cod_lns_best",
+            COD,
+            f"{group} reaches a lower validation loss than every other scheme trained at its "
+            f"shape ({', '.join(gaps)}): loss(scheme) - loss({group}) > {threshold:g} nats for "
+            f"each, trained - untrained, seeds paired; shown: the closest scheme ({closest})",
+            "cod_lns_best",
+            e,
+            scale_of(data, lns_members),
+            with_seeds(e, verdict, True, blockers),
+        )
+    ]
+
+
+def post_ln_rows(data: RunData) -> list[dict]:
+    """cod_post_ln_reverse per Post-LN model: mean d(l, l+1) over the deeper half - over the
+    shallower half > threshold (the Pre-LN trend reversed). Trained here: over seeds, against
+    the untrained twins; a published encoder: over its document shards."""
+    rows = []
+    threshold = pv.COD_POST_LN_NEGLIGIBLE
+    for group, entry in data.post_ln.items():
+        members, trained = entry["members"], entry["trained"]
+        tokens = sorted({t for m in members for _, _, t in entry["replicates"][m]})
+        if trained:
+            compared = against_initialisation(
+                [
+                    Estimate(float(np.mean([-half_gap(d) for _, d, _ in entry["replicates"][m]])))
+                    for m in members
+                ],
+                [_twin_value(data, m, lambda s: -half_gap(s.distance)) for m in members],
+                threshold,
+            )
+            e, blockers = compared.delta, compared.blockers + not_learned(data, members)
+            claim_extra = f"; shown: {compared.text}" if compared.initial is not None else ""
+        else:
+            e = over_shards(
+                [-half_gap(d) for _, d, _ in entry["replicates"][members[0]]], "half means each"
+            )
+            blockers, claim_extra = [], ""
+        rows.append(
+            claim_row(
+                f"cod_post_ln_reverse:{group}",
+                COD,
+                f"{group} (Post-LN): the trend reverses, deep layers are farther from identity: "
+                f"mean d(l, l+1) over the deeper half - over the shallower half > {threshold:g} "
+                f"({' / '.join(tokens)}){claim_extra}",
+                "cod_post_ln_reverse",
+                e,
+                data.scale.get(members[0], group),
+                decide(e, verdict_positive(e, blockers, threshold), trained, blockers),
+            )
+        )
     return rows
 
 

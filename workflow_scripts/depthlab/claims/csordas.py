@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 from depthlab.claims.measures import (
     bonferroni,
@@ -13,10 +14,12 @@ from depthlab.claims.measures import (
     map_error_advantage,
 )
 from depthlab.claims.rows import (
+    against_initialisation,
     claim_row,
     decide,
     not_learned,
     scale_of,
+    twin,
 )
 from depthlab.claims.run_data import RunData
 from depthlab.claims.verdicts import (
@@ -94,6 +97,84 @@ def depth_score_row(data: RunData, group: str, members: list, family: str) -> di
     )
 
 
+def future_effects(effects: pd.DataFrame) -> pd.Series | None:
+    """Per skipped layer s (s < L - 1), the largest mean relative change of a later layer's
+    update at future tokens when s is skipped at the earlier ones (variant layer_future of the
+    skip stage's effects.csv); None without that variant."""
+    rows = effects[(effects["variant"] == "layer_future") & (effects["measure"] == "update")]
+    rows = rows[rows["layer"] > rows["skipped"]]
+    if rows.empty:
+        return None
+    return rows.groupby("skipped")["mean"].max().sort_index()
+
+
+def future_margin(per_layer: pd.Series, num_layers: int) -> float:
+    """min(first-half mean - small, small - second-half mean) of future_effects (> 0: first-half
+    skips change the future computation, second-half skips barely do)."""
+    small = pv.CSORDAS_FUTURE_EFFECT_SMALL
+    first = per_layer[per_layer.index < num_layers // 2]
+    second = per_layer[per_layer.index >= num_layers // 2]
+    if first.empty or second.empty:
+        return math.nan
+    return min(float(first.mean()) - small, small - float(second.mean()))
+
+
+def future_effect_rows(data: RunData) -> list[dict]:
+    """csordas_future_effect per depth-scored group with the layer_future variant: over seeds
+    for models trained here, trained - untrained twin (a random network's skips may already
+    spare its later layers); a published LM scored on one document set has no interval."""
+    rows = []
+    small = pv.CSORDAS_FUTURE_EFFECT_SMALL
+    for group, members in data.depth_groups.items():
+        series = [future_effects(data.skip_effects[m]) if m in data.skip_effects else None
+                  for m in members]  # fmt: skip
+        if any(s is None for s in series):
+            continue
+        layers = [int(data.skip_effects[m]["skipped"].max()) + 1 for m in members]
+        values = [future_margin(s, n) for s, n in zip(series, layers)]
+        trained = any(m in data.trained for m in members)
+        blockers = not_learned(data, members)
+        extra = ""
+        if trained:
+            initial = []
+            for m, n in zip(members, layers):
+                stats = twin(data, m)
+                twin_series = None if stats is None or stats.skip_effects is None else (
+                    future_effects(stats.skip_effects))  # fmt: skip
+                initial.append(None if twin_series is None else future_margin(twin_series, n))
+            compared = against_initialisation([Estimate(v) for v in values], initial, 0.0)
+            e = compared.delta
+            blockers += compared.blockers
+            if compared.initial is None:
+                blockers.append(
+                    "a model trained here without an untrained twin's skip effects: the row "
+                    "cannot say what training did"
+                )
+            else:
+                extra = f"; shown: {compared.text}"
+        else:
+            e = Estimate(
+                values[0], method="one document set: no interval (the layers are no samples)"
+            )
+        rows.append(
+            claim_row(
+                f"csordas_future_effect:{group}",
+                CSORDAS,
+                f"{group}: skipping a second-half layer barely changes the later layers' "
+                f"computation for future tokens, skipping a first-half one does: min(first-half "
+                f"mean - {small:g}, {small:g} - second-half mean) > 0 of the largest relative "
+                f"update change over later layers (layer_future)"
+                + (", trained - untrained" if trained else "")
+                + extra,
+                "csordas_future_effect",
+                e,
+                scale_of(data, members),
+                decide(e, verdict_positive(e, blockers, 0.0), trained, blockers),
+            )
+        )
+    return rows
+
+
 def csordas_claims(data: RunData) -> list[dict]:
     rows = []
     negligible = pv.CSORDAS_MAP_ERROR_NEGLIGIBLE
@@ -126,4 +207,4 @@ def csordas_claims(data: RunData) -> list[dict]:
             continue
         for family in sorted(set(data.problem_effects[members[0]]["family"])):
             rows.append(depth_score_row(data, group, members, family))
-    return rows
+    return rows + future_effect_rows(data)

@@ -11,7 +11,14 @@ import numpy as np
 import pandas as pd
 
 from depthlab.claims.measures import over_shards
-from depthlab.claims.rows import claim_row, decide, not_learned, scale_of
+from depthlab.claims.rows import (
+    against_initialisation,
+    claim_row,
+    decide,
+    not_learned,
+    scale_of,
+    twin,
+)
 from depthlab.claims.run_data import RunData
 from depthlab.claims.verdicts import Estimate, band_text, over_seeds, verdict_positive
 from depthlab.core import paper_values_lens as pv
@@ -61,6 +68,32 @@ def _estimate(data: RunData, members: list, statistic, what: str) -> Estimate:
     return over_shards([statistic(r) for r in data.lens_swaps[members[0]]], what)
 
 
+def _against_twins(data: RunData, members: list, statistic, threshold: float):
+    """(row value, extra blockers, words) of a lens / swap statistic of models trained here:
+    trained - untrained over seeds (each side the mean over its text sets); the trained value
+    alone, said so, without twins."""
+    trained = [
+        Estimate(float(np.mean([statistic(r) for r in data.lens_swaps[m]])), n=1) for m in members
+    ]
+    initial = [
+        None
+        if (stats := twin(data, m)) is None or not stats.lens_swaps
+        else float(np.mean([statistic(r) for r in stats.lens_swaps]))
+        for m in members
+    ]
+    compared = against_initialisation(trained, initial, threshold)
+    words = f"; shown: {compared.text}" if compared.initial is not None else ""
+    if compared.initial is None and all(
+        (stats := twin(data, m)) is not None and stats.lens_swaps for m in members
+    ):
+        # a random network's top-1 accuracy is 0: kept accuracy (accuracy / intact) is 0 / 0
+        words = (
+            "; the untrained twins predict no next token right (top-1 accuracy 0), so their "
+            "kept accuracy is undefined: the trained value alone"
+        )
+    return compared.delta, compared.blockers, words
+
+
 def lens_swaps_claims(data: RunData) -> list[dict]:
     rows = []
     for group, members in data.lens_groups.items():
@@ -69,8 +102,16 @@ def lens_swaps_claims(data: RunData) -> list[dict]:
         trained = any(m in data.trained for m in members)
         blockers = not_learned(data, members) if trained else []
         scale = scale_of(data, members)
-        gap = _estimate(data, members, lambda r: tuned_lens_gap(r[0]), "min KL reduction each")
         negligible = pv.BELROSE_KL_GAP_NEGLIGIBLE
+        gap, lens_words, lens_blockers = (
+            _estimate(data, members, lambda r: tuned_lens_gap(r[0]), "min KL reduction each"),
+            "",
+            [],
+        )
+        if trained:
+            gap, lens_blockers, lens_words = _against_twins(
+                data, members, lambda r: tuned_lens_gap(r[0]), negligible
+            )
         rows.append(
             claim_row(
                 f"belrose_tuned_lens:{group}",
@@ -78,15 +119,27 @@ def lens_swaps_claims(data: RunData) -> list[dict]:
                 f"{group}: the tuned lens is closer to the final distribution than the logit "
                 f"lens at every layer but the last: min over states l < L of 1 - KL(p_L || "
                 f"tuned lens) / KL(p_L || logit lens) > {negligible:g} (held-out documents; "
-                f"translators trained on the train split)",
+                f"translators trained on the train split)"
+                + (", trained - untrained" if trained else "")
+                + lens_words,
                 "belrose_tuned_lens_kl",
                 gap,
                 scale,
-                decide(gap, verdict_positive(gap, blockers, negligible), trained, blockers),
+                decide(
+                    gap,
+                    verdict_positive(gap, blockers + lens_blockers, negligible),
+                    trained,
+                    blockers + lens_blockers,
+                ),
                 paper_value=PAPER_VALUES["belrose_tuned_lens_kl"].describe(),
             )
         )
         both = _estimate(data, members, lambda r: swap_statistics(r[1])[2], "min margin each")
+        swap_words, swap_blockers = "", []
+        if trained:
+            both, swap_blockers, swap_words = _against_twins(
+                data, members, lambda r: swap_statistics(r[1])[2], 0.0
+            )
         middle = _estimate(data, members, lambda r: swap_statistics(r[1])[0], "middle mean each")
         first = _estimate(data, members, lambda r: swap_statistics(r[1])[1], "first swap each")
         rows.append(
@@ -97,11 +150,18 @@ def lens_swaps_claims(data: RunData) -> list[dict]:
                 f"next-token top-1 accuracy while swapping layers 0 and 1 does not: "
                 f"min(mean kept accuracy over the middle swaps - {pv.LAD_MOST:g}, "
                 f"{pv.LAD_MOST:g} - kept accuracy of the first swap) > 0; middle mean "
-                f"{middle.value:.3g}, first swap {first.value:.3g}",
+                f"{middle.value:.3g}, first swap {first.value:.3g}"
+                + (", trained - untrained" if trained else "")
+                + swap_words,
                 "lad_swap_kept_accuracy",
                 both,
                 scale,
-                decide(both, verdict_positive(both, blockers, 0.0), trained, blockers),
+                decide(
+                    both,
+                    verdict_positive(both, blockers + swap_blockers, 0.0),
+                    trained,
+                    blockers + swap_blockers,
+                ),
                 paper_value=PAPER_VALUES["lad_swap_kept_accuracy"].describe(),
                 size=(pv.LAD_SWAP_BAND, band_text(pv.LAD_SWAP_BAND), middle),
             )

@@ -90,11 +90,54 @@ def _unhealed(sweep: pd.DataFrame, strategy: str, healed: bool = False) -> pd.Se
     return rows.groupby("n")["val_loss"].first()
 
 
-def block_choice_gap(sweep: pd.DataFrame) -> Estimate:
-    """Mean over the removed-layer counts n >= 1 of val_loss(deepest) - val_loss(angular),
-    unhealed (> 0: the angular block choice is better), t-interval over n."""
+def sweep_layers(sweep: pd.DataFrame) -> int | None:
+    """The model's layer count from a sweep.csv (n / fraction of a removal row), None without
+    one."""
+    rows = sweep[(sweep["n"] > 0) & (sweep.get("fraction", pd.Series(dtype=float)) > 0)]
+    if "fraction" not in sweep or rows.empty:
+        return None
+    return int(round(float(rows["n"].iloc[0]) / float(rows["fraction"].iloc[0])))
+
+
+def block_range(num_layers: int | None, max_fraction: float) -> int | None:
+    """The largest block size n of the paper's range: about `max_fraction` of the layers."""
+    return None if num_layers is None else max(1, int(num_layers * max_fraction))
+
+
+def removal_damage(sweep: pd.DataFrame, strategy: str, max_n: int | None = None) -> float:
+    """Mean over 1 <= n <= max_n of val_loss(strategy, n) - val_loss(intact), unhealed: how much
+    the removals cost at all (two rankings cannot differ by more than their sets' damage)."""
+    unhealed = sweep[sweep["healed"].astype(str) == "False"]
+    intact = unhealed[unhealed["n"] == 0]["val_loss"]
+    losses = _unhealed(sweep, strategy)
+    ns = [n for n in losses.index if n >= 1 and (max_n is None or n <= max_n)]
+    if intact.empty or not ns:
+        return math.nan
+    return float(np.mean([losses[n] for n in ns]) - intact.iloc[0])
+
+
+def no_room(damages: list[float], threshold: float, what: str) -> list[str]:
+    """[reason] when removing layers costs less than `threshold` at all (mean over the models of
+    `damages`, each the loss a removal adds): two choices of layers cannot then differ by the
+    threshold, and the comparison tests nothing; [] otherwise."""
+    finite = [d for d in damages if math.isfinite(d)]
+    if not finite or float(np.mean(finite)) >= threshold:
+        return []
+    return [
+        f"removing layers here costs only {float(np.mean(finite)):.3g} nats ({what}), less "
+        f"than the threshold {threshold:.3g}: two choices cannot differ by it"
+    ]
+
+
+def block_choice_gap(sweep: pd.DataFrame, max_n: int | None = None) -> Estimate:
+    """Mean over the removed-layer counts 1 <= n <= max_n (None: every n) of val_loss(deepest)
+    - val_loss(angular), unhealed (> 0: the angular block choice is better), t-interval over n."""
     angular, deepest = _unhealed(sweep, "angular"), _unhealed(sweep, "deepest")
-    ns = sorted(n for n in set(angular.index) & set(deepest.index) if n >= 1)
+    ns = sorted(
+        n
+        for n in set(angular.index) & set(deepest.index)
+        if n >= 1 and (max_n is None or n <= max_n)
+    )
     return t_interval([deepest[n] - angular[n] for n in ns], "removal counts n")
 
 
@@ -115,7 +158,7 @@ def healing_gap_change(sweep: pd.DataFrame) -> Estimate | None:
     return t_interval(change, "healed n")
 
 
-def _halves(values: pd.Series) -> tuple[list[float], list[float]]:
+def halves(values: pd.Series) -> tuple[list[float], list[float]]:
     """A per-layer series split into the model's shallower and deeper half (deep_layers of a
     model with max(layer) + 1 layers; a series that omits early layers keeps the model's
     halves)."""
@@ -127,7 +170,7 @@ def _halves(values: pd.Series) -> tuple[list[float], list[float]]:
 def half_gap(values: pd.Series) -> float:
     """Mean over the shallower half of the layers minus mean over the deeper half of a per-layer
     series (> 0: the deeper half is smaller)."""
-    shallow, deep = _halves(values)
+    shallow, deep = halves(values)
     return float(np.mean(shallow) - np.mean(deep))
 
 
@@ -240,14 +283,17 @@ def delta_p_half_gap(means: dict) -> float:
     return half_gap(pd.Series(singles))
 
 
-def block_gap_of_means(means: dict) -> float:
-    """Mean over n of loss(deepest:n) - loss(angular:n): block_choice_gap on set means."""
+def block_gap_of_means(means: dict, max_n: int | None = None) -> float:
+    """Mean over 1 <= n <= max_n (None: every n) of loss(deepest:n) - loss(angular:n):
+    block_choice_gap on set means (NaN when no n is in range)."""
     ns = [
         key.split(":", 1)[1]
         for key in means
         if key.startswith("angular:") and f"deepest:{key.split(':', 1)[1]}" in means
     ]
-    ns = [n for n in ns if int(n) >= 1]
+    ns = [n for n in ns if int(n) >= 1 and (max_n is None or int(n) <= max_n)]
+    if not ns:
+        return math.nan
     return float(np.mean([means[f"deepest:{n}"] - means[f"angular:{n}"] for n in ns]))
 
 
@@ -427,12 +473,24 @@ def _replicates(fit_row: dict) -> dict:
     }
 
 
+def toy_fit_df(fit: dict) -> int | None:
+    """Degrees of freedom of one replicate's exponent fit: its student depths minus the form's
+    parameters (power: c, a; power_offset: c, a, L0); None when fit.json lists no losses."""
+    losses = fit.get("losses") or []
+    if not losses:
+        return None
+    depths = len({r["student_depth"] for r in losses})
+    return depths - (3 if fit.get("form") == "power_offset" else 2)
+
+
 def toy_exponent_gaps(fit: dict, bounds=None) -> dict:
     """Per temperature, over the toy's replicates (teacher seed i of both kinds, each with its
     own students: the toy's seeds), paired by replicate: ([a_tied - a_indep per replicate,
-    each with the normal interval of its two fit standard errors], [a_tied / a_indep per
-    replicate], reasons it cannot be judged (an exponent at its bound))."""
+    each with the t interval (toy_fit_df degrees of freedom: 2 for 4 depths) of its two fit
+    standard errors], [a_tied / a_indep per replicate], reasons it cannot be judged (an
+    exponent at its bound))."""
     result = {}
+    df = toy_fit_df(fit)
     rows = fit.get("fits", [])
     for temperature in sorted({float(r["temperature"]) for r in rows}):
         kinds = {
@@ -451,7 +509,9 @@ def toy_exponent_gaps(fit: dict, bounds=None) -> dict:
                 if any(a <= lo + 1e-6 or a >= hi - 1e-6 for a, _ in reps.values()):
                     blockers.append(f"{kind} exponent at its bound {[lo, hi]}")
         gaps = [
-            difference(Estimate(tied[r][0], se=tied[r][1]), Estimate(indep[r][0], se=indep[r][1]))
+            difference(
+                Estimate(tied[r][0], se=tied[r][1]), Estimate(indep[r][0], se=indep[r][1]), df=df
+            )
             for r in paired
         ]
         ratios = [

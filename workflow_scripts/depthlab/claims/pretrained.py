@@ -3,9 +3,14 @@ model's own document shards and validation windows."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from depthlab.claims.measures import (
     delta_p_half_gap,
     half_gap,
+    halves,
     log_variance_slope,
     over_shards,
     single_layer_drop,
@@ -23,6 +28,16 @@ from depthlab.claims.verdicts import (
 )
 from depthlab.core import paper_values as pv
 from depthlab.core.paper_values import COD, CSORDAS
+
+
+def half_margin(contribution) -> float:
+    """min(first-half mean - CSORDAS_FIRST_HALF_ABOVE, CSORDAS_SECOND_HALF_BELOW - second-half
+    mean) of a per-layer relative contribution: > 0 when both of the paper's sizes hold."""
+    first, second = halves(contribution)
+    return min(
+        float(np.mean(first)) - pv.CSORDAS_FIRST_HALF_ABOVE,
+        pv.CSORDAS_SECOND_HALF_BELOW - float(np.mean(second)),
+    )
 
 
 def pretrained_claims(data: RunData) -> list[dict]:
@@ -61,7 +76,7 @@ def pretrained_claims(data: RunData) -> list[dict]:
                 f"{name}: deep layers are closer to identity: mean d(l, l+1) over the "
                 f"shallower half - over the deeper half > {pv.COD_ANGULAR_NEGLIGIBLE:g} "
                 f"({' / '.join(tokens)})",
-                "cod_angular_distance",
+                "cod_deep_identity",
                 closer,
                 scale,
                 positive(closer, pv.COD_ANGULAR_NEGLIGIBLE),
@@ -74,6 +89,7 @@ def pretrained_claims(data: RunData) -> list[dict]:
             for f in frames
         ]
         less = over_shards([half_gap(c) for c in contribution], "half means each")
+        size = over_shards([half_margin(c) for c in contribution], "half means each")
         rows.append(
             claim_row(
                 f"csordas_second_half:{name}",
@@ -85,6 +101,14 @@ def pretrained_claims(data: RunData) -> list[dict]:
                 less,
                 scale,
                 positive(less, pv.CSORDAS_HALF_CONTRIBUTION_NEGLIGIBLE),
+                size=(
+                    (0.0, math.inf),
+                    f"first half > {pv.CSORDAS_FIRST_HALF_ABOVE:g} and second half < "
+                    f"{pv.CSORDAS_SECOND_HALF_BELOW:g}: min(first - "
+                    f"{pv.CSORDAS_FIRST_HALF_ABOVE:g}, {pv.CSORDAS_SECOND_HALF_BELOW:g} - "
+                    f"second) > 0",
+                    size,
+                ),
             )
         )
         if name in data.single_layer:
@@ -107,7 +131,7 @@ def pretrained_claims(data: RunData) -> list[dict]:
                     f"{name}: removing one deep layer hurts less than removing a shallow one: "
                     f"mean {what} over the shallower half - over the deeper half > "
                     f"{pv.COD_DELTA_P_NEGLIGIBLE:g}",
-                    "cod_delta_p",
+                    "cod_delta_p_depth",
                     gap,
                     scale,
                     positive(gap, pv.COD_DELTA_P_NEGLIGIBLE),

@@ -30,9 +30,11 @@ class RunData:
     trained: set = field(default_factory=set)  # models trained here (seeds matter)
     task_trained: set = field(default_factory=set)  # trained here on the depth problems
     val_loss: dict = field(default_factory=dict)  # final validation loss
+    tokens_per_param: dict = field(default_factory=dict)  # training tokens / non-embedding params
     unigram: dict = field(default_factory=dict)  # unigram entropy of the model's val split
     scale: dict = field(default_factory=dict)  # "12 layers x 128, 262k tokens"
     h_var: dict = field(default_factory=dict)  # Series by state l
+    measures: dict = field(default_factory=dict)  # analysis measures.csv frames
     distance: dict = field(default_factory=dict)  # d(l, l+1) Series by layer l
     distance_tokens: dict = field(default_factory=dict)  # "all tokens" | "last token"
     single_layer: dict = field(default_factory=dict)  # single_layer.csv frames
@@ -40,6 +42,7 @@ class RunData:
     sweeps: dict = field(default_factory=dict)  # pruning sweep.csv frames
     depth_groups: dict = field(default_factory=dict)  # {group: members} of scored models
     problem_effects: dict = field(default_factory=dict)
+    skip_effects: dict = field(default_factory=dict)  # skip stage effects.csv frames
     accuracy: dict = field(default_factory=dict)
     bootstrap: dict = field(default_factory=lambda: {"resamples": 1000, "seed": 0})
     map_groups: dict = field(default_factory=dict)  # {config pair: [expanded pairs]}
@@ -64,6 +67,16 @@ class RunData:
     # {seed group: members} (a published LM: itself, its text sets the document shards)
     lens_swaps: dict = field(default_factory=dict)
     lens_groups: dict = field(default_factory=dict)
+    # untrained twins (depthlab.claims.initial.InitialStatistics) of the models trained here,
+    # by model; a claim about a model without one says so
+    initial: dict = field(default_factory=dict)
+    # every norm scheme trained here at the CoD pair's shape: [(group, members, norm scheme)]
+    schemes: list = field(default_factory=list)
+    # Post-LN models: {group: {"members", "trained", "replicates": {member: [analysis
+    # replicates as `pretrained` holds them]}}}
+    post_ln: dict = field(default_factory=dict)
+    # healing runs per pruned model: {method: {tokens, lr, runs}} (healing trains here)
+    healing: dict = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,7 +92,15 @@ def input_files(spec: dict) -> list[str]:
     analysis_folders = list(spec["analysis"].values()) + [
         d for model in spec.get("pretrained", {}).values() for d in model["analysis"]
     ]
-    for d in analysis_folders:
+    analysis_folders += [
+        d
+        for group in (spec.get("post_ln") or {}).values()
+        for folders in group["analysis"].values()
+        for d in folders
+    ]
+    for twin in (spec.get("initial") or {}).values():
+        files.append(f"{twin['model']}/provenance.json")
+    for d in dict.fromkeys(analysis_folders):
         files.append(f"{d}/measures.csv")
         if Path(f"{d}/angular_distance_all.csv").exists():
             files.append(f"{d}/angular_distance_all.csv")
@@ -142,8 +163,25 @@ def read_run_data(spec: dict) -> RunData:
         data.val_loss[name] = final_val_loss(run.log)
         data.unigram[name] = unigram[model["data"]]
         data.scale[name] = _scale_text(run)
+        if run.non_embedding_params:
+            data.tokens_per_param[name] = float(run.log["tokens"].max()) / run.non_embedding_params
+    if spec.get("initial"):
+        from depthlab.claims.initial import initial_statistics
+
+        data.initial = {name: initial_statistics(twin) for name, twin in spec["initial"].items()}
+    data.schemes = [tuple(s) for s in spec.get("schemes", [])]
+    data.healing = spec.get("healing") or {}
+    for group, entry in (spec.get("post_ln") or {}).items():
+        data.post_ln[group] = {
+            "members": entry["members"],
+            "trained": entry["trained"],
+            "replicates": {
+                m: [_read_analysis(d) for d in folders] for m, folders in entry["analysis"].items()
+            },
+        }
     for name, folder in spec["analysis"].items():
         measures, distance, tokens = _read_analysis(folder)
+        data.measures[name] = measures
         data.h_var[name] = measures[measures["measure"] == "h_var"].set_index("layer")["value"]
         data.distance[name], data.distance_tokens[name] = distance, tokens
     for name, model in spec.get("pretrained", {}).items():
@@ -157,6 +195,8 @@ def read_run_data(spec: dict) -> RunData:
             data.window_losses[name] = pd.read_csv(windows, keep_default_na=False)
     for name, folder in spec["depth_score"].items():
         data.problem_effects[name] = pd.read_csv(f"{folder}/problem_effects.csv")
+        if Path(folder, "effects.csv").exists():
+            data.skip_effects[name] = pd.read_csv(f"{folder}/effects.csv")
         data.accuracy[name] = pd.read_csv(f"{folder}/accuracy.csv")
     for pair, folder in spec["linear_maps"].items():
         data.map_errors[pair] = pd.read_csv(f"{folder}/relative_error.csv")

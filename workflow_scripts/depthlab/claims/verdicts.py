@@ -16,6 +16,14 @@ MIN_SEEDS = 3
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NOT_TESTABLE = "not testable at this scale"
+# the same verdict about published data points (a fit of someone else's numbers): no scale of
+# this run is involved, so the words say what limits it
+NOT_TESTABLE_DATA = "not testable on these data"
+# the reason a rule gives when the interval is merely too wide for its threshold or band: the
+# size verdict can still be decided then (verdict_size), unlike a blocked row
+TOO_WIDE = "too wide to decide"
+# the reason of a row about a model trained here whose untrained twin already shows the effect
+INIT_SHOWS_IT = "the initialisation already shows it"
 INDICATIVE = "one seed: indicative"
 SIZE_REPRODUCED = "size reproduced"
 SIZE_NOT_REPRODUCED = "size not reproduced"
@@ -142,18 +150,26 @@ def ols_slope(x, y, confidence: float = CONFIDENCE, what: str = "layers") -> Est
     )
 
 
-def difference(a: Estimate, b: Estimate, confidence: float = CONFIDENCE) -> Estimate:
-    """a - b; the interval combines the two standard errors (normal), when both have one."""
+def difference(
+    a: Estimate, b: Estimate, confidence: float = CONFIDENCE, df: int | None = None
+) -> Estimate:
+    """a - b; the interval combines the two standard errors, when both have one: a normal
+    quantile, or the t quantile of `df` degrees of freedom where the errors come from small
+    fits (a slope fitted to 4 points has 2 df: its error is itself uncertain)."""
     value = a.value - b.value
     if not (math.isfinite(a.se) and math.isfinite(b.se)):
         return Estimate(value, method="no interval")
     se = math.hypot(a.se, b.se)
-    half = _z_quantile(confidence) * se
+    if df is not None and df < 1:
+        return Estimate(value, method=f"no interval: fits with {df} degrees of freedom")
+    quantile = _z_quantile(confidence) if df is None else _t_quantile(df, confidence)
+    what = "normal" if df is None else f"t ({df} df)"
+    half = quantile * se
     return Estimate(
         value,
         value - half,
         value + half,
-        f"{confidence:.0%} normal interval from the two standard errors",
+        f"{confidence:.0%} {what} interval from the two standard errors",
         1,
         se,
     )
@@ -184,7 +200,7 @@ def verdict_positive(e: Estimate, blockers=(), threshold: float = 0.0) -> tuple[
     if e.high < threshold:
         return NOT_REPRODUCED, f"interval {_interval_text(e)} below the threshold {threshold:g}"
     return NOT_TESTABLE, (
-        f"interval {_interval_text(e)} straddles the threshold {threshold:g}: too wide to decide"
+        f"interval {_interval_text(e)} straddles the threshold {threshold:g}: {TOO_WIDE}"
     )
 
 
@@ -205,7 +221,7 @@ def verdict_equivalent(estimates: dict, margin: float, blockers=()) -> tuple[str
         return NOT_REPRODUCED, (f"{', '.join(map(str, outside))} outside ±{margin:g} ({shown})")
     if all(-margin <= e.low and e.high <= margin for e in estimates.values()):
         return REPRODUCED, f"all inside ±{margin:g} ({shown})"
-    return NOT_TESTABLE, f"an interval crosses ±{margin:g}: too wide to decide ({shown})"
+    return NOT_TESTABLE, f"an interval crosses ±{margin:g}: {TOO_WIDE} ({shown})"
 
 
 def verdict_within(e: Estimate, band, blockers=(), band_source: str = "") -> tuple[str, str]:
@@ -226,7 +242,7 @@ def verdict_within(e: Estimate, band, blockers=(), band_source: str = "") -> tup
     if e.low > hi or e.high < lo:
         return NOT_REPRODUCED, f"interval {_interval_text(e)} wholly outside the {shown}"
     return NOT_TESTABLE, (
-        f"interval {_interval_text(e)} crosses an edge of the {shown}: too wide to decide"
+        f"interval {_interval_text(e)} crosses an edge of the {shown}: {TOO_WIDE}"
     )
 
 
@@ -243,22 +259,28 @@ def with_seeds(
     )
 
 
-def verdict_size(e: Estimate | None, band, verdict: str) -> str:
+def verdict_size(e: Estimate | None, band, verdict: str, reason: str = "") -> str:
     """The size verdict: size reproduced when the interval lies inside the paper's band, size not
-    reproduced when it lies wholly outside; not testable otherwise. Follows an indicative or
-    blocked main verdict."""
+    reproduced when it lies wholly outside; not testable otherwise. Decided whenever the size is
+    decidable: with a decided main verdict, and also when the main verdict is not testable only
+    because its interval straddles the claim's threshold (`TOO_WIDE` in `reason`: the size may
+    still lie wholly inside or outside the band). Follows an indicative main verdict (too few
+    seeds) and a blocked one (a model that did not learn, a fit at its bound, the
+    initialisation already showing the effect)."""
     if band is None:
         return NO_SIZE
     if verdict == INDICATIVE:
         return INDICATIVE
-    if e is None or not e.has_interval or verdict not in DECIDED:
-        return NOT_TESTABLE
+    undecided = NOT_TESTABLE_DATA if verdict == NOT_TESTABLE_DATA else NOT_TESTABLE
+    decidable = verdict in DECIDED or TOO_WIDE in reason
+    if e is None or not e.has_interval or not decidable:
+        return undecided
     lo, hi = band
     if lo <= e.low and e.high <= hi:
         return SIZE_REPRODUCED
     if e.low > hi or e.high < lo:
         return SIZE_NOT_REPRODUCED
-    return NOT_TESTABLE
+    return undecided
 
 
 def band_text(band, unit: str = "") -> str:

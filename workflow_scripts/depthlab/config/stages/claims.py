@@ -92,8 +92,21 @@ def _claim_sources(resolved: Resolved) -> dict:
         )
         if models[m]["kind"] == "pretrain"
     ]
+    schemes = _scheme_groups(resolved, cod_pairs)
+    scheme_members = [m for _, members, _ in schemes for m in members]
+    analysed.update(
+        {
+            m: paths.analysis(text_set, m)
+            for m in scheme_members
+            if f"{text_set}/{m}" in resolved.jobs("analyse_model")
+        }
+    )
+    read = list(dict.fromkeys(read + [m for m in scheme_members if m not in read]))
     return {
         "cod_pairs": cod_pairs,
+        "schemes": schemes,
+        "post_ln": _post_ln_models(resolved, text_set, schemes),
+        "initial": _initial_twins(resolved, text_set, cod_pairs, schemes, pruned),
         "analysed": analysed,
         "pretrained": pretrained,
         "pruned": pruned,
@@ -135,6 +148,165 @@ def _cod_pairs(resolved: Resolved) -> list:
             for k in ("architecture", "train")
         )
     ]
+
+
+def _scheme_groups(resolved: Resolved, cod_pairs: list) -> list:
+    """[scheme group, members, norm scheme] of every norm scheme trained here on the corpus outside sweeps with
+    the architecture (up to its scheme's own keys, e.g. mix_ln_post_fraction) and training of
+    the first Pre-LN / LNS pair: the schemes cod_lns_best compares LNS with."""
+    if not cod_pairs:
+        return []
+    models, groups = resolved.models, seed_groups(resolved)
+    reference = models[cod_pairs[0][1][0]]
+    shape = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
+
+    def same_shape(m):
+        arch = models[m].get("architecture") or {}
+        return all(arch.get(k) == reference["architecture"].get(k) for k in shape) and models[
+            m
+        ].get("train") == reference.get("train")
+
+    return [
+        [group, members, models[members[0]]["norm_scheme"]]
+        for group, members in groups.items()
+        if all(
+            models[m]["kind"] == "pretrain"
+            and "sweep" not in models[m]
+            and m in corpus_models(resolved)
+            and models[m].get("norm_scheme")
+            and same_shape(m)
+            for m in members
+        )
+    ]
+
+
+def _post_ln_models(resolved: Resolved, text_set: str | None, schemes: list) -> dict:
+    """{group: {members, analysis folders, trained}} of the Post-LN models the run analyses: the
+    post_ln scheme trained here (its seeds) and published encoders without LM head (BERT-style
+    Post-LN, e.g. MiniLM: their document shards when the text sets shard them)."""
+    analysis = resolved.config.get("analysis") or {}
+    sharded = [t for t, s in (analysis.get("text_sets") or {}).items() if "shard" in s]
+    jobs, models = resolved.jobs("analyse_model"), resolved.models
+    found = {}
+    for group, members, scheme in schemes:
+        if scheme == "post_ln" and all(f"{text_set}/{m}" in jobs for m in members):
+            found[group] = {
+                "members": members,
+                "analysis": {m: [resolved.paths.analysis(text_set, m)] for m in members},
+                "trained": True,
+            }
+    for name, model in models.items():
+        if model["kind"] == "pretrain" or has_lm_head(resolved, name):
+            continue
+        sets = [t for t in sharded if f"{t}/{name}" in jobs] or [
+            t for t in [text_set] if t and f"{t}/{name}" in jobs
+        ]
+        if sets:
+            found[name] = {
+                "members": [name],
+                "analysis": {name: [resolved.paths.analysis(t, name) for t in sets]},
+                "trained": False,
+            }
+    return found
+
+
+def _initial_twins(
+    resolved: Resolved, text_set: str | None, cod_pairs: list, schemes: list, pruned: dict
+) -> dict:
+    """{model: what its untrained twin is measured on} for every model trained here on the corpus
+    that a claim compares with its initialisation: the analyse_model job's text set (its spec)
+    and, for a pruned model, the prune_model job's validation windows with the block sizes of
+    the claims' range (n = 1 .. L // 2). Not a job: make_claims builds and measures the twins
+    (depthlab.claims.initial), a forward pass each."""
+    members = [m for pair in cod_pairs for m in pair[1] + pair[3]]
+    members += [m for _, group, _ in schemes for m in group]
+    members += [m for m in pruned if resolved.models[m]["kind"] == "pretrain"]
+    skips = {
+        m: spec
+        for m, spec in resolved.jobs("skip_interventions").items()
+        if spec["problems"] and "layer_future" in spec["variants"]
+        and resolved.models[m]["kind"] == "pretrain"
+    }  # fmt: skip
+    members += list(skips)
+    analyses, prunes = resolved.jobs("analyse_model"), resolved.jobs("prune_model")
+    lens_jobs = {m: spec for m, spec in resolved.jobs("lens_swaps").items()
+                 if resolved.models[m]["kind"] == "pretrain"}  # fmt: skip
+    members += list(lens_jobs)
+    default_val = (resolved.config.get("pruning") or {}).get("val")
+    keys = ("texts", "text_field", "batch_size", "add_special_tokens", "max_samples")
+    twins = {}
+    for m in dict.fromkeys(members):
+        if resolved.models[m]["kind"] != "pretrain":
+            continue
+        if m in skips and m not in corpus_models(resolved):  # trained on the problems
+            twins[m] = {
+                "model": resolved.paths.model(m),
+                "data": data_folder(resolved, m),
+                "analysis": None,
+                "windows": None,
+                "skip": {
+                    k: skips[m][k]
+                    for k in ("texts", "text_field", "batch_size", "add_special_tokens",
+                              "max_samples", "max_length", "layers", "no_skip_front",
+                              "future_positions", "future_min_position", "max_rows", "seed")
+                },
+            }  # fmt: skip
+            continue
+        if m not in corpus_models(resolved):
+            continue
+        job = analyses.get(f"{text_set}/{m}")
+        layers = resolved.models[m]["architecture"]["num_layers"]
+        twins[m] = {
+            "model": resolved.paths.model(m),
+            "data": data_folder(resolved, m),
+            "analysis": (
+                {**{k: job[k] for k in keys}, "max_length": job["max_length"],
+                 "max_tokens": job["max_tokens"]}
+                if job
+                else None
+            ),
+            # a model not pruned is scored on the pruning stage's default windows (its full
+            # loss only: cod_val_loss, cod_lns_best)
+            "windows": (
+                {k: (prunes[m]["val"] if m in prunes else default_val)[k]
+                 for k in ("windows", "seq_len", "batch_size")}
+                if m in prunes or default_val
+                else None
+            ),
+            "removals": m in prunes,
+            "n_values": list(range(1, layers // 2 + 1)) if m in prunes else [],
+            **({"lens_swaps": _lens_job(lens_jobs[m])} if m in lens_jobs else {}),
+        }  # fmt: skip
+    return twins
+
+
+def _lens_job(job: dict) -> dict:
+    """What the untrained twin's lens and swaps read of the trained model's lens_swaps job."""
+    keys = ("train_data", "text_sets", "text_field", "max_samples", "max_length", "batch_size",
+            "stride", "tuned_lens", "add_special_tokens", "seed")  # fmt: skip
+    return {k: job[k] for k in keys}
+
+
+def _healing_runs(resolved: Resolved) -> dict:
+    """{pruned model: {healing method: {tokens, lr, runs}}} of its heal_pruned jobs: healing
+    trains a model here (its runs are its seeds), and continued pretraining is judged by the
+    tokens it read."""
+    runs = {}
+    for spec in resolved.jobs("heal_pruned").values():
+        healing = spec["healing"]
+        method = healing.get("method", "lora")
+        entry = runs.setdefault(spec["model_name"], {}).setdefault(
+            method,
+            {
+                "tokens": healing["steps"] * healing["batch_size"] * healing["seq_len"],
+                "lr": healing["lr"],
+                "runs": 1,  # one healing seed per (strategy, n): the pruning stage's seed
+            },
+        )
+        entry["tokens"] = max(
+            entry["tokens"], healing["steps"] * healing["batch_size"] * healing["seq_len"]
+        )
+    return runs
 
 
 def _map_groups(resolved: Resolved) -> dict:
@@ -184,6 +356,10 @@ def _claims_spec(resolved: Resolved, sources: dict) -> dict:
         "models": {m: {"dir": paths.model(m), "data": data_folder(resolved, m)} for m in read},
         "data": sorted({data_folder(resolved, m) for m in read}),
         "cod_pairs": sources["cod_pairs"],
+        "schemes": sources["schemes"],
+        "post_ln": sources["post_ln"],
+        "initial": sources["initial"],
+        "healing": _healing_runs(resolved),
         "analysis": sources["analysed"],
         "pretrained": sources["pretrained"],
         "pruning": sources["pruned"],
@@ -221,6 +397,13 @@ def _claims_inputs(resolved: Resolved, spec: dict, sources: dict) -> dict:
         + spec["data"]
         + list(sources["analysed"].values())
         + [d for model in sources["pretrained"].values() for d in model["analysis"]]
+        + [
+            d
+            for group in sources["post_ln"].values()
+            for folders in group["analysis"].values()
+            for d in folders
+            if d not in sources["analysed"].values()
+        ]
         + list(sources["pruned"].values())
         + list(sources["scored"].values())
         + list(sources["maps"].values())

@@ -94,30 +94,13 @@ def _evaluate(adapter, batches, translators, stride: int):
     return lens, swaps
 
 
-def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
-    """Run one `lens_swaps` job on `device`; returns its summary (also in summary.json)."""
-    from safetensors.torch import save_file
-
-    from depthlab.core.atomic_files import atomic_path, write_dataframe, write_json
-    from depthlab.core.provenance import Provenance, sidecar_path
-    from depthlab.stages.analysis.lens_swaps_plots import plot_lens_swaps
+def lens_and_swaps(adapter, tokenizer, spec: dict, max_length: int, log=log_stderr):
+    """The job's measurement of one loaded model (the claims' untrained twins reuse it): the
+    tuned lens trained on the spec's train-split documents, then on each text set the lens
+    statistics and the swap statistics. Returns (translators, training log, lens settings,
+    training seconds, {text set: (LensStatistics, SwapStatistics)}, {text set: seconds})."""
     from depthlab.stages.analysis.tuned_lens import LensSettings, train_translators
 
-    texts = list(spec["text_sets"].values())
-    provenance = Provenance(
-        "lens_swaps",
-        config=spec,
-        inputs=[
-            *dict.fromkeys(p for t in texts for p in provenance_inputs(t, [])),
-            *provenance_inputs({"source": "none"}, [spec["model_path"]], [spec["train_data"]]),
-        ],
-    )
-    adapter, tokenizer = load(
-        spec["model_path"], spec["revision"], spec["dtype"], device, **spec_placement(spec)
-    )
-    if not adapter.has_lm_head:
-        raise ValueError(f"{spec['model_name']}: no LM head, so no lens and no next-token loss")
-    max_length = clamp_max_length(spec["max_length"], [adapter], log)
     lens = spec["tuned_lens"]
     settings = LensSettings(
         train_tokens=lens["train_tokens"],
@@ -139,6 +122,35 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
         )
         evaluations[text_set] = _evaluate(adapter, batches, translators, spec["stride"])
         seconds[text_set] = round(time.perf_counter() - start, 3)
+    return translators, training, settings, train_seconds, evaluations, seconds
+
+
+def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
+    """Run one `lens_swaps` job on `device`; returns its summary (also in summary.json)."""
+    from safetensors.torch import save_file
+
+    from depthlab.core.atomic_files import atomic_path, write_dataframe, write_json
+    from depthlab.core.provenance import Provenance, sidecar_path
+    from depthlab.stages.analysis.lens_swaps_plots import plot_lens_swaps
+
+    texts = list(spec["text_sets"].values())
+    provenance = Provenance(
+        "lens_swaps",
+        config=spec,
+        inputs=[
+            *dict.fromkeys(p for t in texts for p in provenance_inputs(t, [])),
+            *provenance_inputs({"source": "none"}, [spec["model_path"]], [spec["train_data"]]),
+        ],
+    )
+    adapter, tokenizer = load(
+        spec["model_path"], spec["revision"], spec["dtype"], device, **spec_placement(spec)
+    )
+    if not adapter.has_lm_head:
+        raise ValueError(f"{spec['model_name']}: no LM head, so no lens and no next-token loss")
+    max_length = clamp_max_length(spec["max_length"], [adapter], log)
+    translators, training, settings, train_seconds, evaluations, seconds = lens_and_swaps(
+        adapter, tokenizer, spec, max_length, log
+    )
     summary = {
         "model": spec["model_name"],
         "num_layers": adapter.num_layers,
