@@ -207,8 +207,10 @@ def units(text: str) -> list[str]:
 
 
 def prose(unit: str) -> str:
-    """The unit without code spans (names, commands), link targets and image paths."""
+    """The unit without code spans (names, commands), link targets, image paths and the years
+    of citations ("Sun et al. 2025")."""
     unit = re.sub(r"`[^`]*`", " ", unit)
+    unit = re.sub(r"(et al\.,?|\w+ and \w+,?) (19|20)\d\d\b", r"\1", unit)
     return re.sub(r"\]\([^)]*\)", "]", unit)
 
 
@@ -283,6 +285,9 @@ def test_number_rules_on_planted_text(tmp_path):
     assert unquoted_numbers(linked, readme) == []
     names = "| `a37d844` | bf16, l4_to_l16, `--cores 2048` | 100k tokens, 2000 steps | 12 x 64 |"
     assert hand_typed(names, readme, tables_only=True) == []
+    # a citation's year is not a measurement; a bare four-digit number in a table still is
+    assert hand_typed("| Sun et al. 2025, Fig. 4 | Gromov et al., 2024 |", readme, True) == []
+    assert hand_typed("| loss | 2025 |", readme, tables_only=True) != []
     # a commit inside a link target or an image path is not a quoted number
     assert numbers(prose("![fig](docs/results/default/loss_curves.png) 14 min")) == {"14"}
     # numbers in a code block are neither units nor quotes

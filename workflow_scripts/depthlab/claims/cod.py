@@ -172,107 +172,120 @@ def _variance_rows(data: RunData, pair: _Pair) -> list[dict]:
     return rows
 
 
-def _loss_and_layer_rows(data: RunData, pair: _Pair) -> list[dict]:
-    """cod_val_loss, cod_angular_distance and cod_delta_p, against the untrained twins."""
+def _val_loss_row(data: RunData, pair: _Pair) -> dict | None:
+    """cod_val_loss against the untrained twins."""
     base, treat, pairs, members = pair.base, pair.treat, pair.pairs, pair.members
     suffix, scale = pair.suffix, pair.scale
-    rows = []
-    if all(m in data.val_loss for m in members):
-        band = pv.COD_LNS_GAIN_BAND
-        threshold = pv.COD_LNS_GAIN_NEGLIGIBLE
-        gain = against_initialisation(
-            [Estimate(data.val_loss[b] - data.val_loss[t]) for b, t in pairs],
-            [_twin_loss_gap(data, b, t) for b, t in pairs],
-            threshold,
-        )
-        rows.append(
-            claim_row(
-                f"cod_val_loss{suffix}",
-                COD,
-                _shown(
-                    f"{treat} reaches a lower validation loss after pretraining: loss({base}) - "
-                    f"loss({treat}) > {threshold:g} nats (trained - untrained)",
-                    gain,
-                ),
-                "cod_lns_gain",
-                gain.delta,
-                scale,
-                pair.positive(gain.delta, threshold, gain.blockers + _budget(data, members)),
-                f"gain {PAPER_VALUES['cod_lns_gain'].describe()} nats = ln of "
-                f"perplexity Pre-LN {PAPER_VALUES['cod_ppl_pre_ln'].describe()} / "
-                f"LNS {PAPER_VALUES['cod_ppl_lns'].describe()}",
-                size=(band, band_text(band, " nats"), gain.delta),
-            )
-        )
-    if all(m in data.distance for m in members):
-        threshold = pv.COD_ANGULAR_NEGLIGIBLE
-        tokens = sorted({data.distance_tokens.get(m, "last token") for m in members})
-        distance = against_initialisation(
-            [deep_layer_gap(data.distance[b], data.distance[t]) for b, t in pairs],
-            [
-                None if twin(data, b) is None or twin(data, t) is None
-                else deep_layer_gap(twin(data, b).distance, twin(data, t).distance).value
-                for b, t in pairs
-            ],
-            threshold,
-        )  # fmt: skip
-        blockers = list(distance.blockers)
-        if tokens != ["all tokens"]:
-            blockers.append(
-                "the analysis measured the distance on the last token only; the paper's Eq. 1 "
-                "averages all tokens (analysis.all_token_distance: true)"
-            )
-        rows.append(
-            claim_row(
-                f"cod_angular_distance{suffix}",
-                COD,
-                _shown(
-                    f"deep {base} layers are closer to identity than {treat}'s: mean over the "
-                    f"deeper half of d(l, l+1)[{treat}] - d(l, l+1)[{base}] > {threshold:g}, "
-                    f"trained - untrained ({' / '.join(tokens)})",
-                    distance,
-                ),
-                "cod_angular_distance",
-                distance.delta,
-                scale,
-                pair.positive(distance.delta, threshold, blockers),
-            )
-        )
-    if all(m in data.single_layer for m in members):
-        drops = [
-            (single_layer_drop(data.single_layer[b]), single_layer_drop(data.single_layer[t]))
+    if not all(m in data.val_loss for m in members):
+        return None
+    band = pv.COD_LNS_GAIN_BAND
+    threshold = pv.COD_LNS_GAIN_NEGLIGIBLE
+    gain = against_initialisation(
+        [Estimate(data.val_loss[b] - data.val_loss[t]) for b, t in pairs],
+        [_twin_loss_gap(data, b, t) for b, t in pairs],
+        threshold,
+    )
+    return claim_row(
+        f"cod_val_loss{suffix}",
+        COD,
+        _shown(
+            f"{treat} reaches a lower validation loss after pretraining: loss({base}) - "
+            f"loss({treat}) > {threshold:g} nats (trained - untrained)",
+            gain,
+        ),
+        "cod_lns_gain",
+        gain.delta,
+        scale,
+        pair.positive(gain.delta, threshold, gain.blockers + _budget(data, members)),
+        f"gain {PAPER_VALUES['cod_lns_gain'].describe()} nats = ln of "
+        f"perplexity Pre-LN {PAPER_VALUES['cod_ppl_pre_ln'].describe()} / "
+        f"LNS {PAPER_VALUES['cod_ppl_lns'].describe()}",
+        size=(band, band_text(band, " nats"), gain.delta),
+    )
+
+
+def _angular_distance_row(data: RunData, pair: _Pair) -> dict | None:
+    """cod_angular_distance (all tokens, Sec. 5.5) against the untrained twins."""
+    base, treat, pairs, members = pair.base, pair.treat, pair.pairs, pair.members
+    suffix, scale = pair.suffix, pair.scale
+    if not all(m in data.distance for m in members):
+        return None
+    threshold = pv.COD_ANGULAR_NEGLIGIBLE
+    tokens = sorted({data.distance_tokens.get(m, "last token") for m in members})
+    distance = against_initialisation(
+        [deep_layer_gap(data.distance[b], data.distance[t]) for b, t in pairs],
+        [
+            None if twin(data, b) is None or twin(data, t) is None
+            else deep_layer_gap(twin(data, b).distance, twin(data, t).distance).value
             for b, t in pairs
-        ]
-        what = drops[0][0][1]
-        threshold, threshold_text = learned_threshold(
-            data, [b for b, _ in pairs], pv.COD_DELTA_P_NEGLIGIBLE
+        ],
+        threshold,
+    )  # fmt: skip
+    blockers = list(distance.blockers)
+    if tokens != ["all tokens"]:
+        blockers.append(
+            "the analysis measured the distance on the last token only; the paper's Eq. 1 "
+            "averages all tokens (analysis.all_token_distance: true)"
         )
-        deep_cost = [
-            max(float(d[0][d[0].index >= len(d[0]) // 2].mean()) for d in pair) for pair in drops
-        ]
-        room = no_room(deep_cost, threshold, "one deep layer, the costlier scheme's mean")
-        removal = against_initialisation(
-            [deep_layer_gap(db[0], dt[0]) for db, dt in drops],
-            [_twin_drop_gap(data, b, t) if what == "val loss increase" else None for b, t in pairs],
-            threshold,
-        )
-        rows.append(
-            claim_row(
-                f"cod_delta_p{suffix}",
-                COD,
-                _shown(
-                    f"removing one deep {base} layer hurts less than one deep {treat} layer: "
-                    f"mean over the deeper half of {what}[{treat}] - {what}[{base}] > "
-                    f"{threshold_text}, trained - untrained",
-                    removal,
-                ),
-                "cod_delta_p",
-                removal.delta,
-                scale,
-                pair.positive(removal.delta, threshold, removal.blockers + room),
-            )
-        )
-    return rows
+    return claim_row(
+        f"cod_angular_distance{suffix}",
+        COD,
+        _shown(
+            f"deep {base} layers are closer to identity than {treat}'s: mean over the "
+            f"deeper half of d(l, l+1)[{treat}] - d(l, l+1)[{base}] > {threshold:g}, "
+            f"trained - untrained ({' / '.join(tokens)})",
+            distance,
+        ),
+        "cod_angular_distance",
+        distance.delta,
+        scale,
+        pair.positive(distance.delta, threshold, blockers),
+    )
+
+
+def _delta_p_row(data: RunData, pair: _Pair) -> dict | None:
+    """cod_delta_p against the untrained twins."""
+    base, treat, pairs, members = pair.base, pair.treat, pair.pairs, pair.members
+    suffix, scale = pair.suffix, pair.scale
+    if not all(m in data.single_layer for m in members):
+        return None
+    drops = [
+        (single_layer_drop(data.single_layer[b]), single_layer_drop(data.single_layer[t]))
+        for b, t in pairs
+    ]
+    what = drops[0][0][1]
+    threshold, threshold_text = learned_threshold(
+        data, [b for b, _ in pairs], pv.COD_DELTA_P_NEGLIGIBLE
+    )
+    deep_cost = [
+        max(float(d[0][d[0].index >= len(d[0]) // 2].mean()) for d in pair) for pair in drops
+    ]
+    room = no_room(deep_cost, threshold, "one deep layer, the costlier scheme's mean")
+    removal = against_initialisation(
+        [deep_layer_gap(db[0], dt[0]) for db, dt in drops],
+        [_twin_drop_gap(data, b, t) if what == "val loss increase" else None for b, t in pairs],
+        threshold,
+    )
+    return claim_row(
+        f"cod_delta_p{suffix}",
+        COD,
+        _shown(
+            f"removing one deep {base} layer hurts less than one deep {treat} layer: "
+            f"mean over the deeper half of {what}[{treat}] - {what}[{base}] > "
+            f"{threshold_text}, trained - untrained",
+            removal,
+        ),
+        "cod_delta_p",
+        removal.delta,
+        scale,
+        pair.positive(removal.delta, threshold, removal.blockers + room),
+    )
+
+
+def _loss_and_layer_rows(data: RunData, pair: _Pair) -> list[dict]:
+    """cod_val_loss, cod_angular_distance and cod_delta_p, against the untrained twins."""
+    rows = (_val_loss_row(data, pair), _angular_distance_row(data, pair), _delta_p_row(data, pair))
+    return [row for row in rows if row is not None]
 
 
 def _twin_loss_gap(data: RunData, base: str, treat: str):
