@@ -125,6 +125,10 @@ def spec_change_lines(result) -> list[str]:
                 "heal_pruned[lns/angular_n2]: val.windows 4 -> 5",
                 "heal_pruned[lns/angular_n2_full]: val.windows 4 -> 5",
                 "heal_pruned[lns/angular_n2_qlora]: val.windows 4 -> 5",
+                # the untrained twins are scored on the same windows (pre_ln, not pruned, on
+                # the stage's default ones)
+                "make_claims[claims]: initial.lns.val.windows 4 -> 5",
+                "make_claims[claims]: initial.pre_ln.val.windows 4 -> 5",
                 "prune_model[lns]: val.windows 4 -> 5",
             ],
         ),
@@ -136,6 +140,10 @@ def spec_change_lines(result) -> list[str]:
                 "heal_pruned[lns/angular_n2]: healing.steps 3 -> 4",
                 "heal_pruned[lns/angular_n2_full]: healing.steps 3 -> 4",
                 "heal_pruned[lns/angular_n2_qlora]: healing.steps 3 -> 4",
+                # the claims judge healing by the tokens it read
+                "make_claims[claims]: healing.lns.full.tokens 192 -> 256",
+                "make_claims[claims]: healing.lns.lora.tokens 192 -> 256",
+                "make_claims[claims]: healing.lns.qlora.tokens 192 -> 256",
             ],
         ),
     ],

@@ -136,7 +136,7 @@ def _lens_swaps_statistics(model, tokenizer, job: dict) -> list:
 
 def initial_statistics(spec: dict) -> InitialStatistics:
     """One trained model's untrained twin, measured. spec: model (folder), data (folder),
-    analysis (the trained model's analyse_model spec, or null), windows ({windows, seq_len,
+    analysis (the trained model's analyse_model spec, or null), val ({windows, seq_len,
     batch_size} of its prune_model job, or null), removals (score the single layers and the
     blocks too, or the full model alone), n_values (block sizes), skip (its skip_interventions
     job's spec, or absent), lens_swaps (its lens_swaps job's spec, or absent)."""
@@ -162,8 +162,8 @@ def initial_statistics(spec: dict) -> InitialStatistics:
         )
     if spec.get("skip"):
         stats.skip_effects = _skip_statistics(model, load_tokenizer(spec["model"]), spec["skip"])
-    if spec.get("windows"):
-        val = spec["windows"]
+    if spec.get("val"):
+        val = spec["val"]
         tokens, _ = model_tokens(spec["data"], "val")
         windows = validation_windows(tokens, val["windows"], val["seq_len"], val["batch_size"])
         stats.losses = _removal_losses(

@@ -243,7 +243,7 @@ def _initial_twins(
                 "model": resolved.paths.model(m),
                 "data": data_folder(resolved, m),
                 "analysis": None,
-                "windows": None,
+                "val": None,
                 "skip": {
                     k: skips[m][k]
                     for k in ("texts", "text_field", "batch_size", "add_special_tokens",
@@ -267,7 +267,7 @@ def _initial_twins(
             ),
             # a model not pruned is scored on the pruning stage's default windows (its full
             # loss only: cod_val_loss, cod_lns_best)
-            "windows": (
+            "val": (
                 {k: (prunes[m]["val"] if m in prunes else default_val)[k]
                  for k in ("windows", "seq_len", "batch_size")}
                 if m in prunes or default_val
