@@ -30,6 +30,11 @@ try:
     )
 except ConfigError as error:
     raise WorkflowError(f"invalid config: {error}") from None
+# Settings the run does not use (per_model entries of models a narrowed stage does not run): one
+# line each, once, in the process that plans the run.
+if workflow.is_main_process:
+    for note in RESOLVED.notes:
+        print(f"depthlab: note: {note}", file=sys.stderr)
 config.clear()
 config.update(RESOLVED.config)
 # The jobs' provenance records name these files and their checksums; they travel in the

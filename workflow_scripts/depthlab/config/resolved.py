@@ -27,6 +27,8 @@ class Resolved:
     inputs: dict = field(default_factory=dict)
     model_resources: dict = field(default_factory=dict)  # models.<name>.resources
     resource_plan: object = None  # depthlab.plan.resource_plan.ResourcePlan, set by resolve()
+    # settings the config gives but the run does not use (one line each, printed before a run)
+    notes: list = field(default_factory=list)
     _indexes: dict = field(default_factory=dict, repr=False, compare=False)
 
     def jobs(self, family: str) -> dict:
