@@ -396,5 +396,7 @@ def test_seed_replicates_have_one_legend_entry_per_scheme():
         for s in range(3)
     } | {"lns": {"kind": "pretrain", "norm_scheme": "lns"}}
     fig = plot_variance_growth(pd.DataFrame(rows), {n: summary(n, 3) for n in names}, facts)
-    labels = [t.get_text() for legend in fig.findobj(matplotlib.legend.Legend) for t in legend.texts]
+    labels = [
+        t.get_text() for legend in fig.findobj(matplotlib.legend.Legend) for t in legend.texts
+    ]
     assert labels == ["pre_ln (mean of 3 seeds, band: range)", "lns"]
