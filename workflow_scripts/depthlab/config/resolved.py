@@ -127,13 +127,20 @@ def require_resources(config: dict, stage: str) -> None:
         )
 
 
-def library_check(check, *args, **kwargs) -> None:
+def library_check(check, *args, model: str | None = None, **kwargs) -> None:
     """Run a stage library's config-time check; its ValueError (message starts with the key)
-    becomes a ConfigError."""
+    becomes a ConfigError, naming `model` when the check was of one model's settings."""
     try:
         check(*args, **kwargs)
     except ValueError as error:
-        raise ConfigError(str(error)) from None
+        raise ConfigError(named_model(str(error), model)) from None
+
+
+def named_model(message: str, model: str | None) -> str:
+    """`message` with the model it concerns named (unless it names it already)."""
+    if model is None or f"'{model}'" in message:
+        return message
+    return f"{message} (model '{model}')"
 
 
 def spec_json(spec: dict) -> str:

@@ -123,6 +123,7 @@ def _add_skip_interventions(
             {**settings, "depth_score_variant": score["variant"]},
             model_layers(resolved, name, key),
             "depth_use.skip",
+            model=name,
         )
         check_positions(
             resolved,
