@@ -148,6 +148,15 @@ def markdown(plan: ResourcePlan, per_job: bool = True, gpu_count: int | None = N
         )
         + ".",
     ]
+    estimated_jobs = [j for j in plan.jobs.values() if j.wall_hours is not None]
+    if estimated_jobs:
+        longest = max(estimated_jobs, key=lambda j: j.wall_hours)
+        lines += [
+            "",
+            f"Longest job: `{longest.family}` `{longest.job}`, {_hours(longest.wall_hours)} h "
+            f"estimated ({longest.request.get('gpu', 0)} GPUs, time limit "
+            f"{_limit_hours(longest):,.1f} h).",
+        ]
     if gpu_count:
         lines += [
             "",

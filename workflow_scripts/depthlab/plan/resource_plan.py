@@ -99,6 +99,7 @@ class JobPlan:
     wall_hours: float | None = None  # estimated: startup + compute
     gpu_hours: float | None = None
     peak: str = ""  # the phase that needs the most memory, and its largest terms
+    flops: float | None = None  # the job's work (every dtype), for a local run's time check
     notes: list[str] = field(default_factory=list)
 
 
@@ -244,6 +245,7 @@ class _Planner:
                     f"{' (gpu, mem_mb, runtime)' if on_gpu else '.mem_mb'}"
                 )
         work = self.work(family, job, spec, names) if known else None
+        plan.flops = sum(work.flops.values()) if work is not None else None
         if work is not None and self.assumptions is not None:
             self.derive(plan, work, on_gpu, overrides.get("gpu", (None,))[0])
         for key, (value, _) in overrides.items():
