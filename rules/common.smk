@@ -4,7 +4,14 @@ import json
 import math
 import re
 
-from depthlab.core.code_fingerprint import code_fingerprint, import_closure
+from depthlab.core.audit import record_for
+from depthlab.core.code_fingerprint import (
+    SPEC_MODULES,
+    code_changes,
+    code_fingerprint,
+    import_closure,
+    script_code,
+)
 from depthlab.config import ANALYSIS_FIGURES, DEPTH_USE_FIGURES, PRUNING_FIGURES, spec_json
 from depthlab.plan.resource_plan import MODEL_JOBS
 from depthlab.config.spec_changes import recorded_spec, spec_change_lines
@@ -16,9 +23,8 @@ PATHS = RESOLVED.paths
 FIGURE_FORMAT = config["figures"]["format"]
 ENVIRONMENT = "../environment.yml"  # for --sdm conda; the default is the project venv
 SCRIPTS = Path(workflow.basedir) / "workflow_scripts"
-# Shapes specs at DAG time: a change that matters changes the specs (params), so no rule lists
-# it as an input (otherwise every edit of it would rerun every job).
-UNTRACKED_MODULES = frozenset({"config"})  # the package with its submodules (config.load, ...)
+# Shapes specs at DAG time, so no rule tracks it (depthlab.core.code_fingerprint.SPEC_MODULES)
+UNTRACKED_MODULES = SPEC_MODULES
 
 
 def jobs(family):
@@ -107,8 +113,44 @@ def library(name):
 def code_version(name):
     """params: a fingerprint of the code a script runs (the script and its library closure,
     parsed, without docstrings): any code edit reruns exactly the rules whose scripts import
-    it; an edit of a comment or docstring reruns nothing."""
-    return code_fingerprint([SCRIPTS / name, *library(name)], workflow.basedir)
+    it; an edit of a comment or docstring reruns nothing. A job whose output was made by other
+    code is logged while the workflow plans (dry runs too), naming the files that changed
+    (log_code_changes); Snakemake's own reason shows only the two fingerprints."""
+    fingerprint = code_fingerprint([SCRIPTS / name, *library(name)], workflow.basedir)
+
+    def code(wildcards, output):
+        log_code_changes(list(output), name, fingerprint)
+        return fingerprint
+
+    return code
+
+
+_CODE_CHANGES_LOGGED = set()
+
+
+def log_code_changes(outputs, name, fingerprint):
+    """`<output>: code changed since it was made: <file>, <file>`: the files of the script's
+    closure whose code differs from what the output's provenance record says its job ran."""
+    persistence = workflow.persistence
+    if persistence is None or RerunTrigger.PARAMS not in workflow.rerun_triggers:
+        return
+    path = next((p for p in outputs if os.path.exists(p)), None)
+    if path is None or path in _CODE_CHANGES_LOGGED:
+        return
+    _CODE_CHANGES_LOGGED.add(path)
+    recorded_params = persistence.params(IOFile(path))
+    if not recorded_params or repr(fingerprint) in recorded_params:
+        return  # not recorded by Snakemake, or made by this code
+    record = record_for(path)
+    try:
+        ran = json.loads(Path(record).read_text()).get("code") if record else None
+    except (OSError, ValueError):
+        ran = None
+    if not ran:
+        logger.info(f"{path}: code changed since it was made (its record names no code files)")
+        return
+    changed = code_changes(ran, script_code(SCRIPTS / name))
+    logger.info(f"{path}: code changed since it was made: {', '.join(changed) or '(none)'}")
 
 
 def log_file(family, job="{job}"):
