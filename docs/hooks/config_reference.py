@@ -115,7 +115,11 @@ class Walker:
             self.walk(extra, prefix + NAME, False, conditions)
         items = node.get("items")
         if isinstance(items, dict) and _resolve(items, self.definitions).get("properties"):
-            self.walk({"properties": _resolve(items, self.definitions)["properties"]}, path + "[]")
+            item = _resolve(items, self.definitions)
+            self.walk(
+                {"properties": item["properties"], "description": item.get("description", "")},
+                path + "[]",
+            )
         for part in node.get("allOf", []):
             self.walk_part(part, path, conditions)
         for part in node.get("oneOf", []) + node.get("anyOf", []):
