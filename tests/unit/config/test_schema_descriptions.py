@@ -48,3 +48,18 @@ def test_a_key_without_a_description_is_named():
         "pretrain.compile",
         "cluster.gpu.utilisation",
     }
+
+
+def test_the_reference_shows_lists_as_values_and_breaks_keys_only_after_dots():
+    """Before, a list default read "(a list)" and key names broke mid-word in the narrow key
+    column (`data.docstri` / `ngs`)."""
+    text = reference_hook().page_text(ROOT)
+    default = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())
+    packages = ", ".join(f'"{p}"' for p in default["data"]["docstrings"]["packages"])
+    assert "(a list)" not in text
+    assert (
+        '| <code class="config-key">data.<wbr>docstrings.<wbr>packages</code> | '
+        f'<code class="config-value">[{packages}]</code> | *array of string*: ' in text
+    )
+    css = (ROOT / "docs" / "stylesheets" / "extra.css").read_text()
+    assert "code.config-key" in css and "word-break: normal" in css
