@@ -173,18 +173,18 @@ def test_page_lists_every_claim_with_its_interval_seeds_and_verdicts(tmp_path):
     text = planted_page(plant_run(tmp_path / "run"))
     assert "| claim | measured [95% interval] | seeds | verdict | size verdict |" in text
     rows = {row[0]: row for row in table_rows(text, "## Claims") if len(row) == 5}
-    assert set(rows) == {f"`{c['claim_id']}`" for c in CLAIMS}
-    val_loss = rows["`cod_val_loss`"]
+    code = '<code class="claim-id">{}</code>'
+    assert set(rows) == {code.format(c["claim_id"].replace(":", ":<wbr>")) for c in CLAIMS}
+    val_loss = rows[code.format("cod_val_loss")]
     assert val_loss[1:] == ["0.2142 [0.0246, 0.3371]", "3", "**reproduced**", "-"]
-    assert rows["`gromov_healing_gap:lns`"][1] == "-"
-    assert rows["`liu_a_m:chinchilla_liu`"][4] == "**size reproduced**"
-    assert max(len(line) for line in text.splitlines() if line.startswith("| `")) < 110
+    assert rows[code.format("gromov_healing_gap:<wbr>lns")][1] == "-"
+    assert rows[code.format("liu_a_m:<wbr>chinchilla_liu")][4] == "**size reproduced**"
     assert (
-        "- `cod_val_loss`: LNS reaches a lower validation loss than Pre-LN Measured: 0.2142 "
+        "- `cod_val_loss`: LNS reaches a lower validation loss than Pre-LN. Measured: 0.2142 "
         "[0.0246, 0.3371] (over 3 seeds). Scale: 12 layers x 128, 262k tokens. Verdict: "
         "reproduced: interval above 0." in text
     )
-    assert "- `gromov_healing_gap:lns`: |gap before| - |gap after| > 0 Scale:" in text
+    assert "- `gromov_healing_gap:lns`: |gap before| - |gap after| > 0. Scale:" in text
     assert "Size: **size reproduced**: 0.9455 [0.8369, 1.038] vs band [0.8, 1.2]." in text
     assert "3 claims: 2 reproduced, 1 not testable at this scale" in text
 

@@ -189,6 +189,13 @@ def _size_text(row: dict) -> str:
     return size
 
 
+def _claim_id(claim_id: str) -> str:
+    """The id as code that breaks only after a colon (`gromov_block_choice:<wbr>smollm2`; the
+    site's docs/stylesheets/extra.css keeps the rest of it together)."""
+    escaped = claim_id.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return '<code class="claim-id">' + escaped.replace(":", ":<wbr>") + "</code>"
+
+
 def claims_table(rows: list[dict]) -> str:
     """The claims as a table narrow enough for the site's column (id, value, seeds, the two
     verdicts), then one details line per claim: its statement, how the interval was made, the
@@ -202,9 +209,10 @@ def claims_table(rows: list[dict]) -> str:
         measured = _value(row["measured"], row["low"], row["high"])
         size = row.get("size_verdict") or ""
         shown_size = "-" if size in ("", "no size stated") else f"**{size}**"
-        cells = [f"`{row['claim_id']}`", measured, row.get("seeds"), f"**{row['verdict']}**"]
+        cells = [_claim_id(row["claim_id"]), measured, row.get("seeds"), f"**{row['verdict']}**"]
         lines.append("| " + " | ".join(_cell(c) for c in [*cells, shown_size]) + " |")
-        parts = [row.get("claim") or "(no statement)"]
+        statement = row.get("claim") or "(no statement)"
+        parts = [statement if statement.endswith(".") else f"{statement}."]
         if row.get("interval") and measured != "-":
             parts.append(f"Measured: {measured} ({row['interval']}).")
         if row.get("scale"):
