@@ -105,3 +105,12 @@ def test_a_dotted_override_sets_the_nested_key_and_a_bad_value_names_it(default_
     assert config["pretrain"]["steps"] == 64 and config["pretrain"]["lr"] == 0.003
     with pytest.raises(ConfigError, match=r"^pretrain\.steps: 'abc' is not of type 'integer'$"):
         resolve(apply_overrides(default_config, {"pretrain.steps": "abc"}), ROOT)
+
+
+def test_analysis_off_names_the_stage_that_still_reads_it(default_config):
+    """Before: `lens_swaps.text_sets: 'val' is not a text set of analysis.text_sets`."""
+    with pytest.raises(ConfigError, match=r"^lens_swaps: .* but analysis is off; switch"):
+        resolve(overlaid(default_config, ["analysis=null"]), ROOT)
+    resolved = resolve(overlaid(default_config, ["analysis=null", "lens_swaps=null",
+                                                 "pruning=null"]), ROOT)  # fmt: skip
+    assert not resolved.jobs("analyse_model") and resolved.jobs("skip_interventions")
