@@ -106,7 +106,8 @@ def markdown(plan: ResourcePlan, per_job: bool = True, gpu_count: int | None = N
     lines += [
         "- estimates: GPU-hours and wall time from FLOPs (training 6 N D, inference 2 N per token, "
         "times each stage's passes); documents taken to fill max_length; a model split over "
-        "GPUs runs one GPU at a time",
+        "GPUs runs one GPU at a time; the toy models also by their kernel launches "
+        "(depthlab/plan/toy_costs.py)",
         "",
         "## Per rule",
         "",
