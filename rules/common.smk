@@ -75,6 +75,9 @@ def log_spec_changes(family, wildcards, text):
     if old is not None:
         for line in spec_change_lines(f"{family}[{job}]", old, json.loads(text)):
             logger.info(line)
+    if recorded:
+        made = next(path for path in outputs if os.path.exists(path))
+        log_code_changes(family, job, made, recorded)
 
 
 # Scheduling: the longest chains of a run are the data -> the pruned models' pretraining (or a
@@ -110,47 +113,39 @@ def library(name):
     return [_relative(path) for path in closure]
 
 
+CODE_VERSIONS = {}  # script name -> its code fingerprint (log_code_changes compares with it)
+
+
 def code_version(name):
     """params: a fingerprint of the code a script runs (the script and its library closure,
     parsed, without docstrings): any code edit reruns exactly the rules whose scripts import
-    it; an edit of a comment or docstring reruns nothing. A job whose output was made by other
-    code is logged while the workflow plans (dry runs too), naming the files that changed
-    (log_code_changes); Snakemake's own reason shows only the two fingerprints."""
-    fingerprint = code_fingerprint([SCRIPTS / name, *library(name)], workflow.basedir)
-
-    def code(wildcards, output):
-        log_code_changes(list(output), name, fingerprint)
-        return fingerprint
-
-    return code
+    it; an edit of a comment or docstring reruns nothing. A plain value, not a function of the
+    job's output: Snakemake does not rerun a job for a param derived from its output. A job
+    whose output was made by other code is logged while the workflow plans, naming the files
+    that changed (log_code_changes, from log_spec_changes)."""
+    CODE_VERSIONS[name] = code_fingerprint([SCRIPTS / name, *library(name)], workflow.basedir)
+    return CODE_VERSIONS[name]
 
 
-_CODE_CHANGES_LOGGED = set()
-
-
-def log_code_changes(outputs, name, fingerprint):
-    """`<output>: code changed since it was made: <file>, <file>`: the files of the script's
-    closure whose code differs from what the output's provenance record says its job ran."""
-    persistence = workflow.persistence
-    if persistence is None or RerunTrigger.PARAMS not in workflow.rerun_triggers:
-        return
-    path = next((p for p in outputs if os.path.exists(p)), None)
-    if path is None or path in _CODE_CHANGES_LOGGED:
-        return
-    _CODE_CHANGES_LOGGED.add(path)
-    recorded_params = persistence.params(IOFile(path))
-    if not recorded_params or repr(fingerprint) in recorded_params:
-        return  # not recorded by Snakemake, or made by this code
-    record = record_for(path)
+def log_code_changes(family, job, output, recorded_params):
+    """`<rule>[<job>]: code changed since its output was made: <file>, <file>`: the files of
+    the script's closure whose code differs from what the output's provenance record says its
+    job ran (every rule runs workflow_scripts/<rule>.py)."""
+    name = f"{family}.py"
+    fingerprint = CODE_VERSIONS.get(name)
+    if fingerprint is None or repr(fingerprint) in recorded_params:
+        return  # not a script rule, or made by this code
+    record = record_for(output)
     try:
         ran = json.loads(Path(record).read_text()).get("code") if record else None
     except (OSError, ValueError):
         ran = None
+    label = f"{family}[{job}]: code changed since its output was made"
     if not ran:
-        logger.info(f"{path}: code changed since it was made (its record names no code files)")
+        logger.info(f"{label} (its provenance record names no code files)")
         return
     changed = code_changes(ran, script_code(SCRIPTS / name))
-    logger.info(f"{path}: code changed since it was made: {', '.join(changed) or '(none)'}")
+    logger.info(f"{label}: {', '.join(changed) or '(no file differs from its record)'}")
 
 
 def log_file(family, job="{job}"):
