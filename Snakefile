@@ -30,6 +30,11 @@ try:
     )
 except ConfigError as error:
     raise WorkflowError(f"invalid config: {error}") from None
+# Settings the run does not use (per_model entries of models a narrowed stage does not run): one
+# line each, once, in the process that plans the run.
+if workflow.is_main_process:
+    for note in RESOLVED.notes:
+        print(f"depthlab: note: {note}", file=sys.stderr)
 config.clear()
 config.update(RESOLVED.config)
 # The jobs' provenance records name these files and their checksums; they travel in the
@@ -86,6 +91,25 @@ onstart:
     if items:
         problems.extend(hub_problems(items))
     problems = [problem for problem in problems if problem]
+    if workflow.executor_plugin is None or workflow.executor_plugin.name != "slurm":
+        # a local run has no time limit to check a job against: name the jobs that would take
+        # far longer than the suite's (depthlab.plan.local_pace), then go on
+        from depthlab.plan.local_pace import SLOW_JOB_HOURS, slow_local_jobs
+
+        planned = [
+            (job.rule.name, RESOLVED.job_for(job.rule.name, job.wildcards), job.threads)
+            for job in workflow.dag.needrun_jobs()
+            if job.rule.name in RESOLVED.families
+        ]
+        slow = slow_local_jobs(RESOLVED.resource_plan, planned)
+        if slow:
+            print(
+                f"depthlab: warning: planned jobs that would take over {SLOW_JOB_HOURS:g} h "
+                f"each on this machine's cores (the default suite's longest: under 2 min):",
+                file=sys.stderr,
+            )
+            for line in slow:
+                print(f"depthlab:   {line}", file=sys.stderr)
     if problems:
         for problem in problems:
             print(f"depthlab: {problem}", file=sys.stderr)

@@ -4,7 +4,14 @@ import json
 import math
 import re
 
-from depthlab.core.code_fingerprint import code_fingerprint, import_closure
+from depthlab.core.audit import record_for
+from depthlab.core.code_fingerprint import (
+    SPEC_MODULES,
+    code_changes,
+    code_fingerprint,
+    import_closure,
+    script_code,
+)
 from depthlab.config import ANALYSIS_FIGURES, DEPTH_USE_FIGURES, PRUNING_FIGURES, spec_json
 from depthlab.plan.resource_plan import MODEL_JOBS
 from depthlab.config.spec_changes import recorded_spec, spec_change_lines
@@ -16,9 +23,8 @@ PATHS = RESOLVED.paths
 FIGURE_FORMAT = config["figures"]["format"]
 ENVIRONMENT = "../environment.yml"  # for --sdm conda; the default is the project venv
 SCRIPTS = Path(workflow.basedir) / "workflow_scripts"
-# Shapes specs at DAG time: a change that matters changes the specs (params), so no rule lists
-# it as an input (otherwise every edit of it would rerun every job).
-UNTRACKED_MODULES = frozenset({"config"})  # the package with its submodules (config.load, ...)
+# Shapes specs at DAG time, so no rule tracks it (depthlab.core.code_fingerprint.SPEC_MODULES)
+UNTRACKED_MODULES = SPEC_MODULES
 
 
 def jobs(family):
@@ -69,6 +75,9 @@ def log_spec_changes(family, wildcards, text):
     if old is not None:
         for line in spec_change_lines(f"{family}[{job}]", old, json.loads(text)):
             logger.info(line)
+    if recorded:
+        made = next(path for path in outputs if os.path.exists(path))
+        log_code_changes(family, job, made, recorded)
 
 
 # Scheduling: the longest chains of a run are the data -> the pruned models' pretraining (or a
@@ -104,11 +113,39 @@ def library(name):
     return [_relative(path) for path in closure]
 
 
+CODE_VERSIONS = {}  # script name -> its code fingerprint (log_code_changes compares with it)
+
+
 def code_version(name):
     """params: a fingerprint of the code a script runs (the script and its library closure,
     parsed, without docstrings): any code edit reruns exactly the rules whose scripts import
-    it; an edit of a comment or docstring reruns nothing."""
-    return code_fingerprint([SCRIPTS / name, *library(name)], workflow.basedir)
+    it; an edit of a comment or docstring reruns nothing. A plain value, not a function of the
+    job's output: Snakemake does not rerun a job for a param derived from its output. A job
+    whose output was made by other code is logged while the workflow plans, naming the files
+    that changed (log_code_changes, from log_spec_changes)."""
+    CODE_VERSIONS[name] = code_fingerprint([SCRIPTS / name, *library(name)], workflow.basedir)
+    return CODE_VERSIONS[name]
+
+
+def log_code_changes(family, job, output, recorded_params):
+    """`<rule>[<job>]: code changed since its output was made: <file>, <file>`: the files of
+    the script's closure whose code differs from what the output's provenance record says its
+    job ran (every rule runs workflow_scripts/<rule>.py)."""
+    name = f"{family}.py"
+    fingerprint = CODE_VERSIONS.get(name)
+    if fingerprint is None or repr(fingerprint) in recorded_params:
+        return  # not a script rule, or made by this code
+    record = record_for(output)
+    try:
+        ran = json.loads(Path(record).read_text()).get("code") if record else None
+    except (OSError, ValueError):
+        ran = None
+    label = f"{family}[{job}]: code changed since its output was made"
+    if not ran:
+        logger.info(f"{label} (its provenance record names no code files)")
+        return
+    changed = code_changes(ran, script_code(SCRIPTS / name))
+    logger.info(f"{label}: {', '.join(changed) or '(no file differs from its record)'}")
 
 
 def log_file(family, job="{job}"):

@@ -82,3 +82,23 @@ rule figures:
     input:
         [path for paths in FIGURES.values() for path in paths],
     localrule: True
+
+
+# `snakemake audit`: the run's results, then every provenance record of the run checked against
+# the files on disk (workflow_scripts/audit.py on results/<run>/; one line per problem, one summary
+# line; fails when a result was edited since its job wrote it, which a dry run does not notice).
+AUDITED_RUN = RESOLVED.paths.root
+
+
+rule audit:
+    input:
+        [path for targets in STAGE_TARGETS.values() for path in targets],
+    params:
+        run=lambda wildcards: AUDITED_RUN,
+    log:
+        f"{AUDITED_RUN}/logs/audit/audit.log",
+    localrule: True
+    conda:
+        ENVIRONMENT
+    shell:
+        "python workflow_scripts/audit.py {params.run:q} 2>&1 | tee {log:q}"

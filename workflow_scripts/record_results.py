@@ -70,10 +70,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--figure",
         nargs="*",
-        default=["loss_curves.png"],
         metavar="FILE",
-        help="figures of results/<run>/figures/ to copy beside the page and show on it "
-        "(default: loss_curves.png, the README's figure); none: --figure",
+        help="figures of results/<run>/figures/ (paths under it) to copy beside the page and "
+        "show on it with their captions (default: every figure of the run); none: --figure",
     )
     parser.add_argument("--out", type=Path, help="the page (default: docs/results/<config>.md)")
     parser.add_argument(
@@ -97,7 +96,8 @@ def main() -> int:
     from depthlab.config import ConfigError, load_config
 
     try:
-        run_name = load_config(*args.configfile)["run_name"]
+        config = load_config(*args.configfile)
+        run_name = config["run_name"]
     except ConfigError as error:
         print(f"error: invalid config: {error}", file=sys.stderr)
         return 2
@@ -128,7 +128,7 @@ def main() -> int:
         records=page.read_records(folder),
         skipped_jobs=skipped,
     )
-    return write_page(run, args.figure, folder, out)
+    return write_page(run, args.figure, folder, out, config)
 
 
 def finished_run(args: argparse.Namespace, folder: Path, out: Path):
@@ -180,22 +180,30 @@ def timed_run(command: list[str], dry_run: bool, folder: Path, run_dir: Path):
     return None, wall, "timed by record_results.py", jobs, len(every) - len(jobs)
 
 
-def write_page(run, figures: list[str], folder: Path, out: Path) -> int:
-    """Copy the figures beside the page (replacing the last run's) and write it."""
+def write_page(run, figures: list[str] | None, folder: Path, out: Path, config: dict) -> int:
+    """Copy the figures beside the page (replacing the last run's) and write it; `figures`:
+    paths under the run's figures/ (None: every figure of the run)."""
     from depthlab.claims import results_page as page
+    from depthlab.claims.run_figures import run_figures
 
     out.parent.mkdir(parents=True, exist_ok=True)
     beside = out.parent / out.stem
-    for name in figures:
-        source = folder / "figures" / name
-        if not source.is_file():
-            print(f"error: {source}: no such figure", file=sys.stderr)
-            return 2
-        beside.mkdir(exist_ok=True)
-        shutil.copyfile(source, beside / name)
-        run.figures.append(f"{out.stem}/{name}")
+    shown = run_figures(folder / "figures", config) if (folder / "figures").is_dir() else []
+    if figures is not None:
+        by_path = {figure.path: figure for figure in shown}
+        for name in figures:
+            if name not in by_path:
+                print(f"error: {folder / 'figures' / name}: no such figure", file=sys.stderr)
+                return 2
+        shown = [by_path[name] for name in figures]
+    if beside.is_dir():
+        shutil.rmtree(beside)  # the last recorded run's figures
+    for figure in shown:
+        (beside / figure.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(folder / "figures" / figure.path, beside / figure.path)
+    run.figures, run.figure_folder = shown, out.stem
     out.write_text(page.render_page(run))
-    print(f"wrote {out}")
+    print(f"wrote {out} ({len(shown)} figures beside it in {beside})")
     return 0
 
 

@@ -115,7 +115,11 @@ class Walker:
             self.walk(extra, prefix + NAME, False, conditions)
         items = node.get("items")
         if isinstance(items, dict) and _resolve(items, self.definitions).get("properties"):
-            self.walk({"properties": _resolve(items, self.definitions)["properties"]}, path + "[]")
+            item = _resolve(items, self.definitions)
+            self.walk(
+                {"properties": item["properties"], "description": item.get("description", "")},
+                path + "[]",
+            )
         for part in node.get("allOf", []):
             self.walk_part(part, path, conditions)
         for part in node.get("oneOf", []) + node.get("anyOf", []):
@@ -194,6 +198,25 @@ def _conditions_text(conditions: list[str]) -> str:
     return "; ".join(f"{key}: {' or '.join(vals)}" for key, vals in values.items())
 
 
+LONGEST_DEFAULT = 120  # characters of a default shown in full (longer: cut, marked …)
+
+
+def _key_name(path: str) -> str:
+    """The key as code that breaks only after a dot (docs/stylesheets/extra.css keeps the
+    characters between together): `data.<wbr>docstrings.<wbr>min_ascii_fraction`."""
+    escaped = path.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return '<code class="config-key">' + escaped.replace(".", ".<wbr>") + "</code>"
+
+
+def _default_text(value) -> str:
+    """The default as its JSON value (lists too), cut past LONGEST_DEFAULT characters."""
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    if len(text) > LONGEST_DEFAULT:
+        text = text[: LONGEST_DEFAULT - 1] + "…"
+    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return f'<code class="config-value">{escaped}</code>'  # breaks at its spaces only
+
+
 def render(schema: dict, default: dict) -> str:
     walker = Walker(schema)
     walker.walk({k: v for k, v in schema.items() if k != "definitions"}, "")
@@ -201,40 +224,41 @@ def render(schema: dict, default: dict) -> str:
     for key in walker.keys.values():
         sections.setdefault(key.path.split(".")[0], []).append(key)
     lines = [
+        "---",
+        "hide:",
+        "  - toc",
+        "---",
+        "",
         "# Config key reference",
         "",
         "Every key of a config, generated from `config/schema.yaml` when the site is built "
         "(the schema is what `depthlab.config` validates against; cross-references between "
         "sections are checked in Python). `<name>` stands for a name you choose (a model, a "
         "sweep, a text set, a fit); `[]` for each item of a list. *default.yaml* is the value "
-        "`config/default.yaml` gives the key. See [Configs and overrides](configs.md) for how "
-        "configs merge and how to override a key.",
+        "`config/default.yaml` gives the key; each description starts with the key's type and "
+        "allowed values. See [Configs and overrides](configs.md) for how configs merge and how "
+        "to override a key.",
         "",
     ]
     for section, keys in sections.items():
         lines += [f"## `{section}`", ""]
-        lines += ["| key | type | allowed | default.yaml | description |", "|---|---|---|---|---|"]
+        lines += ["| key | default.yaml | description |", "|---|---|---|"]
         for key in keys:
             value, present = default_value(default, key.path)
-            shown = ""
-            if present and not isinstance(value, dict):
-                text = json.dumps(value)
-                shown = f"`{text}`" if len(text) <= 40 else "(a list)"
-            description = key.description
+            shown = _default_text(value) if present and not isinstance(value, dict) else ""
+            kind = " or ".join(key.types) or "any"
+            allowed = "; ".join(key.allowed)
+            facts = f"*{kind}*" + (f", {allowed}" if allowed else "")
+            if key.required:
+                facts += ", required"
+            description = key.description.strip()
             if key.conditions:
                 description = f"*only with {_conditions_text(key.conditions)}.* {description}"
-            name = f"`{key.path}`" + (" (required)" if key.required else "")
             lines.append(
                 "| "
                 + " | ".join(
                     _cell(c)
-                    for c in (
-                        name,
-                        " or ".join(key.types),
-                        "; ".join(key.allowed),
-                        shown,
-                        _prose(description.strip()),
-                    )
+                    for c in (_key_name(key.path), shown, f"{facts}: {_prose(description)}")
                 )
                 + " |"
             )

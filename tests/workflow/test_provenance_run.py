@@ -108,3 +108,45 @@ def test_the_readmes_report_and_a_stray_one_leave_git_status_as_it_was(checkout)
     finally:
         for path in written:
             path.unlink(missing_ok=True)
+
+
+def test_the_whole_run_audit_names_an_edited_table_and_every_job_that_read_it(
+    checkout, monkeypatch, capsys
+):
+    """`audit.py results/test`: every record of the run, so an edit shows both where it was
+    written (EDITED) and in each later record that read it (CHANGED)."""
+    path = checkout / RUN / "pruning/lns/sweep.csv"
+    original, stat = path.read_bytes(), path.stat()
+    assert audit_problems(checkout, monkeypatch, capsys, RUN) == []
+    try:
+        with open(path, "ab") as handle:
+            handle.write(b"angular,3,0.5\n")
+        problems = audit_problems(checkout, monkeypatch, capsys, RUN)
+    finally:
+        path.write_bytes(original)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (
+        f"EDITED: {RUN}/pruning/lns/sweep.csv (sha256 differs from the one its job recorded; "
+        f"recorded in {RUN}/pruning/lns/provenance.json)"
+    ) in problems
+    changed = [line for line in problems if line.startswith("CHANGED: ")]
+    assert len(changed) == 1 and f"{RUN}/claims.provenance.json" in changed[0]
+    assert len(problems) == 2
+
+
+def test_the_audit_target_audits_every_record_of_the_run(checkout):
+    """`snakemake audit`: the run is up to date, so it only audits results/test/ record by
+    record, one summary line (this scratch copy's records are dirty: it is not their commit)."""
+    result = snakemake(checkout, "audit")
+    output = result.stdout + result.stderr
+    records = len(list((checkout / RUN).rglob(RECORD_NAME))) + len(
+        list((checkout / RUN).rglob(f"*{SIDECAR_SUFFIX}"))
+    )
+    assert f"{RUN}: {records} provenance record(s) under it" in output, output[-3000:]
+    summary = re.search(r"^audit FAILED: (\d+) problem\(s\) \((.+)\) in (\d+) record", output, re.M)
+    assert summary and summary.group(2) == f"{summary.group(1)} dirty", output[-3000:]
+    assert int(summary.group(3)) == records
+    assert result.returncode != 0
+    assert (checkout / RUN / "logs" / "audit" / "audit.log").read_text().count("DIRTY: ") == int(
+        summary.group(1)
+    )

@@ -391,5 +391,8 @@ def test_config_reference_renders_every_schema_description():
     loaded.pop("description")  # the schema's own title, not a key's
     missing = [d for d in descriptions(loaded) if hook._prose(d) not in page]
     assert missing == []
-    assert "| `pretrain.steps` (required) | integer | `≥ 1` | `128` |" in page
+    assert (
+        '| <code class="config-key">pretrain.<wbr>steps</code> | '
+        '<code class="config-value">128</code> | *integer*, `≥ 1`, required: ' in page
+    )
     assert "*only with kind: gguf.*" in page

@@ -167,22 +167,34 @@ def test_page_holds_the_per_rule_sums_and_the_total(tmp_path):
 
 
 def test_page_lists_every_claim_with_its_interval_seeds_and_verdicts(tmp_path):
+    """A narrow table (id, value, seeds, the two verdicts: readable in the site's 720 px column;
+    before, the statements and reasons made it 830 px and hid the size verdict), and one
+    details line per claim with its statement, interval, scale and reasons."""
     text = planted_page(plant_run(tmp_path / "run"))
-    rows = {row[0].split()[0]: row for row in table_rows(text, "## Claims")}
-    assert set(rows) == {f"`{c['claim_id']}`" for c in CLAIMS}
-    # the claim's statement beside its id; a | inside it stays inside its cell
-    assert "`gromov_healing_gap:lns` \\|gap before\\| - \\|gap after\\| > 0 |" in text
-    val_loss = rows["`cod_val_loss`"]
-    assert val_loss[1] == "0.2142 [0.0246, 0.3371] (over 3 seeds)"  # claims.md's 4 digits
-    assert val_loss[2] == "3"
-    assert val_loss[3] == "12 layers x 128, 262k tokens"
-    assert val_loss[4] == "**reproduced**: interval above 0"
-    assert val_loss[5] == "no size stated"
-    assert rows["`gromov_healing_gap:lns`"][1] == "-"
-    assert rows["`liu_a_m:chinchilla_liu`"][5] == (
-        "**size reproduced**: 0.9455 [0.8369, 1.038] vs band [0.8, 1.2]"
+    assert "| claim | measured [95% interval] | seeds | verdict | size verdict |" in text
+    rows = {row[0]: row for row in table_rows(text, "## Claims") if len(row) == 5}
+    code = '<code class="claim-id">{}</code>'
+    assert set(rows) == {code.format(c["claim_id"].replace(":", ":<wbr>")) for c in CLAIMS}
+    val_loss = rows[code.format("cod_val_loss")]
+    assert val_loss[1:] == ["0.2142 [0.0246, 0.3371]", "3", "**reproduced**", "-"]
+    assert rows[code.format("gromov_healing_gap:<wbr>lns")][1] == "-"
+    assert rows[code.format("liu_a_m:<wbr>chinchilla_liu")][4] == "**size reproduced**"
+    assert (
+        "- `cod_val_loss`: LNS reaches a lower validation loss than Pre-LN. Measured: 0.2142 "
+        "[0.0246, 0.3371] (over 3 seeds). Scale: 12 layers x 128, 262k tokens. Verdict: "
+        "reproduced: interval above 0." in text
     )
+    assert "- `gromov_healing_gap:lns`: |gap before| - |gap after| > 0. Scale:" in text
+    assert "Size: **size reproduced**: 0.9455 [0.8369, 1.038] vs band [0.8, 1.2]." in text
     assert "3 claims: 2 reproduced, 1 not testable at this scale" in text
+
+
+def test_the_facts_table_has_a_header_row(tmp_path):
+    """Before, the machine/commit table's header row was empty (`| | |`), drawn as a blank band
+    above the facts."""
+    text = planted_page(plant_run(tmp_path / "run"))
+    assert "| | |\n|---|---|" not in text
+    assert "| fact | value |\n|---|---|\n| date | 2026-12-03 09:15 UTC |" in text
 
 
 def test_page_names_the_machine_commit_and_wall_time(tmp_path):
@@ -330,3 +342,42 @@ def test_record_results_script_refuses_timing_without_finished(tmp_path):
         text=True,
     )
     assert result.returncode == 2 and "add --finished" in result.stderr
+
+
+def test_record_results_shows_every_figure_of_the_run_with_its_caption_by_stage(tmp_path):
+    """Before, the page showed only loss_curves.png (1 of the default run's 22 figures), with no
+    caption. Now every figure, grouped by stage in the order the stages run, each with its
+    rule's caption rendered for this run (the config's values and the figure's wildcards)."""
+    run_dir = plant_run(tmp_path / "run")
+    figures = run_dir / "figures"
+    for name in ("pruning/sweep.png", "analysis/val/angles.png", "loss_curves.png",
+                 "lens_swaps/pre_ln.png", "scaling/chinchilla_liu.png"):  # fmt: skip
+        (figures / name).parent.mkdir(parents=True, exist_ok=True)
+        (figures / name).write_bytes(name.encode())
+    out = tmp_path / "page.md"
+    result = subprocess.run(
+        [sys.executable, "workflow_scripts/record_results.py", "--configfile", "config/test.yaml",
+         "--finished", "--results", str(run_dir), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    headings = [line for line in text.splitlines() if line.startswith("### ")]
+    assert headings[1:] == [
+        "### Pretraining",
+        "### Analysis",
+        "### Analysis: tuned lens and layer swaps",
+        "### Scaling laws",
+        "### Pruning",
+    ]  # headings[0]: the claim details
+    for name in ("pruning/sweep.png", "analysis/val/angles.png", "lens_swaps/pre_ln.png"):
+        assert f"![{name}](page/{name})" in text
+        assert (tmp_path / "page" / name).read_bytes() == name.encode()
+    assert "{{" not in text and "``" not in text
+    # each caption rendered with the run's values and the figure's wildcards
+    assert (
+        "`results/test/figures/lens_swaps/pre_ln.png`: Tuned lens and layer swaps of model `pre_ln`"
+        in text
+    )
+    assert "fit `chinchilla_liu`" in text
+    assert "`results/test/figures/pruning/sweep.png`: Validation loss and lm-eval accuracy" in text

@@ -84,7 +84,7 @@ def test_without_the_section_nothing_changes(test_yaml):
         (lambda c: c.__setitem__("per_model", {"lns": {"tuned_lens": {"batch_tokens": 300}}}),
          r"^lens_swaps\.per_model\.lns\.tuned_lens\.batch_tokens: 300"),
         (lambda c: c.__setitem__("per_model", {"other": {"stride": 2}}),
-         r"^lens_swaps\.per_model\.other: not a model of lens_swaps\.models"),
+         r"^lens_swaps\.per_model\.other: 'other' is not a declared model"),
         (lambda c: c.__setitem__("bogus", 1), r"lens_swaps"),
     ],
 )  # fmt: skip

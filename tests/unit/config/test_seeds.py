@@ -91,7 +91,9 @@ def test_per_model_overrides_take_a_base_name_for_its_seeds_and_name_the_key(tes
     with pytest.raises(ConfigError, match=r"^depth_use\.skip\.per_model\.lns\.max_length: 4096"):
         resolve(config)
     config["depth_use"]["skip"]["per_model"] = {"ghost": {"max_samples": 3}}
-    with pytest.raises(ConfigError, match=r"^depth_use\.skip\.per_model\.ghost: not a model of"):
+    with pytest.raises(
+        ConfigError, match=r"^depth_use\.skip\.per_model\.ghost: 'ghost' is not a declared"
+    ):
         resolve(config)
 
 

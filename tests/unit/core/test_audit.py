@@ -266,3 +266,40 @@ def test_the_script_audits_moved_results_and_rejects_paths_without_records(
         [sys.executable, script, str(bare)], capture_output=True, text=True, timeout=60
     )
     assert run.returncode == 2 and "no provenance record" in run.stderr
+
+
+def test_a_run_folder_is_audited_record_by_record_with_one_summary_line(in_tmp, capsys):
+    """`audit.py results/<run>`: every record under the run (folder records and figure sidecars),
+    not only one chain; a planted edit in a file no figure's chain reaches (the model's config)
+    is named and fails it. Before, the run folder had no record and the audit exited 2."""
+    chain = write_chain(in_tmp)
+    (in_tmp / RUN / "models" / "other").mkdir()
+    (in_tmp / RUN / "models" / "other" / "weights.bin").write_bytes(b"w" * 10)
+    set_job("pretrain_model", "python pretrain_model.py", config_files=[chain["config"]])
+    job = Provenance("pretrain_model", config={}, inputs=[chain["data"]])
+    job.extra["git"] = git_state(in_tmp / "checkout")
+    job.write(RUN / "models" / "other" / "provenance.json")
+    assert audit([str(RUN)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"{RUN}: 5 provenance record(s) under it"
+    assert "rule     " not in out  # no chains printed, only the summary
+    assert (
+        out.rstrip()
+        .splitlines()[-1]
+        .startswith("audit OK: 5 record(s), 7 output file(s), 4 input(s)")
+    )
+
+    (in_tmp / RUN / "models" / "other" / "weights.bin").write_bytes(b"w" * 11)  # planted edit
+    assert audit([str(RUN)]) == 1
+    lines = capsys.readouterr().out.rstrip().splitlines()
+    assert lines[-2] == (
+        f"EDITED: {RUN}/models/other/weights.bin (sha256 differs from the one its job recorded; "
+        f"recorded in {RUN}/models/other/provenance.json)"
+    )
+    assert lines[-1] == "audit FAILED: 1 problem(s) (1 edited) in 5 record(s)"
+
+
+def test_a_folder_without_any_record_exits_2_naming_it(in_tmp, capsys):
+    (in_tmp / "empty_run").mkdir()
+    assert audit(["empty_run"]) == 2
+    assert "empty_run: no provenance record in this folder or under it" in capsys.readouterr().err

@@ -110,3 +110,48 @@ def test_the_cache_folder_is_chosen_by_the_environment(monkeypatch, value, expec
     monkeypatch.delenv(cf.SYNTAX_CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", "/c")
     assert cf.syntax_cache_dir() == Path("/c/depthlab/syntax")
+
+
+def scratch_checkout(tmp_path: Path) -> Path:
+    """workflow_scripts/run_stage.py importing depthlab.stages.a (which imports b), plus the
+    spec-shaping depthlab.config that no fingerprint tracks."""
+    scripts = tmp_path / "workflow_scripts"
+    package = scripts / "depthlab"
+    (package / "stages").mkdir(parents=True)
+    (package / "config").mkdir()
+    for init in (package, package / "stages", package / "config"):
+        (init / "__init__.py").write_text("")
+    (package / "stages" / "a.py").write_text("from depthlab.stages import b\nX = 1\n")
+    (package / "stages" / "b.py").write_text("Y = 2\n")
+    (package / "config" / "load.py").write_text("Z = 3\n")
+    (scripts / "run_stage.py").write_text(
+        "from depthlab.stages import a\nfrom depthlab.config import load\n"
+    )
+    return scripts
+
+
+def test_a_jobs_record_names_the_code_it_ran_and_a_code_edit_is_named_by_file(tmp_path):
+    """Before, a code edit that reran 35 jobs was explained only by two fingerprints
+    ('Params have changed ... before: ec65f5c6... now: cc966b33...'); the jobs' records now hold
+    each file's fingerprint, so the planning log names the files."""
+    fresh_process_caches()
+    scripts = scratch_checkout(tmp_path)
+    ran = cf.script_code(scripts / "run_stage.py")
+    assert sorted(ran) == [
+        "workflow_scripts/depthlab/__init__.py",
+        "workflow_scripts/depthlab/stages/__init__.py",
+        "workflow_scripts/depthlab/stages/a.py",
+        "workflow_scripts/depthlab/stages/b.py",
+        "workflow_scripts/run_stage.py",
+    ]
+    (scripts / "depthlab" / "stages" / "b.py").write_text("Y = 2  # a comment\n")
+    (scripts / "depthlab" / "config" / "load.py").write_text("Z = 4\n")
+    assert cf.code_changes(ran, cf.script_code(scripts / "run_stage.py")) == []
+    (scripts / "depthlab" / "stages" / "b.py").write_text("Y = 3\n")
+    (scripts / "depthlab" / "stages" / "c.py").write_text("W = 1\n")
+    (scripts / "depthlab" / "stages" / "a.py").write_text("from depthlab.stages import b, c\n")
+    assert cf.code_changes(ran, cf.script_code(scripts / "run_stage.py")) == [
+        "workflow_scripts/depthlab/stages/a.py",
+        "workflow_scripts/depthlab/stages/b.py",
+        "workflow_scripts/depthlab/stages/c.py (new)",
+    ]

@@ -283,3 +283,37 @@ def test_a_job_that_never_uses_torch_does_not_import_it_and_torch_gets_its_threa
     before, after = done.stdout.splitlines()
     assert before.startswith("False cpu (") and "torch not used" in before, before
     assert after.startswith("1 cpu (") and "1 torch threads" in after, after
+
+
+LOCAL_FILES = [
+    "results/default/claims.csv",
+    "site/index.html",
+    ".snakemake/log/run.log",
+    "workflow_scripts/__pycache__/x.cpython-311.pyc",
+    "config/local/mine.yaml",
+    "report.html",
+    ".vscode/settings.json",
+    ".ipynb_checkpoints/notes-checkpoint.ipynb",
+    ".DS_Store",
+]
+
+
+@pytest.mark.parametrize("venv", ["symlink", "folder"])
+def test_a_venv_and_the_usual_local_files_leave_the_checkout_clean(tmp_path, venv):
+    """With the project's .gitignore, a venv (a folder, or a symlink to one as the helpers' and
+    some users' checkouts have; `.venv/` matched only a folder, so a symlinked venv marked every
+    record dirty) and the files a run, the docs build and editors leave behind are not changes;
+    a new module still is."""
+    repo = git_repo(tmp_path / "checkout", (ROOT / ".gitignore").read_text())
+    if venv == "symlink":
+        (tmp_path / "elsewhere_venv").mkdir()
+        (repo / ".venv").symlink_to(tmp_path / "elsewhere_venv")
+    else:
+        (repo / ".venv" / "bin").mkdir(parents=True)
+        (repo / ".venv" / "bin" / "python").write_text("")
+    for name in LOCAL_FILES:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text("local")
+    assert git_state(repo)["dirty"] is False, git_state(repo)["changes"]
+    (repo / "new_module.py").write_text("y = 2\n")
+    assert git_state(repo)["changes"] == ["?? new_module.py"]

@@ -335,3 +335,68 @@ def test_pruning_sweep_draws_gromovs_half_depth_reference():
     ]
     assert vertical == [PAPER_VALUES["gromov_robust_fraction"].value]
     assert "Gromov et al." in fig._suptitle.get_text()
+
+
+def two_model_sweep():
+    """A toy model near loss 6.5 whose block removal costs 0.06, beside a pretrained LM near 3
+    whose removal costs 10; the LM has no lm-eval score (its harness was not run)."""
+    rows = []
+    for n in (1, 2, 3):
+        rows.append(
+            {"model": "toy", "strategy": "angular", "healed": False, "n": n, "fraction": n / 4}
+            | {"val_loss": 6.5 + 0.02 * n, "task": "t", "acc": 0.3, "acc_stderr": 0.01}
+        )
+        rows.append(
+            {"model": "lm", "strategy": "angular", "healed": False, "n": n, "fraction": n / 30}
+            | {"val_loss": 3.0 + 5 * n, "task": "t", "acc": np.nan, "acc_stderr": np.nan}
+        )
+    return pd.DataFrame(rows)
+
+
+def test_pruning_sweep_gives_each_model_its_own_loss_axis_so_a_small_effect_shows():
+    """Before, the loss column shared one y-axis (3 to 18 here): the toy model's 0.04 rise was a
+    flat line. Now each panel scales to its own model."""
+    from depthlab.stages.pruning.plots import plot_sweep
+
+    fig = plot_sweep(two_model_sweep(), {"toy": "toy", "lm": "lm"}, "acc", "test")
+    toy_loss_axis = fig.axes[0]
+    low, high = toy_loss_axis.get_ylim()
+    assert high - low < 0.2  # the 0.04 rise spans a visible part of the axis
+    assert fig.axes[2].get_ylim()[1] > 15  # the LM's row keeps its own scale
+
+
+def test_pruning_sweep_says_not_measured_and_keeps_its_title_clear_of_the_panels():
+    from depthlab.stages.pruning.plots import plot_sweep
+
+    fig = plot_sweep(two_model_sweep(), {"toy": "toy", "lm": "lm"}, "acc", "test")
+    lm_task_axis = fig.axes[3]
+    assert "t: not measured\nfor lm" in [t.get_text() for t in lm_task_axis.texts]
+    assert not [t for t in fig.axes[1].texts if "not measured" in t.get_text()]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    title_bottom = fig._suptitle.get_window_extent(renderer).y0
+    top_row_top = max(ax.get_tightbbox(renderer).y1 for ax in fig.axes[:2])
+    assert title_bottom >= top_row_top  # before: the two-line title overlapped the tick labels
+
+
+def test_seed_replicates_have_one_legend_entry_per_scheme():
+    """variance_growth drew one legend entry per seed (three 'pre_ln (mean of 3 seeds...)')."""
+    from depthlab.stages.analysis.plots import plot_variance_growth
+
+    names = [f"pre_ln_s{s}" for s in range(3)] + ["lns"]
+    rows = [
+        {"model": name, "measure": m, "layer": l, "n": np.nan, "value": 1.0 + l, "count": 4}
+        for name in names
+        for m in ("h_var", "h_norm", "h_mean")
+        for l in range(3)
+    ]
+    facts = {
+        f"pre_ln_s{s}": {"kind": "pretrain", "norm_scheme": "pre_ln", "seed": s}
+        | {"seed_group": "pre_ln"}
+        for s in range(3)
+    } | {"lns": {"kind": "pretrain", "norm_scheme": "lns"}}
+    fig = plot_variance_growth(pd.DataFrame(rows), {n: summary(n, 3) for n in names}, facts)
+    labels = [
+        t.get_text() for legend in fig.findobj(matplotlib.legend.Legend) for t in legend.texts
+    ]
+    assert labels == ["pre_ln (mean of 3 seeds, band: range)", "lns"]

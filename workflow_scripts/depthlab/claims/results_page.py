@@ -179,26 +179,52 @@ def _cell(text) -> str:
     return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
 
 
+def _size_text(row: dict) -> str:
+    size = row.get("size_verdict") or ""
+    if row.get("size_band"):
+        size = (
+            f"**{size}**: {_value(row['size_measured'], row['size_low'], row['size_high'])}"
+            f" vs band {row['size_band']}"
+        )
+    return size
+
+
+def _claim_id(claim_id: str) -> str:
+    """The id as code that breaks only after a colon (`gromov_block_choice:<wbr>smollm2`; the
+    site's docs/stylesheets/extra.css keeps the rest of it together)."""
+    escaped = claim_id.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return '<code class="claim-id">' + escaped.replace(":", ":<wbr>") + "</code>"
+
+
 def claims_table(rows: list[dict]) -> str:
+    """The claims as a table narrow enough for the site's column (id, value, seeds, the two
+    verdicts), then one details line per claim: its statement, how the interval was made, the
+    scale, the verdict's reason and the size comparison."""
     lines = [
-        "| claim | measured [95% interval] | seeds | scale | verdict | size verdict |",
-        "|---|---|---|---|---|---|",
+        "| claim | measured [95% interval] | seeds | verdict | size verdict |",
+        "|---|---|---|---|---|",
     ]
+    details = ["### Claim details", ""]
     for row in rows:
         measured = _value(row["measured"], row["low"], row["high"])
-        if row.get("interval") and measured != "-":
-            measured += f" ({row['interval']})"
-        verdict = f"**{row['verdict']}**" + (f": {row['reason']}" if row.get("reason") else "")
         size = row.get("size_verdict") or ""
+        shown_size = "-" if size in ("", "no size stated") else f"**{size}**"
+        cells = [_claim_id(row["claim_id"]), measured, row.get("seeds"), f"**{row['verdict']}**"]
+        lines.append("| " + " | ".join(_cell(c) for c in [*cells, shown_size]) + " |")
+        statement = row.get("claim") or "(no statement)"
+        parts = [statement if statement.endswith(".") else f"{statement}."]
+        if row.get("interval") and measured != "-":
+            parts.append(f"Measured: {measured} ({row['interval']}).")
+        if row.get("scale"):
+            parts.append(f"Scale: {row['scale']}.")
+        parts.append(
+            f"Verdict: {row['verdict']}" + (f": {row['reason']}." if row.get("reason") else ".")
+        )
         if row.get("size_band"):
-            size = (
-                f"**{size}**: {_value(row['size_measured'], row['size_low'], row['size_high'])}"
-                f" vs band {row['size_band']}"
-            )
-        claim = f"`{row['claim_id']}`" + (f" {row['claim']}" if row.get("claim") else "")
-        cells = [claim, measured, row.get("seeds"), row.get("scale"), verdict]
-        lines.append("| " + " | ".join(_cell(c) for c in [*cells, size]) + " |")
-    return "\n".join(lines) + "\n"
+            parts.append(f"Size: {_size_text(row)}.")
+        text = " ".join(part.replace("\n", " ") for part in parts)
+        details.append(f"- `{row['claim_id']}`: {text}")
+    return "\n".join(lines) + "\n\n" + "\n".join(details) + "\n"
 
 
 def verdict_counts(rows: list[dict]) -> Counter:
@@ -322,7 +348,10 @@ class Run:
     jobs: list[JobTime]
     records: RunRecords
     skipped_jobs: int = 0  # benchmark files older than this invocation (jobs that did not run)
-    figures: list[str] = field(default_factory=list)  # copies beside the page, relative to it
+    # depthlab.claims.run_figures.RunFigure of each figure copied beside the page, into
+    # `figure_folder` (relative to the page)
+    figures: list = field(default_factory=list)
+    figure_folder: str = ""
 
 
 def page_name(config_files: list[str]) -> str:
@@ -397,7 +426,7 @@ def render_page(run: Run) -> str:
         "Written by `workflow_scripts/record_results.py` from a finished run; not edited by hand "
         "(see [Recording results](../development.md#recording-results)).",
         "",
-        "| | |",
+        "| fact | value |",
         "|---|---|",
         *(f"| {key} | {_cell(value)} |" for key, value in facts),
         "",
@@ -419,8 +448,22 @@ def render_page(run: Run) -> str:
         rule_table(rule_times(run.jobs)) if run.jobs else "No benchmark files in this run.\n",
     ]
     if run.figures:
-        lines += ["## Figures", ""]
+        lines += [
+            "## Figures",
+            "",
+            f"Every figure of the run, by stage, each with its caption (the one "
+            f"`snakemake --report` gives it) and its path under `{run.run_dir}/figures/`.",
+            "",
+        ]
+        group = None
         for figure in run.figures:
-            name = Path(figure).name
-            lines += [f"![{name}]({figure})", "", f"`{run.run_dir}/figures/{name}`", ""]
+            if figure.group != group:
+                group = figure.group
+                lines += [f"### {group}", ""]
+            lines += [
+                f"![{figure.path}]({run.figure_folder}/{figure.path})",
+                "",
+                f"`{run.run_dir}/figures/{figure.path}`: {figure.caption}",
+                "",
+            ]
     return "\n".join(lines)

@@ -6,6 +6,8 @@ resolves the same spec), so a setting has one value however a stage is started.
 
     load_config(*files)        strict YAML (duplicate keys are errors), files merged left to right
     apply_overrides(c, o)      `snakemake --config key=value` overrides, nested values parsed as YAML
+    drop_removed_entries(c)    a named entry set to null by an overlay (a per_model model, a text
+                               set, a sweep) removed; a stage set to null is off
     validate_schema(c)         config/schema.yaml (integers must be integers: `steps: 16.0` fails)
     resolve(c) -> Resolved     per-item overrides applied, sweeps and grids expanded,
                                cross-references and files checked; `.jobs(family)` gives
@@ -41,6 +43,7 @@ from depthlab.config.load import (
     REPO_ROOT,
     SCHEMA_PATH,
     apply_overrides,
+    drop_removed_entries,
     load_config,
     load_yaml,
     merge,
@@ -91,6 +94,7 @@ __all__ = [
     "Resolved",
     "RunPaths",
     "apply_overrides",
+    "drop_removed_entries",
     "check_name",
     "check_positions",
     "corpus_models",
@@ -120,6 +124,7 @@ __all__ = [
 
 def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
     """Validate `config` and resolve every job's spec (see the module docstring)."""
+    config = drop_removed_entries(config)
     validate_schema(config)
     base_dir = Path(base_dir)
     paths = RunPaths(config["run_name"])  # a safe name: the schema's run_name pattern

@@ -51,7 +51,11 @@ _StrictLoader.add_constructor(
 
 
 def load_yaml(path: str | os.PathLike) -> dict:
+    """One config file as a mapping; every way it can be unusable is one ConfigError line that
+    names the file (and the line, where YAML knows it)."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a config file")
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
@@ -63,12 +67,36 @@ def load_yaml(path: str | os.PathLike) -> dict:
             finally:
                 loader.dispose()
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML ({error})") from None
+        raise ConfigError(_yaml_error(path, error)) from None
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not UTF-8 ({error})") from None
+    if data is None:
+        raise ConfigError(f"{path}: empty (a config is a mapping of keys, e.g. `run_name: mine`)")
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config is a mapping of keys, got {type(data).__name__}")
+        kind = {list: "a list", str: "a string"}.get(type(data), type(data).__name__)
+        raise ConfigError(f"{path}:1: a config is a mapping of keys, got {kind}")
     return data
+
+
+def _yaml_error(path: Path, error: yaml.YAMLError) -> str:
+    """`path:line: not valid YAML: <problem>` on one line (YAML's own message spans several)."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+    problem = getattr(error, "problem", None) or str(error)
+    context, context_mark = getattr(error, "context", None), getattr(error, "context_mark", None)
+    text = problem
+    if context and context_mark is not None and mark is not None:
+        text += f" ({context} started at line {context_mark.line + 1})"
+    elif context:
+        text += f" ({context})"
+    if mark is not None and "\t" in _line(path, mark.line):
+        text = "a tab indents this line (YAML indents with spaces only)"
+    return f"{where}: not valid YAML: {' '.join(text.split())}"
+
+
+def _line(path: Path, index: int) -> str:
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return lines[index] if 0 <= index < len(lines) else ""
 
 
 def merge(base: dict, override: dict) -> dict:
@@ -108,7 +136,44 @@ def parse_override_value(value):
 
 
 def apply_overrides(config: dict, overrides: dict) -> dict:
-    return merge(config, parse_override_value(overrides))
+    """`overrides` merged into `config`; a dotted key (`pretrain.steps`, which plan.py accepts
+    but Snakemake's --config does not) sets that nested key."""
+    nested: dict = {}
+    for key, value in overrides.items():
+        parts = key.split(".")
+        if not all(parts):
+            raise ConfigError(f"--config {key}: an empty part in a dotted key")
+        nested = merge(
+            nested, functools.reduce(lambda inner, part: {part: inner}, parts[::-1], value)
+        )
+    return merge(config, parse_override_value(nested))
+
+
+# Mappings keyed by names the user chooses (a model, a text set, a sweep): an overlay merges into
+# them, so `null` as an entry's value is how it removes one (`per_model: {smollm2: null}`).
+NAMED_ENTRIES = (
+    ("sweeps",),
+    ("analysis", "text_sets"),
+    ("analysis", "per_model"),
+    ("lens_swaps", "per_model"),
+    ("pruning", "per_model"),
+    ("depth_use", "skip", "per_model"),
+    ("depth_use", "depth_score", "families"),
+)
+
+
+def drop_removed_entries(config: dict) -> dict:
+    """A copy of `config` without the named entries an overlay set to null (NAMED_ENTRIES); a
+    whole stage set to null (`pruning: null`) stays: the stage is off."""
+    config = copy.deepcopy(config)
+    for path in NAMED_ENTRIES:
+        section = config
+        for part in path:
+            section = section.get(part) if isinstance(section, dict) else None
+        if isinstance(section, dict):
+            for name in [name for name, value in section.items() if value is None]:
+                del section[name]
+    return config
 
 
 @functools.lru_cache(maxsize=1)

@@ -117,13 +117,26 @@ def seed_groups(resolved: Resolved) -> dict[str, list[str]]:
 class ModelOverrides:
     """A stage's `per_model` section: per-model overrides of the stage's settings, keyed by model
     name or by a seeded model's base name (which covers its seeds unless a seed has its own).
-    `stage` is the section's key (e.g. "pruning"), `listed` the keys whose models it may name."""
+    `stage` is the section's key (e.g. "pruning"), `listed` the keys whose models it may name.
+
+    A key naming a declared model that the stage does not run is ignored, with one note in
+    `resolved.notes` (an overlay that narrows the stage's model list keeps the base config's
+    per_model entries); a key naming no declared model is an error (a misspelling)."""
 
     def __init__(self, resolved: Resolved, stage: str, per_model: dict, names, listed: str):
         groups = seed_groups(resolved)
+        unused = []
         for name in per_model:
+            if name not in resolved.models and name not in groups:
+                raise undeclared_model(resolved, f"{stage}.per_model.{name}", name)
             if not set(groups.get(name, [name])) & set(names):
-                raise ConfigError(f"{stage}.per_model.{name}: not a model of {listed}")
+                unused.append(name)
+        if unused:
+            resolved.notes.append(
+                f"{stage}.per_model: the settings of {', '.join(unused)} are ignored "
+                f"(not in {listed})"
+            )
+        per_model = {name: settings for name, settings in per_model.items() if name not in unused}
         self.resolved, self.stage, self.per_model = resolved, stage, per_model
 
     def group(self, name: str) -> str:

@@ -27,6 +27,8 @@ class Resolved:
     inputs: dict = field(default_factory=dict)
     model_resources: dict = field(default_factory=dict)  # models.<name>.resources
     resource_plan: object = None  # depthlab.plan.resource_plan.ResourcePlan, set by resolve()
+    # settings the config gives but the run does not use (one line each, printed before a run)
+    notes: list = field(default_factory=list)
     _indexes: dict = field(default_factory=dict, repr=False, compare=False)
 
     def jobs(self, family: str) -> dict:
@@ -125,13 +127,20 @@ def require_resources(config: dict, stage: str) -> None:
         )
 
 
-def library_check(check, *args, **kwargs) -> None:
+def library_check(check, *args, model: str | None = None, **kwargs) -> None:
     """Run a stage library's config-time check; its ValueError (message starts with the key)
-    becomes a ConfigError."""
+    becomes a ConfigError, naming `model` when the check was of one model's settings."""
     try:
         check(*args, **kwargs)
     except ValueError as error:
-        raise ConfigError(str(error)) from None
+        raise ConfigError(named_model(str(error), model)) from None
+
+
+def named_model(message: str, model: str | None) -> str:
+    """`message` with the model it concerns named (unless it names it already)."""
+    if model is None or f"'{model}'" in message:
+        return message
+    return f"{message} (model '{model}')"
 
 
 def spec_json(spec: dict) -> str:

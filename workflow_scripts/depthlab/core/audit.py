@@ -428,6 +428,26 @@ def summary_line(auditor: Auditor) -> str:
     return f"audit FAILED: {len(lines)} problem(s) ({counted}) in {records} record(s)"
 
 
+def run_records(folder: Path) -> list[Path]:
+    """Every provenance record under `folder` (folder records and figure sidecars), sorted."""
+    found = set(folder.rglob(RECORD_NAME)) | set(folder.rglob(f"*{SIDECAR_SUFFIX}"))
+    return sorted(path for path in found if path.is_file())
+
+
+def audit_run(auditor: Auditor, folder: Path) -> int:
+    """Audit every record under `folder` (a run's results/<run>/, or any part of it), each with
+    its chain; returns how many records were found there."""
+    records = run_records(folder)
+    if not records:
+        raise ProvenanceNotFound(
+            f"{folder}: no provenance record in this folder or under it (is it a run's "
+            f"results/<run>/ folder?)"
+        )
+    for record in records:
+        auditor.audit(record)
+    return len(records)
+
+
 def main(argv=None) -> int:
     """Command line of workflow_scripts/audit.py; exit status 0 clean, 1 problems (also outputs
     that cannot be checked), 2 no record."""
@@ -438,16 +458,26 @@ def main(argv=None) -> int:
         "paths",
         nargs="+",
         metavar="PATH",
-        help="a result folder or file, a figure, or a provenance record",
+        help="a result folder or file, a figure, or a provenance record; a folder without a "
+        "record of its own (a run's results/<run>/) audits every record under it, printing "
+        "only its problems and the summary",
     )
     parser.add_argument(
         "--brief", action="store_true", help="leave out each record's command and spec"
     )
     args = parser.parse_args(argv)
     auditor = Auditor(show_spec=not args.brief)
+    chain_writer = auditor.write
     try:
         for path in args.paths:
-            auditor.audit(path)
+            path = Path(path)
+            if path.is_dir() and record_for(path) is None:
+                auditor.write = lambda line: None  # a whole run: its problems and the summary
+                found = audit_run(auditor, path)
+                auditor.write = chain_writer
+                print(f"{_show(path)}: {found} provenance record(s) under it")
+            else:
+                auditor.audit(path)
     except ProvenanceNotFound as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -31,6 +31,9 @@ PACKAGE = "depthlab"
 # differ between versions) it is part of every key.
 SYNTAX_CACHE_FORMAT = 1
 SYNTAX_CACHE_ENV = "DEPTHLAB_SYNTAX_CACHE"  # a folder, or "off"
+# Shapes specs at DAG time: a change that matters changes the specs (params), so it is not part
+# of a script's tracked code (otherwise every edit of it would rerun every job).
+SPEC_MODULES = frozenset({"config"})  # the package with its submodules (config.load, ...)
 
 
 def syntax_cache_dir() -> Path | None:
@@ -231,3 +234,28 @@ def code_fingerprint(files, root: Path) -> str:
             f"{path.relative_to(Path(root).resolve())}\0{source_fingerprint(path)}\n".encode()
         )
     return digest.hexdigest()[:16]
+
+
+def script_code(script: Path) -> dict[str, str]:
+    """{path relative to the checkout: fingerprint} of the code a workflow script runs (the
+    script and its library closure, as the rule's `code` param fingerprints it), for its jobs'
+    provenance records: a rerun for changed code can then name the files."""
+    script = Path(script).resolve()
+    package_dir = script.parent / PACKAGE
+    files = [script, *import_closure(script, package_dir, SPEC_MODULES)]
+    root = script.parent.parent
+    return {path.relative_to(root).as_posix(): source_fingerprint(path) for path in files}
+
+
+def code_changes(recorded: dict[str, str], current: dict[str, str]) -> list[str]:
+    """The files whose code differs between two script_code maps: changed, new, or no longer
+    run, sorted."""
+    lines = []
+    for name in sorted(recorded.keys() | current.keys()):
+        if name not in recorded:
+            lines.append(f"{name} (new)")
+        elif name not in current:
+            lines.append(f"{name} (no longer run)")
+        elif recorded[name] != current[name]:
+            lines.append(name)
+    return lines

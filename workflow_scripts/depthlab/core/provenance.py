@@ -195,6 +195,24 @@ def device_description() -> str:
     return f"cpu ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
 
 
+def running_script_code() -> dict[str, str] | None:
+    """The code the running workflow script runs, file by file (code_fingerprint.script_code);
+    None outside a workflow script (a test, a notebook)."""
+    from depthlab.core.code_fingerprint import script_code
+
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if (
+        script is None
+        or script.suffix != ".py"
+        or script.resolve().parent.name != "workflow_scripts"
+    ):
+        return None
+    try:
+        return script_code(script)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
 class Provenance:
     """Collects provenance for one stage run; `write` records the end time.
 
@@ -234,6 +252,7 @@ class Provenance:
             "start": self.start.isoformat(),
             "end": end.isoformat(),
             "wall_s": round(time.perf_counter() - self._t0, 3),
+            "code": running_script_code(),
             **self.extra,
         }
 

@@ -106,7 +106,8 @@ def markdown(plan: ResourcePlan, per_job: bool = True, gpu_count: int | None = N
     lines += [
         "- estimates: GPU-hours and wall time from FLOPs (training 6 N D, inference 2 N per token, "
         "times each stage's passes); documents taken to fill max_length; a model split over "
-        "GPUs runs one GPU at a time",
+        "GPUs runs one GPU at a time; the toy models also by their kernel launches "
+        "(depthlab/plan/toy_costs.py)",
         "",
         "## Per rule",
         "",
@@ -148,6 +149,15 @@ def markdown(plan: ResourcePlan, per_job: bool = True, gpu_count: int | None = N
         )
         + ".",
     ]
+    estimated_jobs = [j for j in plan.jobs.values() if j.wall_hours is not None]
+    if estimated_jobs:
+        longest = max(estimated_jobs, key=lambda j: j.wall_hours)
+        lines += [
+            "",
+            f"Longest job: `{longest.family}` `{longest.job}`, {_hours(longest.wall_hours)} h "
+            f"estimated ({longest.request.get('gpu', 0)} GPUs, time limit "
+            f"{_limit_hours(longest):,.1f} h).",
+        ]
     if gpu_count:
         lines += [
             "",

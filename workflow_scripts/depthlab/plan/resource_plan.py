@@ -101,6 +101,7 @@ class JobPlan:
     wall_hours: float | None = None  # estimated: startup + compute
     gpu_hours: float | None = None
     peak: str = ""  # the phase that needs the most memory, and its largest terms
+    flops: float | None = None  # the job's work (every dtype), for a local run's time check
     notes: list[str] = field(default_factory=list)
 
 
@@ -246,6 +247,7 @@ class _Planner:
                     f"{' (gpu, mem_mb, runtime)' if on_gpu else '.mem_mb'}"
                 )
         work = self.work(family, job, spec, names) if known else None
+        plan.flops = sum(work.flops.values()) if work is not None else None
         if work is not None and self.assumptions is not None:
             self.derive(plan, work, on_gpu, overrides.get("gpu", (None,))[0])
         for key, (value, _) in overrides.items():
@@ -325,6 +327,25 @@ class _Planner:
             )
 
 
+def _estimate_toy_job(plan: JobPlan, spec: dict, assumptions: Assumptions | None) -> None:
+    """A train_toy job's FLOPs and, with a GPU stated, its wall time (depthlab.plan.toy_costs):
+    its request stays the stage's, the estimate says whether that request holds it."""
+    from depthlab.plan.toy_costs import toy_job_seconds
+
+    gpus = plan.request.get("gpu", 0)
+    rate = assumptions.flops_per_second("float32") if assumptions is not None else 1.0
+    plan.flops, seconds = toy_job_seconds(spec["settings"], rate)
+    if assumptions is None or not gpus:
+        return
+    plan.wall_hours = assumptions.sizing["startup_minutes"] / 60 + seconds / 3600
+    plan.gpu_hours = gpus * plan.wall_hours
+    if plan.wall_hours * 60 > plan.request["runtime"]:
+        plan.notes.append(
+            f"estimated {plan.wall_hours:,.1f} h, over its time limit of "
+            f"{plan.request['runtime'] / 60:,.1f} h (resources.toy.runtime)"
+        )
+
+
 # What to change when a job's time limit exceeds cluster.max_runtime, by rule ({model}: the
 # model's key, models.<name>)
 RUNTIME_KEYS = {
@@ -370,11 +391,12 @@ def plan_resources(resolved, shapes: dict[str, Shape | None]) -> ResourcePlan:
         elif family in STAGE_JOBS:
             stage, gpu_rule = STAGE_JOBS[family]
             values = resolved.config["resources"][stage]
-            for job in resolved.jobs(family):
+            for job, spec in resolved.jobs(family).items():
                 request = {"mem_mb": values["mem_mb"], "runtime": values["runtime"]}
                 if gpu_rule and values["gpu"] > 0:
                     request["gpu"] = values["gpu"]
                 jobs[(family, job)] = JobPlan(family, job, stage, (), None, request, "stage")
+                _estimate_toy_job(jobs[(family, job)], spec, planner.assumptions)
         else:
             other[family] += len(resolved.jobs(family))
     plan = ResourcePlan(planner.assumptions, jobs, other)

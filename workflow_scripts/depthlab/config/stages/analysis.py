@@ -37,16 +37,22 @@ def resolve_analysis(resolved: Resolved, base_dir: Path) -> None:
         return
     paths = resolved.paths
     default_names = declared_models(resolved, analysis["models"], "analysis.models")
+    text_set_names = {
+        text_set: declared_models(resolved, spec["models"], f"analysis.text_sets.{text_set}.models")
+        if "models" in spec
+        else default_names
+        for text_set, spec in analysis["text_sets"].items()
+    }
     overrides = ModelOverrides(
-        resolved, "analysis", analysis.get("per_model") or {}, default_names, "analysis.models"
+        resolved,
+        "analysis",
+        analysis.get("per_model") or {},
+        [name for names in text_set_names.values() for name in names],
+        "analysis.models or a text set's models",
     )
     fmt = resolved.config["figures"]["format"]
     for text_set, spec in analysis["text_sets"].items():
-        names = default_names
-        if "models" in spec:
-            names = declared_models(
-                resolved, spec["models"], f"analysis.text_sets.{text_set}.models"
-            )
+        names = text_set_names[text_set]
         texts = text_set_texts(resolved, text_set, base_dir, "analysis.text_sets")
         for name in names:
             # the stage's defaults, then the model's per_model, then the text set's own keys

@@ -123,6 +123,7 @@ def _add_skip_interventions(
             {**settings, "depth_score_variant": score["variant"]},
             model_layers(resolved, name, key),
             "depth_use.skip",
+            model=name,
         )
         check_positions(
             resolved,
@@ -143,18 +144,23 @@ def _scored_families(resolved: Resolved, score: dict, score_models: list) -> dic
     declared = list(resolved.config["depth_use"]["problems"]["families"])
     chosen = score.get("families") or {}
     groups = seed_groups(resolved)
+    unscored = []
     for group, families in chosen.items():
+        if group not in resolved.models and group not in groups:
+            raise undeclared_model(resolved, f"depth_use.depth_score.families.{group}", group)
         if not set(groups.get(group, [group])) & set(score_models):
-            raise ConfigError(
-                f"depth_use.depth_score.families.{group}: not a model of "
-                f"depth_use.depth_score.models"
-            )
+            unscored.append(group)  # an overlay narrowed the scored models: ignored, one note
         for index, family in enumerate(families):
             if family not in declared:
                 raise ConfigError(
                     f"depth_use.depth_score.families.{group}[{index}]: '{family}' is not a "
                     f"family of depth_use.problems.families ({', '.join(declared)})"
                 )
+    if unscored:
+        resolved.notes.append(
+            f"depth_use.depth_score.families: the families of {', '.join(unscored)} are "
+            f"ignored (not in depth_use.depth_score.models)"
+        )
     return {
         name: chosen.get(name, chosen.get(resolved.models[name].get("seed_group", name)))
         for name in score_models

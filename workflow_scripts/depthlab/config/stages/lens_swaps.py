@@ -25,6 +25,11 @@ def resolve_lens_swaps(resolved: Resolved, base_dir: Path) -> None:
     if not section:
         return
     analysis = resolved.config.get("analysis") or {}
+    if not analysis:
+        raise ConfigError(
+            "lens_swaps: it is evaluated on analysis text sets, but analysis is off; switch "
+            "lens_swaps off too (lens_swaps: null)"
+        )
     known = analysis.get("text_sets") or {}
     names = declared_models(resolved, section["models"], "lens_swaps.models")
     overrides = ModelOverrides(

@@ -15,7 +15,7 @@ from depthlab.config.models import (
     model_layers,
     model_location,
 )
-from depthlab.config.resolved import Resolved, library_check, require_resources
+from depthlab.config.resolved import Resolved, library_check, named_model, require_resources
 from depthlab.config.stages.pretrain import tracking_settings
 from depthlab.core.errors import ConfigError
 
@@ -150,6 +150,7 @@ def _check_pruned_model(
         settings["val"],
         overrides.key(name, "val", "loss_tokens"),
         overrides.key(name, "val", "seq_len"),
+        model=name,
     )
     if "calibration" in settings:
         check_positions(
@@ -178,7 +179,9 @@ def _check_pruned_model(
         try:
             validate_pruning_settings(settings, layers, "pruning")
         except ValueError as error:
-            raise ConfigError(_overridden_key(str(error), name, overrides)) from None
+            raise ConfigError(
+                named_model(_overridden_key(str(error), name, overrides), name)
+            ) from None
     text_set = resolved.config["pruning"]["text_set"]
     if f"{text_set}/{name}" not in resolved.jobs("analyse_model"):
         raise ConfigError(

@@ -119,12 +119,13 @@ def _curve_panels(frame, summaries, measures, title, facts=None, log_y=()):
             if measure in log_y and not subset.empty and (subset["value"] > 0).all():
                 ax.set_yscale("log")
             ax.grid(alpha=0.3)
-        handles, labels = [], []
+        handles, labels, shown = [], [], set()
         for model in models:
             fact = facts[model]
             name = style.label(fact)
-            if name in labels:
+            if fact["base"] in shown:  # one entry per seed group, not one per seed
                 continue
+            shown.add(fact["base"])
             absent = [
                 m
                 for m in measures

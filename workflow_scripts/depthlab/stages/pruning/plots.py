@@ -148,15 +148,31 @@ def plot_sweep(
     models = list(labels)
     tasks = _tasks(sweep)
     columns = 1 + len(tasks)
+    # Each panel its own y-axis: the models' losses differ by far more than the effect of
+    # removing a block on one of them (toy models near 6-7 beside a pretrained LM near 3).
+    # Constrained layout keeps the two-line title clear of the top row.
     fig, axes = plt.subplots(
         len(models),
         columns,
-        figsize=(4.0 * columns, 3.0 * len(models)),
+        figsize=(4.0 * columns, 3.0 * len(models) + 0.6),
         squeeze=False,
-        sharey="col",
+        layout="constrained",
     )
     for row, model in enumerate(models):
         frame = sweep[sweep["model"] == model]
+        for column, task in enumerate(tasks, start=1):
+            if frame[frame["task"] == task][metric].notna().any():
+                continue
+            axes[row, column].text(
+                0.5,
+                0.5,
+                f"{task}: not measured\nfor {labels[model]}",
+                ha="center",
+                va="center",
+                transform=axes[row, column].transAxes,
+                fontsize=8,
+                color="dimgray",
+            )
         for strategy in sorted(frame["strategy"].unique()):
             color = STRATEGY_COLORS.get(strategy, None)
             for healed, style in ((False, "-"), (True, "--")):
@@ -208,7 +224,6 @@ def plot_sweep(
         f"layers removed with little QA loss on pretrained LLMs)",
         fontsize=9,
     )
-    fig.tight_layout()
     return fig
 
 
