@@ -174,6 +174,8 @@ def test_calibrating_with_a_faster_gpu_shortens_every_estimated_job(tmp_path, pa
         new = after.jobs[key]
         if old.gpu_hours is None or new.request.get("gpu") != old.request.get("gpu"):
             continue  # more memory per GPU may pack a job onto fewer GPUs
+        if key[0] == "train_toy":  # its kernel launches (plan/toy_costs.py) take the same time
+            continue
         assert compute_hours(new, after.assumptions) == pytest.approx(
             compute_hours(old, before.assumptions) / 2, rel=1e-9
         ), key

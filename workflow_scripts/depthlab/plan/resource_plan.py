@@ -333,7 +333,7 @@ def _estimate_toy_job(plan: JobPlan, spec: dict, assumptions: Assumptions | None
     from depthlab.plan.toy_costs import toy_job_seconds
 
     gpus = plan.request.get("gpu", 0)
-    rate = assumptions.flops_per_second("float32") if assumptions is not None else 1.0
+    rate = assumptions.flops_per_second("float32", "training") if assumptions is not None else 1.0
     plan.flops, seconds = toy_job_seconds(spec["settings"], rate)
     if assumptions is None or not gpus:
         return
