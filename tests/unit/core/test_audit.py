@@ -188,6 +188,26 @@ def test_an_input_edited_between_the_job_that_wrote_it_and_the_one_that_read_it(
     ]
 
 
+def test_a_job_that_read_another_jobs_record_and_some_of_its_files_passes(in_tmp, capsys):
+    """A reader of a model folder's provenance.json (its summary) and one of its files, not the
+    whole folder (as make_claims reads a model's config.json, train_log.csv and record): no
+    record lists itself among its outputs, so reading it is not an edit."""
+    chain = write_chain(in_tmp)
+    model = chain["model"]
+    set_job("make_claims", "python make_claims.py --spec ...", config_files=[chain["config"]])
+    claims = Provenance(
+        "make_claims", config={}, inputs=[model / "provenance.json", model / "config.json"]
+    )
+    claims.extra["git"] = git_state(in_tmp / "checkout")
+    (in_tmp / RUN / "claims.csv").write_text("id,value\nx,1\n")
+    claims.write(sidecar_path(RUN / "claims.csv"))
+    assert audit(["--brief", str(RUN / "claims.csv")]) == 0, capsys.readouterr().out
+    # an edit of the file it read is still named
+    (in_tmp / model / "config.json").write_text('{"num_hidden_layers": 3}')
+    assert audit(["--brief", str(RUN / "claims.csv")]) == 1
+    assert any("config.json" in line for line in problem_lines(capsys.readouterr().out))
+
+
 def test_a_record_without_output_checksums_is_not_called_ok(in_tmp, capsys):
     chain = write_chain(in_tmp)
     sidecar = in_tmp / sidecar_path(chain["figure"])

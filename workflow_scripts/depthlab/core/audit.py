@@ -357,6 +357,8 @@ class Auditor:
         record = self._load(producer)
         if isinstance(record, Exception) or record.get("outputs") is None:
             return  # the producer's own node reports it
+        if path.resolve() == producer:
+            return  # a job read the record itself (e.g. a run's summary): no record lists itself
         scope = _scope(path, producer)
         if path.is_dir():
             if recorded_files is None:
