@@ -184,7 +184,7 @@ def write_page(run, figures: list[str] | None, folder: Path, out: Path, config: 
     """Copy the figures beside the page (replacing the last run's) and write it; `figures`:
     paths under the run's figures/ (None: every figure of the run)."""
     from depthlab.claims import results_page as page
-    from depthlab.claims.run_figures import run_figures
+    from depthlab.claims.results_page import run_figures
 
     out.parent.mkdir(parents=True, exist_ok=True)
     beside = out.parent / out.stem
