@@ -8,6 +8,7 @@ import math
 
 import torch
 import transformers as tf
+from depthlab.core import norm_schemes
 
 VOCAB = 96
 HIDDEN = 32
@@ -93,7 +94,7 @@ HF_FAMILIES = {
     ),
     "bert": (tf.BertConfig, dict(_DECODER), tf.BertModel),
 }
-DEPTHLAB_SCHEMES = ("pre_ln", "post_ln", "mix_ln", "deepnorm", "scaled_init", "lns")
+DEPTHLAB_SCHEMES = norm_schemes.names()
 FAMILIES = tuple(HF_FAMILIES) + tuple(f"depthlab_{s}" for s in DEPTHLAB_SCHEMES)
 EXPECTED_LAYOUT = {
     "llama": "llama",

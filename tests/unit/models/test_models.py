@@ -24,7 +24,7 @@ EPS = 1e-6  # LlamaConfig's default rms_norm_eps, which make_config keeps
 # Relative to max |logit| (~6 here): even a float64 model runs HF's RMSNorm and RoPE tables in
 # float32, so the measured gap is 1.5e-6..1.1e-5 absolute; wrong schemes miss by > 2.
 TOL = 1e-5
-SCHEMES = ("pre_ln", "post_ln", "mix_ln", "deepnorm", "scaled_init", "lns")
+SCHEMES = tuple(models.NORM_SCHEMES)  # each needs its formula in scheme_plan / reference_forward
 
 # theta != 10000 so an ignored rope_theta shows; 4 layers so Mix-LN has 1 Post-LN layer and
 # LNS scales 1, 1/sqrt2, 1/sqrt3, 1/2.

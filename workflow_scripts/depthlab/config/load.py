@@ -1,5 +1,7 @@
 """Loading a config: strict YAML, files merged left to right, `--config` overrides, and the
-JSON-schema check against config/schema.yaml (which owns every type, range and enum).
+JSON-schema check against config/schema.yaml (which owns every type, range and enum; the enums
+of the extensible names, norm schemes and block-ranking criteria, are filled in from their
+registries by `schema_document`).
 
     load_config(*files)        strict YAML (duplicate keys are errors), files merged left to right
     apply_overrides(c, o)      `snakemake --config key=value` overrides, nested values parsed as YAML
@@ -111,11 +113,21 @@ def apply_overrides(config: dict, overrides: dict) -> dict:
     return merge(config, parse_override_value(overrides))
 
 
+def schema_document(path: Path = SCHEMA_PATH) -> dict:
+    """config/schema.yaml with the enums declared elsewhere filled in: `norm_scheme` from the
+    norm-scheme registry (depthlab.core.norm_schemes)."""
+    from depthlab.core import norm_schemes
+
+    schema = yaml.safe_load(path.read_text())
+    schema["definitions"]["norm_scheme"]["enum"] = list(norm_schemes.names())
+    return schema
+
+
 @functools.lru_cache(maxsize=1)
 def _schema_validator():
     import jsonschema
 
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    schema = schema_document()
     base = jsonschema.Draft202012Validator
     # JSON Schema counts 16.0 as an integer; the code needs a Python int.
     checker = base.TYPE_CHECKER.redefine(

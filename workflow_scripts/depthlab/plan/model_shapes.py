@@ -29,6 +29,8 @@ from pathlib import Path
 
 import yaml
 
+from depthlab.core import norm_schemes
+
 HUB_TABLE = Path(__file__).with_name("hub_architectures.yaml")
 # auto: bf16 on the GPUs the plan sizes for (depthlab.core.devices.resolve_dtype)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
@@ -85,6 +87,7 @@ class Shape:
     head_dim: int | None = None
     embedding_size: int | None = None
     source: str = ""  # where the shape was read (table row, folder, file, architecture block)
+    norms_per_layer: int | None = None  # overrides the layout's (a depthlab norm scheme's)
     hub: bool = False  # downloaded from the hub by the job that first reads it
 
     @property
@@ -132,7 +135,8 @@ def parameter_count(shape: Shape) -> int:
     if layout.output_bias:
         biases += d + i + d  # attention output, MLP up, MLP down
     qk_norm = {None: 0, "head": 2 * head_dim, "full": shape.attention_width + shape.kv_width}
-    norms = layout.norms_per_layer * layout.norm_params * d + qk_norm[layout.qk_norm]
+    norms_per_layer = shape.norms_per_layer or layout.norms_per_layer
+    norms = norms_per_layer * layout.norm_params * d + qk_norm[layout.qk_norm]
     per_layer = layer_matrix_parameters(shape) + biases + norms
     embedding = shape.embedding_size or d
     total = shape.num_layers * per_layer + shape.vocab_size * embedding + layout.norm_params * d
@@ -186,8 +190,11 @@ def hub_shape(hub_id: str, revision: str | None = None) -> Shape | None:
 # --- models trained here ----------------------------------------------------------------------
 
 
-def pretrain_shape(architecture: dict, vocab_size: int, max_positions: int, dtype: str) -> Shape:
-    """A model trained here: Llama's layout (untied head, RMSNorm, SwiGLU, no biases)."""
+def pretrain_shape(
+    architecture: dict, vocab_size: int, max_positions: int, dtype: str, norm_scheme: str = "pre_ln"
+) -> Shape:
+    """A model trained here: Llama's layout (untied head, RMSNorm, SwiGLU, no biases) with its
+    norm scheme's RMSNorms per layer (depthlab.core.norm_schemes)."""
     shape = Shape(
         model_type="depthlab_llama",
         num_layers=architecture["num_layers"],
@@ -201,6 +208,7 @@ def pretrain_shape(architecture: dict, vocab_size: int, max_positions: int, dtyp
         parameters=0,
         dtype=dtype,
         source="architecture",
+        norms_per_layer=norm_schemes.schemes()[norm_scheme].norms_per_layer,
     )
     return replace(shape, parameters=parameter_count(shape))
 
