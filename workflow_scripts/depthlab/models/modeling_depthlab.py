@@ -14,6 +14,9 @@ library's own; only the decoder block's placement of norms and residuals changes
     scaled_init  pre_ln with o_proj/down_proj init std sigma/sqrt(2L)
     post_ln      h = N1(h + Attn(h));               h = N2(h + MLP(h))
     mix_ln       post_ln for the first `mix_ln_post_layers` layers, pre_ln after
+    peri_ln      h = h + N3(Attn(N1(h)));           h = h + N4(MLP(N2(h)))
+                 (Peri-LN, Kim et al. 2025: a norm before and after each sub-layer, the
+                 placement of Gemma-2/3; OLMo-2 keeps only the output norms N3, N4)
     deepnorm     h = N1(alpha*h + Attn(h));         h = N2(alpha*h + MLP(h)), with
                  deepnorm_variant
                    deepnet        alpha = (2L)^(1/4); v/o/MLP init std sigma*(8L)^(-1/4)
@@ -52,6 +55,7 @@ from transformers.models.llama.modeling_llama import (
 # placement: "pre"  h = h + F(N(h))                          (per sub-layer F: attention, MLP)
 #            "post" h = N(s*h + F(h))
 #            "mix"  post for the first mix_ln_post_layers layers, pre after
+#            "peri" h = h + N_out(F(N_in(h)))
 # norms_per_layer: RMSNorms in one decoder layer; plain_llama: the checkpoint is a plain
 # LlamaForCausalLM (else this file is copied beside the weights); colour: hex RGB in figures
 # (seaborn's colourblind palette; its grey, pink, yellow and sky blue are the hub models').
@@ -62,6 +66,7 @@ NORM_SCHEMES = {
     "deepnorm": {"placement": "post", "norms_per_layer": 2, "plain_llama": False, "colour": "#cc78bc"},
     "scaled_init": {"placement": "pre", "norms_per_layer": 2, "plain_llama": True, "colour": "#ca9161"},
     "lns": {"placement": "pre", "norms_per_layer": 2, "plain_llama": True, "colour": "#d55e00"},
+    "peri_ln": {"placement": "peri", "norms_per_layer": 4, "plain_llama": False, "colour": "#332288"},
 }  # fmt: skip
 DEEPNORM_VARIANTS = ("deepnet", "lns_reference")
 LNS_REFERENCE_ALPHA = 2 * math.sqrt(2)
@@ -169,6 +174,14 @@ class DepthlabDecoderLayer(LlamaDecoderLayer):
         # The modules whose outputs are added to the residual stream (read by the analysis
         # adapter, depthlab.models.architectures).
         self.update_modules = {"attention": "self_attn", "mlp": "mlp"}
+        if self.placement not in ("pre", "post", "peri"):
+            raise ValueError(
+                f"norm_scheme {config.norm_scheme}: unknown placement {self.placement!r}"
+            )
+        if self.placement == "peri":  # the sub-layers' output norms (gains start at 1)
+            self.attention_output_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            self.mlp_output_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            self.update_modules = {"attention": "attention_output_norm", "mlp": "mlp_output_norm"}
         self.residual_scale = residual_scale(config)
         self.norm_output_scale = norm_output_scale(config, layer_idx)
         # Read by DepthlabPreTrainedModel._init_weights (HF init runs module by module).
@@ -204,11 +217,16 @@ class DepthlabDecoderLayer(LlamaDecoderLayer):
         if self.norm_output_scale != 1.0:
             normed = normed * self.norm_output_scale
         attn_out, _ = self.self_attn(hidden_states=normed, **attention_kwargs)
+        if self.placement == "peri":
+            attn_out = self.attention_output_norm(attn_out)
         hidden_states = hidden_states + attn_out
         normed = self.post_attention_layernorm(hidden_states)
         if self.norm_output_scale != 1.0:
             normed = normed * self.norm_output_scale
-        return hidden_states + self.mlp(normed)
+        mlp_out = self.mlp(normed)
+        if self.placement == "peri":
+            mlp_out = self.mlp_output_norm(mlp_out)
+        return hidden_states + mlp_out
 
 
 class DepthlabPreTrainedModel(LlamaPreTrainedModel):
