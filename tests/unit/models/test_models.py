@@ -1,4 +1,4 @@
-"""depthlab.models.decoders: the six norm schemes against a from-the-formula float64 reference, init
+"""depthlab.models.decoders: every norm scheme against a from-the-formula float64 reference, init
 scales, and checkpoint export (plain Llama where exact; the rest reload exactly in the project).
 Loading checkpoints without depthlab is tested in test_checkpoints.py.
 

@@ -1,7 +1,7 @@
 """Figures of the analysis stage, across the models of a run (one text set at a time).
 
 Curves use relative depth l/L on the x axis so models of different depths share a panel; the
-six norm schemes of the default run all have the same L, so there it is the layer index scaled.
+norm schemes of the default run all have the same L, so there it is the layer index scaled.
 """
 
 from __future__ import annotations
