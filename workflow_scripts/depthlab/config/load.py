@@ -115,11 +115,14 @@ def apply_overrides(config: dict, overrides: dict) -> dict:
 
 def schema_document(path: Path = SCHEMA_PATH) -> dict:
     """config/schema.yaml with the enums declared elsewhere filled in: `norm_scheme` from the
-    norm-scheme registry (depthlab.core.norm_schemes)."""
+    norm-scheme registry (depthlab.core.norm_schemes), `strategy` from the block-ranking
+    criteria (depthlab.plan.block_criteria)."""
     from depthlab.core import norm_schemes
+    from depthlab.plan.block_criteria import STRATEGIES
 
     schema = yaml.safe_load(path.read_text())
     schema["definitions"]["norm_scheme"]["enum"] = list(norm_schemes.names())
+    schema["definitions"]["strategy"]["enum"] = list(STRATEGIES)
     return schema
 
 
