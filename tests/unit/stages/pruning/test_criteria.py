@@ -194,6 +194,26 @@ def test_plus_variants_never_remove_protected_blocks():
     assert small.removals == {} and len(small.rows) == 4
 
 
+def test_random_baseline_draws_nested_sets_from_the_seed():
+    """The random criterion: the set of n is the first n of numpy's permutation for the job's
+    seed (nested over n), needs no calibration data and no pass, and another seed draws
+    another order."""
+    model, L = llama(9), 9
+    n_values = [1, 2, 4, 8]
+    result = rank_blocks(model, ["random"], n_values, None, seed=3)
+    order = np.random.default_rng(3).permutation(L)
+    for n in n_values:
+        assert result.removals[("random", n)] == tuple(sorted(int(l) for l in order[:n]))
+    assert set(result.removals[("random", 2)]) < set(result.removals[("random", 4)])
+    assert result.cost["random"] == {**result.cost["random"], "calibration_forward_passes": 0,
+                                     "backward_passes": 0, "layer_calls": 0}  # fmt: skip
+    ranks = {row["layer"]: row["rank"] for row in result.rows}
+    assert [ranks[int(l)] for l in order] == list(range(1, L + 1))
+    others = {rank_blocks(model, ["random"], [4], None, seed=s).removals[("random", 4)]
+              for s in range(6)}  # fmt: skip
+    assert len(others) > 1
+
+
 def test_missing_calibration_is_refused_naming_the_key(pruning_spec, test_config):
     from depthlab.config import resolve
 
@@ -241,7 +261,7 @@ def test_plan_scores_every_criterion_on_the_validation_windows(tmp_path, pruning
 
     run = make_run(tmp_path, train_steps=0, layers=8, documents=120)
     L = 8
-    criteria = ["ppl", "taylor", "taylor_plus", "magnitude", "magnitude_plus", "sleb"]
+    criteria = ["ppl", "taylor", "taylor_plus", "magnitude", "magnitude_plus", "sleb", "random"]
     spec = {
         **pruning_spec,
         "model_name": "m",
@@ -271,7 +291,7 @@ def test_plan_scores_every_criterion_on_the_validation_windows(tmp_path, pruning
     # every criterion's set is scored on the validation windows
     val = planned.windows
     for (s, _n), removed in planned.removals.items():
-        if s in ("ppl", "sleb", "magnitude_plus"):
+        if s in ("ppl", "sleb", "magnitude_plus", "random"):
             assert planned.losses[removed] == pytest.approx(
                 full_loss(prune_copy(planned.model, removed), val), rel=1e-5
             )
@@ -280,7 +300,7 @@ def test_plan_scores_every_criterion_on_the_validation_windows(tmp_path, pruning
     write(out, planned, {}, None, spec, PhaseClock())
     table = pd.read_csv(out / "criteria.csv")
     assert list(table.columns[:4]) == ["criterion", "layer", "score", "calibration_loss"]
-    assert set(table["criterion"]) == set(criteria) - {"sleb"} and len(table) == 5 * L
+    assert set(table["criterion"]) == set(criteria) - {"sleb"} and len(table) == 6 * L
     sleb = pd.read_csv(out / "sleb_path.csv", keep_default_na=False)
     assert list(sleb["n"]) == [1, 2, 3, 4]
     summary = json.loads((out / "summary.json").read_text())

@@ -20,6 +20,7 @@ depthlab.stages.pruning.strategies (angular, deepest, greedy, block_influence):
                   [0, 1, 2, 3, L-2, L-1]; depthlab.plan.stage_settings.protected_layers). That
                   script applies the heuristic unless --no_plus_heuristic, to its PPL runs too;
                   the paper reports PPL without it, as `ppl` here.
+  random          a baseline: blocks in the order of a permutation drawn from the job's seed
   sleb            SLEB (Song et al. 2024, "SLEB: Streamlining LLMs through Redundancy
                   Verification and Elimination of Transformer Blocks"; jiwonsong-dev/SLEB,
                   sleb.py): n times, remove the block whose removal (given the blocks removed
@@ -287,6 +288,17 @@ def rank_sleb(ranking: Ranking, name: str) -> None:
     for record in result.sleb_records:
         if record["n"] in ranking.n_values:
             result.removals[(name, record["n"])] = record["removed"]
+
+
+def rank_random(ranking: Ranking, name: str) -> None:
+    """A baseline any criterion should beat: the blocks in a random order drawn from the job's
+    seed (numpy's default_rng(seed).permutation(L)); the set of n is the first n drawn, so the
+    set of n holds the set of n - 1. A block's score is its place in the draw (0: first)."""
+    order = np.random.default_rng(ranking.seed).permutation(ranking.num_layers)
+    scores = np.argsort(order).astype(np.float64)
+    ranking.result.rows += _score_rows(name, scores, ranking.num_layers)
+    ranking.result.cost[name] = ranking.meter.record(0, 0, 0)
+    ranking.add_ranked(name, scores)
 
 
 def rank_blocks(
