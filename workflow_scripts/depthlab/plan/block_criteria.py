@@ -96,7 +96,7 @@ CRITERIA: dict[str, Criterion] = {
                   "n times the block whose removal gives the lowest calibration loss, the "
                   "first and last kept, at most L/2 (SLEB)", protected=_ends_protected,
                   max_fraction=0.5, calibration_sets=_sleb_path_sets),
-        Criterion("random", "seed", f"{_CRITERIA}:rank_random", "black",
+        Criterion("random_blocks", "seed", f"{_CRITERIA}:rank_random", "black",
                   "n blocks drawn at random from the job's seed, nested over n (a baseline)"),
     )
 }  # fmt: skip

@@ -200,16 +200,16 @@ def test_random_baseline_draws_nested_sets_from_the_seed():
     another order."""
     model, L = llama(9), 9
     n_values = [1, 2, 4, 8]
-    result = rank_blocks(model, ["random"], n_values, None, seed=3)
+    result = rank_blocks(model, ["random_blocks"], n_values, None, seed=3)
     order = np.random.default_rng(3).permutation(L)
     for n in n_values:
-        assert result.removals[("random", n)] == tuple(sorted(int(l) for l in order[:n]))
-    assert set(result.removals[("random", 2)]) < set(result.removals[("random", 4)])
-    assert result.cost["random"] == {**result.cost["random"], "calibration_forward_passes": 0,
+        assert result.removals[("random_blocks", n)] == tuple(sorted(int(l) for l in order[:n]))
+    assert set(result.removals[("random_blocks", 2)]) < set(result.removals[("random_blocks", 4)])
+    assert result.cost["random_blocks"] == {**result.cost["random_blocks"], "calibration_forward_passes": 0,
                                      "backward_passes": 0, "layer_calls": 0}  # fmt: skip
     ranks = {row["layer"]: row["rank"] for row in result.rows}
     assert [ranks[int(l)] for l in order] == list(range(1, L + 1))
-    others = {rank_blocks(model, ["random"], [4], None, seed=s).removals[("random", 4)]
+    others = {rank_blocks(model, ["random_blocks"], [4], None, seed=s).removals[("random_blocks", 4)]
               for s in range(6)}  # fmt: skip
     assert len(others) > 1
 
@@ -261,7 +261,15 @@ def test_plan_scores_every_criterion_on_the_validation_windows(tmp_path, pruning
 
     run = make_run(tmp_path, train_steps=0, layers=8, documents=120)
     L = 8
-    criteria = ["ppl", "taylor", "taylor_plus", "magnitude", "magnitude_plus", "sleb", "random"]
+    criteria = [
+        "ppl",
+        "taylor",
+        "taylor_plus",
+        "magnitude",
+        "magnitude_plus",
+        "sleb",
+        "random_blocks",
+    ]
     spec = {
         **pruning_spec,
         "model_name": "m",
@@ -291,7 +299,7 @@ def test_plan_scores_every_criterion_on_the_validation_windows(tmp_path, pruning
     # every criterion's set is scored on the validation windows
     val = planned.windows
     for (s, _n), removed in planned.removals.items():
-        if s in ("ppl", "sleb", "magnitude_plus", "random"):
+        if s in ("ppl", "sleb", "magnitude_plus", "random_blocks"):
             assert planned.losses[removed] == pytest.approx(
                 full_loss(prune_copy(planned.model, removed), val), rel=1e-5
             )

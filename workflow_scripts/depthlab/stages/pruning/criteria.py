@@ -20,7 +20,7 @@ depthlab.stages.pruning.strategies (angular, deepest, greedy, block_influence):
                   [0, 1, 2, 3, L-2, L-1]; depthlab.plan.stage_settings.protected_layers). That
                   script applies the heuristic unless --no_plus_heuristic, to its PPL runs too;
                   the paper reports PPL without it, as `ppl` here.
-  random          a baseline: blocks in the order of a permutation drawn from the job's seed
+  random_blocks   a baseline: blocks in the order of a permutation drawn from the job's seed
   sleb            SLEB (Song et al. 2024, "SLEB: Streamlining LLMs through Redundancy
                   Verification and Elimination of Transformer Blocks"; jiwonsong-dev/SLEB,
                   sleb.py): n times, remove the block whose removal (given the blocks removed
