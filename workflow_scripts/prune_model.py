@@ -79,28 +79,17 @@ Example: {"model_name": "pre_ln", "model_kind": "pretrain",
  "prompt_length": 32, "new_tokens": 32, "repeats": 3}}
 """
 
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TQDM_DISABLE", "1")
-
-from depthlab.cli import main_guard, resolve_device, start_job
+from depthlab.cli import main_guard, run_lm_eval_job
 from depthlab.plan.block_criteria import help_text
 
 
 def main() -> None:
-    _, spec = start_job(f"{__doc__}\n{help_text()}", "prune_model")
-    # lm-eval loads the task files with `datasets`: its cache goes inside the run, before import
-    os.environ["HF_DATASETS_CACHE"] = str(spec["datasets_cache"])
-
-    from depthlab.stages.pruning import stage as pruning_stage
-
-    summary = pruning_stage.run(
-        spec, device=resolve_device(spec["device"]), log=lambda message: print(message, flush=True)
+    run_lm_eval_job(
+        f"{__doc__}\n{help_text()}",
+        "prune_model",
+        "depthlab.stages.pruning.stage:run",
+        done="done in {result[wall_s]:.1f} s: {result[phase_seconds]}",
     )
-    print(f"[{spec['model_name']}] done in {summary['wall_s']:.1f} s: {summary['phase_seconds']}")
 
 
 if __name__ == "__main__":

@@ -63,16 +63,20 @@ DEFAULT_MAX_NEW_TOKENS = 512
 # Settings
 
 
+def check_family_fields(family, known, key: str, error: type[Exception]) -> None:
+    """A problem family's settings are a mapping of `known` fields only; else `error` naming
+    the key."""
+    if not isinstance(family, dict):
+        raise error(f"{key}: a mapping with {', '.join(known)}")
+    for field in family:
+        if field not in known:
+            raise error(f"{key}.{field}: unknown field (known: {', '.join(known)})")
+
+
 def validate_dataset_family(name: str, family, key: str) -> None:
     """Config-time check of one dataset family's settings (no dataset is read)."""
     low, high = DATASET_FAMILIES[name]
-    if not isinstance(family, dict):
-        raise DatasetProblemError(f"{key}: a mapping with {', '.join(FAMILY_KEYS[name])}")
-    for field in family:
-        if field not in FAMILY_KEYS[name]:
-            raise DatasetProblemError(
-                f"{key}.{field}: unknown field (known: {', '.join(FAMILY_KEYS[name])})"
-            )
+    check_family_fields(family, FAMILY_KEYS[name], key, DatasetProblemError)
     levels = family.get("levels")
     what = "hop counts" if name == "mquake" else "MATH levels"
     if (

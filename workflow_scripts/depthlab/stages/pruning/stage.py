@@ -159,18 +159,7 @@ class Plan:
 
 def task_evaluator(model: nn.Module, tokenizer, spec: dict) -> TaskEvaluator:
     """lm-eval on the spec's tasks (its lm_eval settings) for `model` and its pruned views."""
-    lm_settings = spec["lm_eval"]
-    return TaskEvaluator(
-        model,
-        tokenizer,
-        spec["tasks"],
-        lm_settings["tasks"],
-        batch_size=lm_settings["batch_size"],
-        datasets_cache=spec["datasets_cache"],
-        bootstrap_iters=lm_settings["bootstrap_iters"],
-        seed=spec["seed"],
-        harness_tasks=lm_settings.get("harness_tasks"),
-    )
+    return TaskEvaluator.from_spec(model, tokenizer, spec)
 
 
 def split_tokens(spec: dict, tokenizer, split: str) -> tuple[np.ndarray, dict]:
