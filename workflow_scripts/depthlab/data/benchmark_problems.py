@@ -230,15 +230,14 @@ def math_problem(record: dict, level: int, max_new_tokens: int) -> dict | None:
     final = boxed_answer(solution)
     if final is None:
         return None
-    return {
-        "family": "math",
-        "level": level,
-        "prompt": f"Problem: {problem.strip()}\nAnswer:",
-        "answer": solution.strip(),
-        "grade": "boxed",
-        "final_answer": final,
-        "max_new_tokens": max_new_tokens,
-    }
+    return _qa_problem("math", level, "Problem", problem, solution, grade="boxed",
+                       final_answer=final, max_new_tokens=max_new_tokens)  # fmt: skip
+
+
+def _qa_problem(family: str, level: int, label: str, question: str, answer: str, **extra):
+    """A problem record: `<label>: <question>\nAnswer:` as the prompt, the stripped answer."""
+    prompt = f"{label}: {question.strip()}\nAnswer:"
+    return {"family": family, "level": level, "prompt": prompt, "answer": answer.strip(), **extra}
 
 
 def mquake_hops(record: dict) -> int | None:
@@ -265,12 +264,7 @@ def mquake_problem(record: dict, level: int) -> dict | None:
         or not answer.strip()
     ):
         return None
-    return {
-        "family": "mquake",
-        "level": level,
-        "prompt": f"Question: {questions[0].strip()}\nAnswer:",
-        "answer": answer.strip(),
-    }
+    return _qa_problem("mquake", level, "Question", questions[0], answer)
 
 
 def convert_record(family: str, record, settings: dict) -> tuple[int | None, dict | None]:

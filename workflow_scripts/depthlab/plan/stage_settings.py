@@ -13,7 +13,7 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, fields
 
-from depthlab.core.errors import PruningError
+from depthlab.core.errors import PruningError, check_names
 
 # The strategies, which read calibration windows, their protected layers and largest n: the
 # criteria registry (re-exported for the checks below and their callers).
@@ -134,14 +134,7 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
     if num_layers < 2:
         raise PruningError(f"{where}: a model of {num_layers} layer(s) has no layer to remove")
     strategies = settings["strategies"]
-    if not strategies:
-        raise PruningError(f"{where}.strategies: name at least one ({', '.join(STRATEGIES)})")
-    for strategy in strategies:
-        if strategy not in STRATEGIES:
-            raise PruningError(
-                f"{where}.strategies: unknown strategy '{strategy}' "
-                f"(known: {', '.join(STRATEGIES)})"
-            )
+    check_names(strategies, STRATEGIES, f"{where}.strategies", "strategy", PruningError)
     _check_grid(settings["n_grid"], num_layers, f"{where}.n_grid")
     _positive_ints(settings["val"], ("windows", "seq_len", "batch_size"), f"{where}.val")
     check_loss_tokens(settings["val"], f"{where}.val.loss_tokens", f"{where}.val.seq_len")

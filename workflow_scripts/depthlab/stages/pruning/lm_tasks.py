@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from depthlab.core.errors import TaskFileError
+from depthlab.core.errors import TaskFileError, check_names
 from depthlab.plan.engine_budgets import TASK_CHOICES
 
 TASK_KINDS = ("word_order", "continuation")
@@ -54,13 +54,7 @@ def task_name(kind: str) -> str:
 def validate_task_settings(settings: dict, where: str = "pruning.tasks") -> None:
     """Config-time check of the task-building settings; raises ValueError naming the key."""
     kinds = settings.get("kinds")
-    if not kinds:
-        raise ValueError(f"{where}.kinds: name at least one task ({', '.join(TASK_KINDS)})")
-    for kind in kinds:
-        if kind not in TASK_KINDS:
-            raise ValueError(
-                f"{where}.kinds: unknown task '{kind}' (known: {', '.join(TASK_KINDS)})"
-            )
+    check_names(kinds, TASK_KINDS, f"{where}.kinds", "task")
     examples = settings.get("examples")
     for kind in kinds:
         value = examples.get(kind) if isinstance(examples, dict) else examples
