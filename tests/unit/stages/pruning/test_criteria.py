@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-import transformers as tf
 from depthlab.core.errors import ConfigError, PruningError
 from depthlab.models.architectures import adapt
 from depthlab.plan.stage_settings import (
@@ -28,6 +27,7 @@ from depthlab.stages.pruning.criteria import (
 from depthlab.stages.pruning.layer_removal import prune_copy
 from depthlab.stages.pruning.strategies import validation_windows
 from tiny_models import VOCAB
+from tiny_models import llama as tiny_llama
 
 torch.set_num_threads(1)
 # the weights of a Llama block the Shortened LLaMA criteria score: every "weight", no bias
@@ -45,20 +45,8 @@ BLOCK_WEIGHTS = [
 
 
 def llama(layers: int, seed: int = 0, bias: bool = True):
-    torch.manual_seed(seed)
-    config = tf.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=48,
-        max_position_embeddings=64,
-        initializer_range=0.2,
-        attention_bias=bias,  # biases the criteria must leave out
-    )
-    config._attn_implementation = "eager"
-    model = tf.LlamaForCausalLM(config).eval()
+    # attention biases: the criteria must leave them out
+    model = tiny_llama(layers, seed, initializer_range=0.2, attention_bias=bias)
     for p in model.parameters():  # norm gains away from 1, so they count like the others
         if p.dim() == 1:
             p.data.uniform_(0.5, 1.5)
@@ -257,7 +245,7 @@ def test_plan_scores_every_criterion_on_the_validation_windows(tmp_path, pruning
     import pandas as pd
     from depthlab.stages.pruning.stage import PhaseClock, plan, write
     from depthlab.stages.pruning.tables import gather
-    from test_lm_tasks import make_run
+    from test_lm_tasks import make_run, run_prune_spec
 
     run = make_run(tmp_path, train_steps=0, layers=8, documents=120)
     L = 8
@@ -270,22 +258,18 @@ def test_plan_scores_every_criterion_on_the_validation_windows(tmp_path, pruning
         "sleb",
         "random_blocks",
     ]
-    spec = {
-        **pruning_spec,
-        "model_name": "m",
-        "model": str(run["model"]),
-        "analysis": str(run["analysis"]),
-        "data": str(run["data"]),
-        "tasks": str(run["tasks"]),
-        "seed": 0,
-        "strategies": ["angular", "deepest", "greedy", *criteria],
-        "n_grid": [1, 2, 3, 5],
-        "greedy_max_n": 2,
-        "calibration": {"windows": 4, "seq_len": 16, "batch_size": 2},
-        "val": {"windows": 4, "seq_len": 16, "batch_size": 2},
-        "lm_eval": {**pruning_spec["lm_eval"], "enabled": False},
-        "speed": {**pruning_spec["speed"], "enabled": False},
-    }
+    spec = run_prune_spec(
+        pruning_spec,
+        run,
+        tmp_path,
+        strategies=["angular", "deepest", "greedy", *criteria],
+        n_grid=[1, 2, 3, 5],
+        greedy_max_n=2,
+        calibration={"windows": 4, "seq_len": 16, "batch_size": 2},
+        val={"windows": 4, "seq_len": 16, "batch_size": 2},
+        lm_eval={**pruning_spec["lm_eval"], "enabled": False},
+        speed={**pruning_spec["speed"], "enabled": False},
+    )
     planned = plan(spec, "cpu", lambda m: None, PhaseClock())
     old = plan({**spec, "strategies": ["angular", "deepest", "greedy"]}, "cpu", lambda m: None,
                PhaseClock())  # fmt: skip
