@@ -17,16 +17,14 @@ Example: python workflow_scripts/evaluate_pruned.py --config config/paper.yaml
 --job llama2_70b/single3
 """
 
-from depthlab.cli import main_guard, run_lm_eval_job
+from depthlab.cli import finish_lm_eval_job, main_guard, start_lm_eval_job
 
 
 def main() -> None:
-    run_lm_eval_job(
-        __doc__,
-        "evaluate_pruned",
-        "depthlab.stages.pruning.variants:evaluate_variant",
-        done="{spec[variant]} done in {result[seconds]} s",
-    )
+    _, spec = start_lm_eval_job(__doc__, "evaluate_pruned")
+    from depthlab.stages.pruning.variants import evaluate_variant
+
+    finish_lm_eval_job(spec, evaluate_variant, done="{spec[variant]} done in {result[seconds]} s")
 
 
 if __name__ == "__main__":

@@ -25,15 +25,15 @@ token_source; seconds), tensorboard/ (with tracking.tensorboard), provenance.jso
 Example: python workflow_scripts/heal_pruned.py --config config/test.yaml --job lns/angular_n2
 """
 
-from depthlab.cli import main_guard, run_lm_eval_job
+from depthlab.cli import finish_lm_eval_job, main_guard, start_lm_eval_job
 
 
 def main() -> None:
-    run_lm_eval_job(
-        __doc__,
-        "heal_pruned",
-        "depthlab.stages.pruning.variants:heal_variant",
-        done="{spec[strategy]} n={spec[n]} done in {result[seconds]} s",
+    _, spec = start_lm_eval_job(__doc__, "heal_pruned")
+    from depthlab.stages.pruning.variants import heal_variant
+
+    finish_lm_eval_job(
+        spec, heal_variant, done="{spec[strategy]} n={spec[n]} done in {result[seconds]} s"
     )
 
 

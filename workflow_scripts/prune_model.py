@@ -79,17 +79,15 @@ Example: {"model_name": "pre_ln", "model_kind": "pretrain",
  "prompt_length": 32, "new_tokens": 32, "repeats": 3}}
 """
 
-from depthlab.cli import main_guard, run_lm_eval_job
+from depthlab.cli import finish_lm_eval_job, main_guard, start_lm_eval_job
 from depthlab.plan.block_criteria import help_text
 
 
 def main() -> None:
-    run_lm_eval_job(
-        f"{__doc__}\n{help_text()}",
-        "prune_model",
-        "depthlab.stages.pruning.stage:run",
-        done="done in {result[wall_s]:.1f} s: {result[phase_seconds]}",
-    )
+    _, spec = start_lm_eval_job(f"{__doc__}\n{help_text()}", "prune_model")
+    from depthlab.stages.pruning.stage import run
+
+    finish_lm_eval_job(spec, run, done="done in {result[wall_s]:.1f} s: {result[phase_seconds]}")
 
 
 if __name__ == "__main__":

@@ -122,15 +122,12 @@ def start_lm_eval_job(doc: str | None, family: str):
     return args, spec
 
 
-def run_lm_eval_job(doc: str | None, family: str, target: str, done: str) -> None:
-    """The main of a job that runs lm-eval on a model (prune, heal, evaluate): start_lm_eval_job,
-    then `target` ("module:function", imported only now) called with (spec, device=...,
-    log=print_line), then the line `done` formatted with the spec and the result."""
-    import importlib
-
-    _, spec = start_lm_eval_job(doc, family)
-    module, function = target.split(":")
-    run = getattr(importlib.import_module(module), function)
+def finish_lm_eval_job(spec: dict, run, done: str) -> None:
+    """The rest of a job that runs lm-eval on a model (prune, heal, evaluate), once its script
+    imported its stage function `run` (after start_lm_eval_job, which the import must follow;
+    the import stays in the script so that its code fingerprint covers the stage): `run` called
+    with (spec, device=..., log=print_line), then the line `done` formatted with the spec and
+    the result."""
     result = run(spec, device=resolve_device(spec["device"]), log=print_line)
     print_line(f"[{spec['model_name']}] " + done.format(spec=spec, result=result))
 

@@ -81,3 +81,16 @@ def test_the_declared_cost_counts_the_passes_the_ranking_runs(name):
     sets = criterion.calibration_sets(7, n_values) if criterion.calibration_sets else 0
     assert cost["calibration_forward_passes"] == (sets or criterion.gradient_pass) * len(windows)
     assert cost["backward_passes"] == criterion.gradient_pass * len(windows)
+
+
+def test_every_ranking_function_is_in_prune_models_code_fingerprint():
+    """The stage imports a ranking function by its declared name at run time; its module must
+    still be in the import closure of prune_model.py (what the workflow fingerprints to rerun
+    the job when the code changes)."""
+    from depthlab.core.code_fingerprint import import_closure
+
+    scripts = REPO / "workflow_scripts"
+    closure = import_closure(scripts / "prune_model.py", scripts / "depthlab")
+    modules = {c.rank.split(":")[0] for c in CRITERIA.values()}
+    for module in modules:
+        assert scripts / (module.replace(".", "/") + ".py") in closure, module
