@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""Cost of the pruning stage's block-ranking criteria (depthlab.stages.pruning.criteria: ppl,
-taylor, taylor_plus, magnitude, magnitude_plus, sleb), each run alone as prune_model runs it
+"""Cost of the pruning stage's block-ranking criteria (those depthlab.plan.block_criteria declares
+to run before the validation sweep: ppl, taylor, taylor_plus, magnitude, magnitude_plus, sleb,
+...), each run alone as prune_model runs it
 (rank_blocks on calibration windows of the train split), beside the validation-loss greedy path
 for comparison: per strategy, the calibration forward passes asked for (a set scored on a batch
 counts one), the backward passes, the decoder-layer calls actually run (the sweep's prefix reuse)
@@ -24,8 +25,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-CRITERIA = ("ppl", "taylor", "taylor_plus", "magnitude", "magnitude_plus", "sleb")
 
 
 def existing(option: str):
@@ -80,13 +79,14 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4, help="block size whose sets are printed")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 (as the stage)")
+    parser.add_argument("--seed", type=int, default=0, help="the job seed (a criterion that draws)")
     args = parser.parse_args()
     if args.model and not args.data:
         parser.error("--data: needed with --model (its train split is the calibration text)")
 
     import torch
     from depthlab.models.architectures import adapt
-    from depthlab.stages.pruning.criteria import rank_blocks
+    from depthlab.stages.pruning.criteria import CRITERIA, rank_blocks
     from depthlab.stages.pruning.strategies import LossSweep, greedy_path, validation_windows
 
     torch.set_num_threads(args.threads)
@@ -100,7 +100,7 @@ def main() -> None:
     )
     sets = {}
     for strategy in CRITERIA:
-        result = rank_blocks(model, [strategy], [n], windows)
+        result = rank_blocks(model, [strategy], [n], windows, seed=args.seed)
         cost = result.cost[strategy]
         full = result.cost.get("calibration_full_pass")
         if full:  # the sweep's full pass belongs to this criterion when run alone

@@ -8,6 +8,7 @@ import math
 
 import torch
 import transformers as tf
+from depthlab.core import norm_schemes
 
 VOCAB = 96
 HIDDEN = 32
@@ -93,7 +94,7 @@ HF_FAMILIES = {
     ),
     "bert": (tf.BertConfig, dict(_DECODER), tf.BertModel),
 }
-DEPTHLAB_SCHEMES = ("pre_ln", "post_ln", "mix_ln", "deepnorm", "scaled_init", "lns")
+DEPTHLAB_SCHEMES = norm_schemes.names()
 FAMILIES = tuple(HF_FAMILIES) + tuple(f"depthlab_{s}" for s in DEPTHLAB_SCHEMES)
 EXPECTED_LAYOUT = {
     "llama": "llama",
@@ -110,6 +111,22 @@ EXPECTED_LAYOUT = {
     "bert": "bert",
     **{f"depthlab_{s}": "llama" for s in DEPTHLAB_SCHEMES},
 }
+
+
+def causal_lm(config_class, model_class, seed: int = 0, eager: bool = True, **fields):
+    """A tiny causal LM of `config_class`: the shared sizes (vocabulary VOCAB, hidden 32, 3 layers,
+    4 heads and 2 key/value heads, MLP 48, 64 positions) overridden by `fields`, weights seeded,
+    eval mode, eager attention unless `eager` is false."""
+    torch.manual_seed(seed)
+    config = config_class(**{**_DECODER, "num_key_value_heads": 2, **fields})
+    if eager:
+        config._attn_implementation = "eager"
+    return model_class(config).eval()
+
+
+def llama(layers: int = LAYERS, seed: int = 0, **fields):
+    """A tiny LlamaForCausalLM (causal_lm) of `layers` layers."""
+    return causal_lm(tf.LlamaConfig, tf.LlamaForCausalLM, seed, num_hidden_layers=layers, **fields)
 
 
 def _randomise_gains(model: torch.nn.Module, seed: int) -> None:
@@ -230,3 +247,33 @@ def byte_level_tokenizer(texts: list[str], vocab_size: int = 400, split_digits: 
         pad_token="<pad>",
         clean_up_tokenization_spaces=False,
     )
+
+
+# --------------------------------------------------------------------- a tiny pretraining run
+
+
+def tiny_pretrain_model(test_config, norm_scheme: str = "pre_ln", num_layers: int = 3, **train):
+    """The resolved declaration of a tiny model `tiny` (16 wide, 2 heads) trained on the test
+    config's data, with the test config's pretrain defaults updated by `train`."""
+    import copy
+
+    from depthlab.config import resolve
+
+    config = copy.deepcopy(test_config)
+    for stage in ("pruning", "depth_use", "analysis", "lens_swaps", "scaling", "sweeps"):
+        config.pop(stage, None)  # only the tiny model's own resolution matters here
+    architecture = {"hidden_size": 16, "num_layers": num_layers, "num_heads": 2,
+                    "intermediate_size": 32}  # fmt: skip
+    config["models"] = {
+        "tiny": {"kind": "pretrain", "norm_scheme": norm_scheme, "architecture": architecture}
+    }
+    config["pretrain"].update({"seq_len": 16, "batch_size": 4, "log_every": 1, **train})
+    return resolve(config).models["tiny"]
+
+
+def train_tiny(model: dict, data_dir, out, state, seed: int = 0, **options) -> dict:
+    """depthlab's pretrain() of a tiny declaration `tiny` on one thread, without progress bars."""
+    from depthlab.stages.pretrain.training import pretrain
+
+    return pretrain("tiny", model, data_dir, out, state, seed=seed, threads=1, progress=False,
+                    **options)  # fmt: skip

@@ -26,54 +26,9 @@ from depthlab.cli import main_guard, start_job
 
 def main() -> None:
     _, spec = start_job(__doc__, "build_lm_tasks")
+    from depthlab.stages.pruning.lm_tasks import build_task_job
 
-    from pathlib import Path
-
-    from depthlab.cli import UserError
-    from depthlab.core.atomic_files import atomic_path
-    from depthlab.core.provenance import Provenance
-    from depthlab.data.prepare import iter_jsonl_texts
-    from depthlab.stages.pruning.lm_tasks import (
-        TaskFileError,
-        build_examples,
-        validate_task_settings,
-        write_task_folder,
-    )
-    from transformers import AutoTokenizer
-
-    try:
-        validate_task_settings(spec, "pruning.tasks")
-    except ValueError as error:
-        raise UserError(str(error)) from None
-    val = Path(spec["data"]) / "val.jsonl"
-    if not val.is_file():
-        raise UserError(f"data: {val} does not exist (is {spec['data']} a data stage output?)")
-    provenance = Provenance(
-        "pruning.tasks", config=spec, inputs=[val, spec["tokenizer"]], seed=spec["seed"]
-    )
-    tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
-    try:
-        tasks = build_examples(
-            iter_jsonl_texts(val, "text", "data"),
-            tokenizer,
-            spec["kinds"],
-            spec["examples"],
-            spec["words"],
-            spec["context_tokens"],
-            spec["max_per_document"],
-            spec["seed"],
-        )
-    except TaskFileError as error:
-        raise UserError(str(error)) from None
-    settings = {
-        k: spec[k]
-        for k in ("kinds", "examples", "words", "context_tokens", "max_per_document", "seed")
-    }
-    with atomic_path(spec["out"], is_dir=True) as tmp:
-        record = write_task_folder(tasks, tmp, spec["out"], settings)
-        provenance.extra["tasks"] = record["tasks"]
-        provenance.write(tmp / "provenance.json")
-    for task in record["tasks"]:
+    for task in build_task_job(spec)["tasks"]:
         print(f"{task['name']}: {task['examples']} examples from {task['documents']} documents")
 
 

@@ -12,11 +12,6 @@ By hand: python workflow_scripts/convert_gguf.py --config config/default.yaml --
 """
 
 import json
-import os
-
-os.environ.setdefault(
-    "OMP_WAIT_POLICY", "PASSIVE"
-)  # idle OpenMP threads must not spin on a shared core
 
 from depthlab.cli import main_guard, start_job
 

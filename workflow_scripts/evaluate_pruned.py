@@ -17,27 +17,14 @@ Example: python workflow_scripts/evaluate_pruned.py --config config/paper.yaml
 --job llama2_70b/single3
 """
 
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TQDM_DISABLE", "1")
-
-from depthlab.cli import main_guard, resolve_device, start_job
+from depthlab.cli import finish_lm_eval_job, main_guard, start_lm_eval_job
 
 
 def main() -> None:
-    _, spec = start_job(__doc__, "evaluate_pruned")
-    # lm-eval loads the task files with `datasets`: its cache goes inside the run, before import
-    os.environ["HF_DATASETS_CACHE"] = str(spec["datasets_cache"])
-
+    _, spec = start_lm_eval_job(__doc__, "evaluate_pruned")
     from depthlab.stages.pruning.variants import evaluate_variant
 
-    part = evaluate_variant(
-        spec, device=resolve_device(spec["device"]), log=lambda message: print(message, flush=True)
-    )
-    print(f"[{spec['model_name']}] {spec['variant']} done in {part['seconds']} s")
+    finish_lm_eval_job(spec, evaluate_variant, done="{spec[variant]} done in {result[seconds]} s")
 
 
 if __name__ == "__main__":

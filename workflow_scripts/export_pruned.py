@@ -31,51 +31,14 @@ Example: {"model_name": "pre_ln", "model": "results/default/models/pre_ln", "rev
 "out": "results/default/pruned_models/pre_ln"}
 """
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from pathlib import Path  # noqa: E402
-
-from depthlab.cli import main_guard, start_job  # noqa: E402
+from depthlab.cli import main_guard, start_job
 
 
 def main() -> None:
-    _, spec = start_job(__doc__, "export_pruned")
+    _, spec = start_job(__doc__, "export_pruned", offline=True)
+    from depthlab.stages.pruning.variants import export_job
 
-    from depthlab.core.atomic_files import atomic_path, write_json
-    from depthlab.core.provenance import Provenance
-    from depthlab.models.architectures import load_model, load_tokenizer
-    from depthlab.stages.pruning.strategies import (
-        export_choices,
-        read_auto_depth,
-        read_measurements,
-        removal_sets,
-    )
-
-    sweep_path = Path(spec["pruning"]) / "sweep.csv"
-    choices_path = Path(spec["auto_depth"]) / "auto_depth.json"
-    provenance = Provenance(
-        "pruning.export", config=spec, inputs=[spec["model"], sweep_path, choices_path]
-    )
-    sweep, _ = read_measurements(spec["pruning"])
-    record = read_auto_depth(spec["auto_depth"])
-    model = load_model(spec["model"], dtype=spec["dtype"], device="cpu", revision=spec["revision"])
-    tokenizer = load_tokenizer(spec["model"], revision=spec["revision"])
-    with atomic_path(Path(spec["out"]), is_dir=True) as tmp:
-        exports = export_choices(
-            model,
-            tokenizer,
-            record,
-            removal_sets(sweep),
-            spec["export"],
-            tmp,
-            spec["model"],
-            revision=spec["revision"],
-        )
-        write_json(tmp / "exports.json", {"model": spec["model_name"], "exports": exports})
-        provenance.write(tmp / "provenance.json")
-    for export in exports:
+    for export in export_job(spec):
         where = export["folder"] or export["note"]
         print(
             f"[{spec['model_name']}] {export['strategy']} {export['metric']} n={export['n']}: {where}"

@@ -25,27 +25,16 @@ token_source; seconds), tensorboard/ (with tracking.tensorboard), provenance.jso
 Example: python workflow_scripts/heal_pruned.py --config config/test.yaml --job lns/angular_n2
 """
 
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TQDM_DISABLE", "1")
-
-from depthlab.cli import main_guard, resolve_device, start_job
+from depthlab.cli import finish_lm_eval_job, main_guard, start_lm_eval_job
 
 
 def main() -> None:
-    _, spec = start_job(__doc__, "heal_pruned")
-    # lm-eval loads the task files with `datasets`: its cache goes inside the run, before import
-    os.environ["HF_DATASETS_CACHE"] = str(spec["datasets_cache"])
-
+    _, spec = start_lm_eval_job(__doc__, "heal_pruned")
     from depthlab.stages.pruning.variants import heal_variant
 
-    part = heal_variant(
-        spec, device=resolve_device(spec["device"]), log=lambda message: print(message, flush=True)
+    finish_lm_eval_job(
+        spec, heal_variant, done="{spec[strategy]} n={spec[n]} done in {result[seconds]} s"
     )
-    print(f"[{spec['model_name']}] {spec['strategy']} n={spec['n']} done in {part['seconds']} s")
 
 
 if __name__ == "__main__":

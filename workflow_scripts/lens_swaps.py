@@ -17,11 +17,6 @@ By hand: python workflow_scripts/lens_swaps.py --config config/test.yaml --job p
 """
 
 import json
-import os
-
-os.environ.setdefault(
-    "OMP_WAIT_POLICY", "PASSIVE"
-)  # idle OpenMP threads must not spin on a shared core
 
 from depthlab.cli import main_guard, resolve_device, start_job
 

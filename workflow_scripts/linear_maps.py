@@ -62,9 +62,6 @@ Example (default run): --spec '{"pair": "l4_to_l16_m96",
 """
 
 import json
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin
 
 from depthlab.cli import main_guard, resolve_device, start_job
 

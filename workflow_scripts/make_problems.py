@@ -36,9 +36,6 @@ Example: --spec '{"out": "results/default/depth_use/problems", "seed": 0,
 """
 
 import json
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin
 
 from depthlab.cli import main_guard, start_job
 

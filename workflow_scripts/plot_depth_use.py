@@ -15,10 +15,7 @@ Example: --spec '{"skip": ["results/default/depth_use/skip/depth_problems",
   "out_dir": "results/default/figures/depth_use", "format": "png"}'
 """
 
-import os
 from pathlib import Path
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from depthlab.cli import UserError, main_guard, start_job
 

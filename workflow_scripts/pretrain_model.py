@@ -15,13 +15,8 @@ processes. Rerunning after a crash resumes from the state folder.
 """
 
 import json
-import os
 
-os.environ.setdefault(
-    "OMP_WAIT_POLICY", "PASSIVE"
-)  # idle OpenMP threads must not spin on a shared core
-
-from depthlab.cli import main_guard, stage_parser, start_job  # noqa: E402
+from depthlab.cli import main_guard, stage_parser, start_job
 
 
 def main() -> None:

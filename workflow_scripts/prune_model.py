@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Layer-removal ablations of one model (Gromov et al. 2024; Curse of Depth per-layer ablation):
-strategies angular / deepest / greedy / block_influence (ShortGPT) over a grid of block sizes,
+the strategies listed at the end of this help (block-ranking criteria) over a grid of block sizes,
 single-layer removal, lm-eval on the run's offline tasks, measured speed. Healing is one
 heal_pruned.py job per variant, lm-eval one evaluate_pruned.py job per removal set when
 lm_eval.per_set_jobs; gather_pruning.py writes the stage's tables from them all. The choices made
@@ -24,8 +24,7 @@ Spec (`prune_model` job, one per model); paths:
   out             output folder, written atomically
 settings:
   seed, device (auto|cpu|cuda), dtype (float32|bfloat16|float16)
-  strategies      subset of [angular, deepest, greedy, block_influence, ppl, taylor, taylor_plus,
-                  magnitude, magnitude_plus, sleb] (the last six: depthlab/stages/pruning/criteria.py)
+  strategies      a subset of the strategies listed at the end of this help
   n_grid          block sizes n (null: every n from 1 to L-1)
   greedy_max_n    optional: the greedy path stops at this n (absent or null: at the largest n
                   of n_grid); greedy rows exist for n <= greedy_max_n only
@@ -34,7 +33,7 @@ settings:
                   loss_tokens target positions of each window (absent or null: all seq_len),
                   the earlier positions are context
   calibration     optional {windows, seq_len, batch_size}: evenly spaced windows of the train
-                  split that ppl, taylor, taylor_plus and sleb rank blocks on (required by them)
+                  split that the strategies reading `calibration` rank blocks on (required by them)
   retokenize      {val_tokens, train_tokens}: ids re-encoded per split (null: all); a model that
                   is not pretrain only
   lm_eval         {enabled, tasks (null: every task of the folder), n_grid (null: every n; a
@@ -80,27 +79,15 @@ Example: {"model_name": "pre_ln", "model_kind": "pretrain",
  "prompt_length": 32, "new_tokens": 32, "repeats": 3}}
 """
 
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TQDM_DISABLE", "1")
-
-from depthlab.cli import main_guard, resolve_device, start_job
+from depthlab.cli import finish_lm_eval_job, main_guard, start_lm_eval_job
+from depthlab.plan.block_criteria import help_text
 
 
 def main() -> None:
-    _, spec = start_job(__doc__, "prune_model")
-    # lm-eval loads the task files with `datasets`: its cache goes inside the run, before import
-    os.environ["HF_DATASETS_CACHE"] = str(spec["datasets_cache"])
+    _, spec = start_lm_eval_job(f"{__doc__}\n{help_text()}", "prune_model")
+    from depthlab.stages.pruning.stage import run
 
-    from depthlab.stages.pruning import stage as pruning_stage
-
-    summary = pruning_stage.run(
-        spec, device=resolve_device(spec["device"]), log=lambda message: print(message, flush=True)
-    )
-    print(f"[{spec['model_name']}] done in {summary['wall_s']:.1f} s: {summary['phase_seconds']}")
+    finish_lm_eval_job(spec, run, done="done in {result[wall_s]:.1f} s: {result[phase_seconds]}")
 
 
 if __name__ == "__main__":

@@ -59,9 +59,6 @@ Example (default run): --spec '{"model_name": "depth_problems",
 """
 
 import json
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin
 
 from depthlab.cli import main_guard, resolve_device, start_job
 

@@ -9,6 +9,7 @@ schema's `description`; keys that only some variants allow (a model's `kind`) sa
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import yaml
@@ -267,7 +268,10 @@ def render(schema: dict, default: dict) -> str:
 
 
 def page_text(root: Path = ROOT) -> str:
-    schema = yaml.safe_load((root / "config" / "schema.yaml").read_text())
+    sys.path.insert(0, str(root / "workflow_scripts"))
+    from depthlab.config.load import schema_document  # enums filled in from the registries
+
+    schema = schema_document(root / "config" / "schema.yaml")
     default = yaml.safe_load((root / "config" / "default.yaml").read_text())
     return render(schema, default)
 

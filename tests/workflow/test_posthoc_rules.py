@@ -6,8 +6,6 @@ tests/workflow/test_rerun.py."""
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ from depthlab.stages.pruning.strategies import (
     read_measurements,
     removal_sets,
 )
+from script_runs import run_stage_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "workflow_scripts"
@@ -169,14 +168,7 @@ def hand_made_measurements(folder: Path, num_layers: int = 4, greedy_max_n=None)
     return sweep
 
 
-def run_script(name: str, spec: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(SCRIPTS / name), "--spec", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+run_script = run_stage_script
 
 
 def test_measurements_read_back_exactly_as_written(tmp_path):

@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 from depthlab.config import load_config, resolve
 from local_snakemake import ROOT
-from test_workflow import CONFIG, copy_checkout, plan_after_edit, planned_rules, snakemake
+from test_workflow import (
+    ANALYSIS_READERS,
+    CONFIG,
+    PRUNING_READERS,
+    copy_checkout,
+    plan_after_edit,
+    planned_rules,
+    snakemake,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -36,31 +44,13 @@ def checkout(finished_test_checkout):
         # claims table that reads it
         (
             "pruning={strategies: [angular, deepest]}",
-            {
-                "prune_model",
-                "heal_pruned",
-                "gather_pruning",
-                "choose_depth",
-                "plot_pruning",
-                "make_claims",
-                "all",
-            },  # fmt: skip
+            PRUNING_READERS,
         ),
         # an analysis setting: both analyses, their figure, the pruning that reads the angular
         # distances (and what reads it), the claims table
         (
             "analysis={max_samples: 10}",
-            {
-                "analyse_model",
-                "plot_analysis",
-                "prune_model",
-                "heal_pruned",
-                "gather_pruning",
-                "choose_depth",
-                "plot_pruning",
-                "make_claims",
-                "all",
-            },
+            ANALYSIS_READERS,
         ),
     ],
 )
@@ -77,15 +67,7 @@ def test_editing_one_stage_script_reruns_its_rule_and_what_reads_it(checkout):
         "prune_model[lns]: code changed since its output was made: "
         "workflow_scripts/prune_model.py" in dry.stdout + dry.stderr
     ), (dry.stdout + dry.stderr)[-3000:]
-    assert planned_rules(dry) == {
-        "prune_model",
-        "heal_pruned",
-        "gather_pruning",
-        "choose_depth",
-        "plot_pruning",
-        "make_claims",
-        "all",
-    }, dry.stdout[-3000:]
+    assert planned_rules(dry) == PRUNING_READERS, dry.stdout[-3000:]
 
 
 def spec_change_lines(result) -> list[str]:
@@ -117,15 +99,7 @@ def spec_change_lines(result) -> list[str]:
         # a measurement setting: every job whose spec it changes is named with the key
         (
             "pruning={val: {windows: 5}}",
-            {
-                "prune_model",
-                "heal_pruned",
-                "gather_pruning",
-                "choose_depth",
-                "plot_pruning",
-                "make_claims",
-                "all",
-            },  # fmt: skip
+            PRUNING_READERS,
             [
                 "heal_pruned[lns/angular_n2]: val.windows 4 -> 5",
                 "heal_pruned[lns/angular_n2_full]: val.windows 4 -> 5",

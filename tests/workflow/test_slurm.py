@@ -81,16 +81,21 @@ CPU_RULES = {
 pytestmark = pytest.mark.workflow
 
 
+def sinfo_localhost() -> subprocess.CompletedProcess:
+    """`sinfo`'s state of the node localhost (the single-node test cluster)."""
+    return subprocess.run(
+        ["sinfo", "-h", "-N", "-n", "localhost", "-o", "%t"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
 def require_cluster() -> None:
     if shutil.which("sinfo") is None:
         pytest.fail(f"no Slurm here (`sinfo` is not on PATH); {SETUP_HINT}", pytrace=False)
     try:
-        probe = subprocess.run(
-            ["sinfo", "-h", "-N", "-n", "localhost", "-o", "%t"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        probe = sinfo_localhost()
     except subprocess.TimeoutExpired:
         pytest.fail(
             f"`sinfo` hung for 30 s: slurmctld is not answering; {SETUP_HINT}", pytrace=False
@@ -128,12 +133,7 @@ def cluster_is_up() -> bool:
     if shutil.which("sinfo") is None:
         return False
     try:
-        probe = subprocess.run(
-            ["sinfo", "-h", "-N", "-n", "localhost", "-o", "%t"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        probe = sinfo_localhost()
     except subprocess.TimeoutExpired:
         return False
     return probe.returncode == 0 and probe.stdout.strip() in {"idle", "mix", "alloc"}

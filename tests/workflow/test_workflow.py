@@ -31,6 +31,15 @@ CHECKOUT_PARTS = (
 pytestmark = pytest.mark.workflow
 
 
+# The rules a change to the pruning stage reruns (its jobs, the figure, the choices and the claims
+# that read its tables, the `all` target), and a change to the analysis pass: those after its own.
+PRUNING_READERS = frozenset(
+    {"prune_model", "heal_pruned", "gather_pruning", "choose_depth", "plot_pruning",
+     "make_claims", "all"}
+)  # fmt: skip
+ANALYSIS_READERS = frozenset({"analyse_model", "plot_analysis"}) | PRUNING_READERS
+
+
 def snakemake(checkout: Path, *args: str) -> subprocess.CompletedProcess:
     """Snakemake from the checkout's root, as a user runs it."""
     command = [SNAKEMAKE, "--configfile=config/test.yaml", "--cores", "2", *args]
@@ -145,17 +154,7 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
         # the pruning stage)
         (
             "stages/analysis/measures.py",
-            {
-                "analyse_model",
-                "plot_analysis",
-                "prune_model",
-                "heal_pruned",
-                "gather_pruning",
-                "choose_depth",
-                "plot_pruning",
-                "make_claims",
-                "all",
-            },
+            ANALYSIS_READERS,
         ),
         # the generic power-law fitter, imported through scaling_fits.py and toy_fit.py: both fit
         # stages, the sweep collector (scaling_fits.py) and the fit figures; never toy training
@@ -173,13 +172,7 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
         (
             "stages/analysis/residual_stream.py",
             {
-                "analyse_model",
-                "plot_analysis",
-                "prune_model",
-                "heal_pruned",
-                "gather_pruning",
-                "choose_depth",
-                "plot_pruning",
+                *ANALYSIS_READERS,
                 "skip_interventions",
                 "linear_maps",
                 "plot_depth_use",

@@ -23,6 +23,27 @@ import sys
 from depthlab.core.devices import resolve_device  # noqa: F401  (scripts import it from here)
 from depthlab.core.errors import ConfigError, DepthlabError, UserError  # noqa: F401  (scripts import UserError from here)
 
+# What OpenMP, huggingface_hub, datasets and tqdm read when they are imported, so a script sets it
+# (job_environment) before anything imports them. Values already in the environment win.
+SHARED_CORE_ENV = {
+    "OMP_WAIT_POLICY": "PASSIVE"
+}  # idle OpenMP threads must not spin on a shared core
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TQDM_DISABLE": "1"}
+
+
+def job_environment(offline: bool = False) -> None:
+    """The environment of a job (start_job sets it first, so a script imports torch and the hub
+    libraries only after start_job): OpenMP
+    threads that wait passively; `offline` (jobs that load models or lm-eval tasks): no hub or
+    datasets download, no tqdm bars."""
+    for key, value in {**SHARED_CORE_ENV, **(OFFLINE_ENV if offline else {})}.items():
+        os.environ.setdefault(key, value)
+
+
+def print_line(message: str) -> None:
+    """A job's log line, flushed at once (the `log` callback of the stages)."""
+    print(message, flush=True)
+
 
 def stage_parser(doc: str | None, stage: str) -> argparse.ArgumentParser:
     """An argument parser with the spec arguments of `stage` and `--threads`."""
@@ -70,11 +91,13 @@ def job_spec(args: argparse.Namespace) -> dict:
     return jobs[args.job]
 
 
-def start_job(doc: str | None, family: str, required=(), parser=None):
-    """What every stage script does first: print its exact command line (the first line of the
-    job's log), parse the arguments, get the job's spec, check that it has the `required` keys,
-    set threads, tell provenance records the rule, command and config files, and keep library
-    progress bars out of the job's log. Returns (args, spec)."""
+def start_job(doc: str | None, family: str, required=(), parser=None, offline: bool = False):
+    """What every stage script does first: set the job's environment (job_environment, before
+    the script imports torch or the hub libraries), print its exact command line (the first line
+    of the job's log), parse the arguments, get the job's spec, check that it has the `required`
+    keys, set threads, tell provenance records the rule, command and config files, and keep
+    library progress bars out of the job's log. Returns (args, spec)."""
+    job_environment(offline)
     from depthlab.core.provenance import set_job
 
     command = shlex.join([sys.executable, *sys.argv])
@@ -88,6 +111,25 @@ def start_job(doc: str | None, family: str, required=(), parser=None):
         fail(f"spec.{missing[0]}: required (see --help)")
     set_threads(args.threads)
     return args, spec
+
+
+def start_lm_eval_job(doc: str | None, family: str):
+    """start_job (offline) for a job that runs lm-eval: lm-eval loads the task files with
+    `datasets`, whose cache goes inside the run (the spec's datasets_cache), set before
+    `datasets` is imported."""
+    args, spec = start_job(doc, family, offline=True)
+    os.environ["HF_DATASETS_CACHE"] = str(spec["datasets_cache"])
+    return args, spec
+
+
+def finish_lm_eval_job(spec: dict, run, done: str) -> None:
+    """The rest of a job that runs lm-eval on a model (prune, heal, evaluate), once its script
+    imported its stage function `run` (after start_lm_eval_job, which the import must follow;
+    the import stays in the script so that its code fingerprint covers the stage): `run` called
+    with (spec, device=..., log=print_line), then the line `done` formatted with the spec and
+    the result."""
+    result = run(spec, device=resolve_device(spec["device"]), log=print_line)
+    print_line(f"[{spec['model_name']}] " + done.format(spec=spec, result=result))
 
 
 # Switches huggingface_hub (and through it transformers) and datasets read when imported.

@@ -2,7 +2,6 @@
 W&B runs, healing's curves in the pruning output, library progress bars kept out of job logs,
 and the per-layer statistics of pretraining."""
 
-import copy
 import io
 import json
 import math
@@ -22,34 +21,18 @@ from depthlab.models.decoders import build_model, make_config
 from depthlab.stages.pretrain.training import (
     TrainSettings,
     language_model_loss,
-    pretrain,
     train_batch,
     validation_batches,
 )
 from requirements_helpers import require_pinned
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tiny_models import tiny_pretrain_model, train_tiny
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def tiny_model(test_config, norm_scheme="pre_ln", **train) -> dict:
-    config = copy.deepcopy(test_config)
-    for stage in ("pruning", "depth_use", "analysis", "lens_swaps", "scaling", "sweeps"):
-        config.pop(stage, None)
-    config["models"] = {
-        "tiny": {
-            "kind": "pretrain",
-            "norm_scheme": norm_scheme,
-            "architecture": {
-                "hidden_size": 16,
-                "num_layers": 3,
-                "num_heads": 2,
-                "intermediate_size": 32,
-            },
-        }
-    }
-    config["pretrain"].update({"seq_len": 16, "batch_size": 4, "log_every": 1, **train})
-    return resolve(config).models["tiny"]
+    return tiny_pretrain_model(test_config, norm_scheme, **train)
 
 
 class Terminal(io.StringIO):
@@ -99,16 +82,8 @@ def test_tensorboard_events_hold_the_train_log_losses_and_live_in_the_model_fold
     tmp_path, test_config, data_dir
 ):
     model = tiny_model(test_config, steps=8, eval_every=4, checkpoint_every=2)
-    pretrain(
-        "tiny",
-        model,
-        data_dir,
-        tmp_path / "out",
-        tmp_path / "state",
-        seed=0,
-        threads=1,
-        progress=False,
-        tracking={"tensorboard": True},
+    train_tiny(
+        model, data_dir, tmp_path / "out", tmp_path / "state", tracking={"tensorboard": True}
     )
     log = pd.read_csv(tmp_path / "out" / "train_log.csv")
     events = tmp_path / "out" / "tensorboard"
@@ -128,16 +103,8 @@ def test_tensorboard_events_hold_the_train_log_losses_and_live_in_the_model_fold
 
 def test_no_event_files_when_tensorboard_is_off(tmp_path, test_config, data_dir):
     model = tiny_model(test_config, steps=2, eval_every=2)
-    pretrain(
-        "tiny",
-        model,
-        data_dir,
-        tmp_path / "out",
-        tmp_path / "state",
-        seed=0,
-        threads=1,
-        progress=False,
-        tracking={"tensorboard": False},
+    train_tiny(
+        model, data_dir, tmp_path / "out", tmp_path / "state", tracking={"tensorboard": False}
     )
     assert not (tmp_path / "out" / "tensorboard").exists()
     assert not (tmp_path / "state" / "tensorboard").exists()
@@ -163,16 +130,7 @@ def reference_variances(model, batches) -> list[float]:
 
 def test_layer_stats_match_an_independent_computation(tmp_path, test_config, data_dir):
     decl = tiny_model(test_config, steps=3, eval_every=1, log_spaced_evals=0)
-    pretrain(
-        "tiny",
-        decl,
-        data_dir,
-        tmp_path / "out",
-        tmp_path / "state",
-        seed=3,
-        threads=1,
-        progress=False,
-    )
+    train_tiny(decl, data_dir, tmp_path / "out", tmp_path / "state", seed=3)
     stats = pd.read_csv(tmp_path / "out" / "layer_stats.csv")
     assert stats.step.unique().tolist() == [0, 1, 2, 3]
     assert stats[stats.step == 0].grad_norm.isna().all()
@@ -320,26 +278,12 @@ def test_wandb_offline_run_holds_the_train_log_and_leaves_results_unchanged(
 ):
     model = tiny_model(test_config, steps=4, eval_every=2)
     tracked = {"tensorboard": False, "progress_every": None, "wandb": wandb_env}
-    pretrain(
-        "tiny",
-        model,
-        data_dir,
-        tmp_path / "out",
-        tmp_path / "state",
-        seed=0,
-        threads=1,
-        progress=False,
-        tracking=tracked,
-    )
-    pretrain(
-        "tiny",
+    train_tiny(model, data_dir, tmp_path / "out", tmp_path / "state", tracking=tracked)
+    train_tiny(
         model,
         data_dir,
         tmp_path / "plain",
         tmp_path / "state_plain",
-        seed=0,
-        threads=1,
-        progress=False,
         tracking={"tensorboard": False},
     )
     log = pd.read_csv(tmp_path / "out" / "train_log.csv")
@@ -377,17 +321,7 @@ def test_wandb_online_without_a_login_stops_the_job_with_one_line_naming_the_key
     online = {"tensorboard": False, "wandb": {**wandb_env, "mode": "online"}}
 
     def run():
-        return pretrain(
-            "tiny",
-            model,
-            data_dir,
-            tmp_path / "out",
-            tmp_path / "state",
-            seed=0,
-            threads=1,
-            progress=False,
-            tracking=online,
-        )
+        return train_tiny(model, data_dir, tmp_path / "out", tmp_path / "state", tracking=online)
 
     with pytest.raises(TrackingError, match=r"^tracking\.wandb\.mode: 'online'.*wandb login"):
         run()
@@ -405,7 +339,7 @@ def test_healing_curves_land_in_the_pruning_output_and_in_wandb(tmp_path, wandb_
     from depthlab.stages.pruning import stage as pruning_stage
     from depthlab.stages.pruning.tables import gather
     from depthlab.stages.pruning.variants import heal_variant
-    from test_lm_tasks import make_run
+    from test_lm_tasks import make_run, run_prune_spec
 
     run = make_run(tmp_path / "run", train_steps=0, layers=3, documents=150)
     out = tmp_path / "pruning" / "m"
@@ -429,22 +363,16 @@ def test_healing_curves_land_in_the_pruning_output_and_in_wandb(tmp_path, wandb_
     }
     (resolved,) = resolve(test_config).jobs("prune_model").values()
     measured = tmp_path / "pruning_jobs" / "m" / "measured"
-    spec = {
-        **resolved,
-        "model_name": "m",
-        "model": str(run["model"]),
-        "analysis": str(run["analysis"]),
-        "data": str(run["data"]),
-        "tasks": str(run["tasks"]),
-        "datasets_cache": str(tmp_path / "cache"),
-        "out": str(measured),
-        "seed": 0,
-        "strategies": ["deepest"],
-        "n_grid": [1, 2],
-        "val": {"windows": 2, "seq_len": 16, "batch_size": 2},
-        "lm_eval": {**resolved["lm_eval"], "enabled": False},
-        "speed": {**resolved["speed"], "enabled": False},
-    }
+    spec = run_prune_spec(
+        resolved,
+        run,
+        tmp_path,
+        strategies=["deepest"],
+        n_grid=[1, 2],
+        val={"windows": 2, "seq_len": 16, "batch_size": 2},
+        lm_eval={**resolved["lm_eval"], "enabled": False},
+        speed={**resolved["speed"], "enabled": False},
+    )
     pruning_stage.run(spec, log=lambda message: None)
     # each healed variant is a heal_pruned job of its own; gather_pruning copies its curves
     heals = []

@@ -412,20 +412,9 @@ def hub_tokenizer():
 
 
 def tiny_llama(vocab: int, layers: int = 3):
-    import transformers as tf
+    from tiny_models import llama
 
-    torch.manual_seed(0)
-    config = tf.LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=48,
-        max_position_embeddings=256,
-    )
-    config._attn_implementation = "eager"
-    return tf.LlamaForCausalLM(config).eval()
+    return llama(layers, vocab_size=vocab, max_position_embeddings=256)
 
 
 def test_answer_positions_and_depth_score_with_a_hub_tokenizer(tmp_path, hub_tokenizer):

@@ -94,7 +94,7 @@ def test_answers_match_an_independent_solver():
         assert len(set(answers)) >= 8
 
 
-def test_folder_is_in_the_data_stage_format_and_pretrain_runs(tmp_path):
+def test_folder_is_in_the_data_stage_format_and_pretrain_runs(tmp_path, test_config):
     from depthlab.stages.pretrain.training import pretrain
     from transformers import AutoTokenizer
 
@@ -114,36 +114,10 @@ def test_folder_is_in_the_data_stage_format_and_pretrain_runs(tmp_path):
         ids += tokenizer(text, add_special_tokens=False)["input_ids"] + [meta["eos_id"]]
     assert ids == np.asarray(data_lib.load_tokens(out, "val")).tolist()
     assert len(read_problems(out / "problems.jsonl")) == 3 * 20
-    decl = {
-        "kind": "pretrain",
-        "norm_scheme": "pre_ln",
-        "architecture": {
-            "hidden_size": 16,
-            "num_layers": 2,
-            "num_heads": 2,
-            "intermediate_size": 32,
-        },
-        "train": dict(
-            seq_len=16,
-            batch_size=4,
-            steps=3,
-            lr=1e-3,
-            min_lr_ratio=0.1,
-            warmup_steps=1,
-            weight_decay=0.0,
-            beta1=0.9,
-            beta2=0.95,
-            grad_clip=1.0,
-            eval_every=3,
-            log_spaced_evals=0,
-            eval_batches=1,
-            log_every=1,
-            checkpoint_every=100,
-            precision="fp32",
-            init_std=0.02,
-            micro_batch_size=None,
-        ),
-    }
+    decl = tiny_models.tiny_pretrain_model(
+        test_config, "pre_ln", 2, steps=3, lr=1e-3, warmup_steps=1, eval_every=3,
+        log_spaced_evals=0, eval_batches=1, checkpoint_every=100, precision="fp32",
+    )  # fmt: skip
     summary = pretrain(
         "p", decl, out, tmp_path / "model", tmp_path / "state", seed=0, threads=1, progress=False
     )

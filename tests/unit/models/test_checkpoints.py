@@ -17,17 +17,12 @@ import numpy as np
 import pytest
 import torch
 from depthlab.models import decoders as models
+from test_models import ARCHS
 from tiny_models import large_weights
 
 VOCAB = 40
-ARCH = dict(
-    hidden_size=32,
-    num_layers=4,
-    num_heads=4,
-    num_kv_heads=2,
-    intermediate_size=64,
-    rope_theta=500.0,
-)
+# test_models.py's GQA architecture (rope_theta 500, 4 layers); Mix-LN's fraction per case below
+ARCH = {k: v for k, v in ARCHS["gqa"].items() if k != "mix_ln_post_fraction"}
 # One case per scheme, plus DeepNorm's LayerNorm-Scaling-reference variant.
 CASES = {scheme: (scheme, {}) for scheme in models.NORM_SCHEMES}
 CASES["mix_ln"] = ("mix_ln", {"mix_ln_post_fraction": 0.25})
@@ -149,14 +144,7 @@ def loaded(saved, tmp_path_factory):
             "continuation": CONTINUATION,
         },
     }
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(
-        OMP_NUM_THREADS="1",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        HF_MODULES_CACHE=str(work / "hf_modules"),
-    )
+    env = isolated_env(work)
     result = subprocess.run(
         [sys.executable, "-c", LOADER, json.dumps(job)],
         cwd=work,

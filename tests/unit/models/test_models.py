@@ -1,4 +1,4 @@
-"""depthlab.models.decoders: the six norm schemes against a from-the-formula float64 reference, init
+"""depthlab.models.decoders: every norm scheme against a from-the-formula float64 reference, init
 scales, and checkpoint export (plain Llama where exact; the rest reload exactly in the project).
 Loading checkpoints without depthlab is tested in test_checkpoints.py.
 
@@ -24,7 +24,7 @@ EPS = 1e-6  # LlamaConfig's default rms_norm_eps, which make_config keeps
 # Relative to max |logit| (~6 here): even a float64 model runs HF's RMSNorm and RoPE tables in
 # float32, so the measured gap is 1.5e-6..1.1e-5 absolute; wrong schemes miss by > 2.
 TOL = 1e-5
-SCHEMES = ("pre_ln", "post_ln", "mix_ln", "deepnorm", "scaled_init", "lns")
+SCHEMES = tuple(models.NORM_SCHEMES)  # each needs its formula in scheme_plan / reference_forward
 
 # theta != 10000 so an ignored rope_theta shows; 4 layers so Mix-LN has 1 Post-LN layer and
 # LNS scales 1, 1/sqrt2, 1/sqrt3, 1/2.
@@ -107,15 +107,22 @@ def scheme_plan(scheme, num_layers):
     return plan
 
 
-def reference_forward(state, ids, arch, plan):
-    """Residual stream h_0..h_L and logits, in float64."""
+def reference_forward(state, ids, arch, plan, output_norms=None):
+    """Residual stream h_0..h_L and logits, in float64. output_norms: "peri" (Peri-LN, Gemma-3:
+    h = h + N3(Attn(N1(h))); h = h + N4(MLP(N2(h)))) or "output_only" (OLMo-2's placement, a
+    plausible wrong reading: h = h + N3(Attn(h)); h = h + N4(MLP(h)))."""
     w = {name: tensor.detach().to(torch.float64) for name, tensor in state.items()}
     h = w["model.embed_tokens.weight"][ids]
     stream = [h]
     for idx, (post, alpha, scale) in enumerate(plan):
         p = f"model.layers.{idx}."
         g1, g2 = w[p + "input_layernorm.weight"], w[p + "post_attention_layernorm.weight"]
-        if post:
+        if output_norms:
+            g3, g4 = w[p + "attention_output_norm.weight"], w[p + "mlp_output_norm.weight"]
+            pre = (lambda x, g: x) if output_norms == "output_only" else rms_norm
+            h = h + rms_norm(attention(pre(h, g1), w, p + "self_attn.", arch), g3)
+            h = h + rms_norm(swiglu(pre(h, g2), w, p + "mlp."), g4)
+        elif post:
             h = rms_norm(alpha * h + attention(h, w, p + "self_attn.", arch), g1)
             h = rms_norm(alpha * h + swiglu(h, w, p + "mlp."), g2)
         else:
@@ -182,7 +189,11 @@ def test_forward_matches_formula_reference(scheme, arch_name):
     ids = input_ids()
     stream, logits = model_stream(model, ids)
     ref_stream, ref_logits = reference_forward(
-        model.state_dict(), ids, arch, scheme_plan(scheme, arch["num_layers"])
+        model.state_dict(),
+        ids,
+        arch,
+        scheme_plan(scheme, arch["num_layers"]),
+        output_norms="peri" if scheme == "peri_ln" else None,
     )
     assert len(stream) == len(ref_stream) == arch["num_layers"] + 1
     for idx, (got, want) in enumerate(zip(stream, ref_stream)):
@@ -210,6 +221,20 @@ WRONG_PLANS = {
         "alpha=(2L)^(1/2)": lambda L: [(True, math.sqrt(2 * L), 1.0) for i in range(L)],
     },
 }
+
+
+def test_peri_ln_differs_from_pre_ln_and_from_output_norms_only():
+    """Peri-LN's reference is not met by Pre-LN on the same weights (output norms ignored) nor
+    by OLMo-2's placement (input norms dropped): both miss by far more than the tolerance."""
+    model, arch = randomized_double("peri_ln", "gqa")
+    ids = input_ids()
+    _, logits = model_stream(model, ids)
+    plan = scheme_plan("pre_ln", arch["num_layers"])
+    for wrong in (None, "output_only"):
+        _, want = reference_forward(model.state_dict(), ids, arch, plan, output_norms=wrong)
+        assert max_diff(logits, want) > 1e3 * TOL, f"peri_ln indistinguishable from {wrong}"
+    layer = model.model.layers[0]
+    assert sum(p.numel() for n, p in layer.named_parameters() if "norm" in n) == 4 * 32
 
 
 @pytest.mark.parametrize("scheme", sorted(WRONG_PLANS))
@@ -397,7 +422,7 @@ def test_to_plain_llama_gives_same_logits(saved_checkpoints, scheme):
     )
 
 
-@pytest.mark.parametrize("scheme", ["post_ln", "mix_ln", "deepnorm"])
+@pytest.mark.parametrize("scheme", ["post_ln", "mix_ln", "deepnorm", "peri_ln"])
 def test_depthlab_checkpoints_reload_exactly(saved_checkpoints, scheme):
     item = saved_checkpoints[scheme]
     config = json.loads((item["dir"] / "config.json").read_text())
@@ -418,7 +443,7 @@ def test_depthlab_checkpoints_reload_exactly(saved_checkpoints, scheme):
     assert max_diff(logits, item["logits"]) <= 1e-6
 
 
-@pytest.mark.parametrize("scheme", ["post_ln", "mix_ln", "deepnorm"])
+@pytest.mark.parametrize("scheme", ["post_ln", "mix_ln", "deepnorm", "peri_ln"])
 def test_to_plain_llama_refuses_non_llama_schemes(saved_checkpoints, scheme):
     with pytest.raises(ValueError, match=f"norm_scheme '{scheme}'.*plain-Llama"):
         models.to_plain_llama(saved_checkpoints[scheme]["model"])

@@ -36,7 +36,12 @@ def summary(name, layers, lm_head=True):
 def test_each_norm_scheme_has_its_own_colour_in_every_grouping():
     by_scheme = figure_style.scheme_colours()
     assert set(by_scheme) == set(figure_style.NORM_SCHEMES)
-    assert len({to_hex(c) for c in by_scheme.values()}) == 6
+    # every scheme its own colour, none a hub model's, the old palette slots kept
+    hub = {to_hex(figure_style._palette()[i]) for i in figure_style._HUB_INDICES}
+    assert len({to_hex(c) for c in by_scheme.values()} - hub) == len(figure_style.NORM_SCHEMES)
+    palette = [to_hex(c) for c in figure_style._palette()]
+    old_slots = {"pre_ln": 0, "post_ln": 1, "mix_ln": 2, "lns": 3, "deepnorm": 4, "scaled_init": 5}
+    assert {s: palette.index(to_hex(by_scheme[s])) for s in old_slots} == old_slots
     # the same colour whatever else shares the figure, and whatever the model is called
     facts = figure_style.model_facts(
         ["a", "b", "sw_l2_m8", "sw_l4_m8", "enc"],

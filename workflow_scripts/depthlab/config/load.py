@@ -1,5 +1,7 @@
 """Loading a config: strict YAML, files merged left to right, `--config` overrides, and the
-JSON-schema check against config/schema.yaml (which owns every type, range and enum).
+JSON-schema check against config/schema.yaml (which owns every type, range and enum; the enums
+of the extensible names, norm schemes and block-ranking criteria, are filled in from their
+registries by `schema_document`).
 
     load_config(*files)        strict YAML (duplicate keys are errors), files merged left to right
     apply_overrides(c, o)      `snakemake --config key=value` overrides, nested values parsed as YAML
@@ -176,11 +178,24 @@ def drop_removed_entries(config: dict) -> dict:
     return config
 
 
+def schema_document(path: Path = SCHEMA_PATH) -> dict:
+    """config/schema.yaml with the enums declared elsewhere filled in: `norm_scheme` from the
+    norm-scheme registry (depthlab.core.norm_schemes), `strategy` from the block-ranking
+    criteria (depthlab.plan.block_criteria)."""
+    from depthlab.core import norm_schemes
+    from depthlab.plan.block_criteria import STRATEGIES
+
+    schema = yaml.safe_load(path.read_text())
+    schema["definitions"]["norm_scheme"]["enum"] = list(norm_schemes.names())
+    schema["definitions"]["strategy"]["enum"] = list(STRATEGIES)
+    return schema
+
+
 @functools.lru_cache(maxsize=1)
 def _schema_validator():
     import jsonschema
 
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    schema = schema_document()
     base = jsonschema.Draft202012Validator
     # JSON Schema counts 16.0 as an integer; the code needs a Python int.
     checker = base.TYPE_CHECKER.redefine(

@@ -28,7 +28,9 @@ def model_shape(resolved: Resolved, name: str, base_dir: Path) -> Shape | None:
         else:  # a pretrained tokenizer may leave it unset: 2^16, the data's uint16 ids
             vocab = (resolved.config["data"].get("tokenizer") or {}).get("vocab_size") or 2**16
         dtype = PRECISION_DTYPE[train["precision"]]
-        return pretrain_shape(model["architecture"], vocab, train["seq_len"], dtype)
+        return pretrain_shape(
+            model["architecture"], vocab, train["seq_len"], dtype, model["norm_scheme"]
+        )
     if model["kind"] == "gguf":
         first = gguf_sources(model, base_dir, f"models.{name}.files")[0]
         try:

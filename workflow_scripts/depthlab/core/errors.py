@@ -63,3 +63,14 @@ class TrackingError(DepthlabError, RuntimeError):
 class GGUFError(DepthlabError, ValueError):
     """A GGUF model that cannot be converted (a missing file or chunk, a wrong sha256, an
     architecture transformers cannot read): the message names the model and the file."""
+
+
+def check_names(values, known, key: str, noun: str, error: type[Exception] = ValueError) -> None:
+    """`values` (a config list) name at least one of `known` and nothing else; else `error`
+    naming the key and the known names."""
+    names = ", ".join(known)
+    if not values:
+        raise error(f"{key}: name at least one {noun} ({names})")
+    for value in values:
+        if value not in known:
+            raise error(f"{key}: unknown {noun} '{value}' (known: {names})")

@@ -12,10 +12,12 @@ import re
 
 import numpy as np
 
-NORM_SCHEMES = ("pre_ln", "post_ln", "mix_ln", "deepnorm", "scaled_init", "lns")
-# Indices into seaborn's colourblind palette: Pre-LN and LNS, the contrast every Curse of Depth
-# figure draws, get blue and vermilion; grey and pink stay free for hub models.
-_SCHEME_INDEX = {"pre_ln": 0, "post_ln": 1, "mix_ln": 2, "lns": 3, "deepnorm": 4, "scaled_init": 5}
+from depthlab.core import norm_schemes
+
+# Each scheme's colour is declared with the scheme (depthlab.core.norm_schemes): Pre-LN and LNS,
+# the contrast every Curse of Depth figure draws, blue and vermilion; seaborn's colourblind grey,
+# pink, yellow and sky blue stay free for hub models.
+NORM_SCHEMES = norm_schemes.names()
 _HUB_INDICES = (7, 6, 8, 9)
 NORM_GROUP = "norm schemes"
 HUB_GROUP = "hub models"
@@ -31,8 +33,9 @@ def _palette():
 
 def scheme_colours() -> dict:
     """{norm scheme: RGB}, the same in every figure."""
-    palette = _palette()
-    return {scheme: palette[index] for scheme, index in _SCHEME_INDEX.items()}
+    from matplotlib.colors import to_rgb
+
+    return {name: to_rgb(scheme.colour) for name, scheme in norm_schemes.schemes().items()}
 
 
 def model_facts(names, facts: dict | None = None) -> dict:

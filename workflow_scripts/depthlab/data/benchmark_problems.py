@@ -63,16 +63,20 @@ DEFAULT_MAX_NEW_TOKENS = 512
 # Settings
 
 
+def check_family_fields(family, known, key: str, error: type[Exception]) -> None:
+    """A problem family's settings are a mapping of `known` fields only; else `error` naming
+    the key."""
+    if not isinstance(family, dict):
+        raise error(f"{key}: a mapping with {', '.join(known)}")
+    for field in family:
+        if field not in known:
+            raise error(f"{key}.{field}: unknown field (known: {', '.join(known)})")
+
+
 def validate_dataset_family(name: str, family, key: str) -> None:
     """Config-time check of one dataset family's settings (no dataset is read)."""
     low, high = DATASET_FAMILIES[name]
-    if not isinstance(family, dict):
-        raise DatasetProblemError(f"{key}: a mapping with {', '.join(FAMILY_KEYS[name])}")
-    for field in family:
-        if field not in FAMILY_KEYS[name]:
-            raise DatasetProblemError(
-                f"{key}.{field}: unknown field (known: {', '.join(FAMILY_KEYS[name])})"
-            )
+    check_family_fields(family, FAMILY_KEYS[name], key, DatasetProblemError)
     levels = family.get("levels")
     what = "hop counts" if name == "mquake" else "MATH levels"
     if (
@@ -226,15 +230,14 @@ def math_problem(record: dict, level: int, max_new_tokens: int) -> dict | None:
     final = boxed_answer(solution)
     if final is None:
         return None
-    return {
-        "family": "math",
-        "level": level,
-        "prompt": f"Problem: {problem.strip()}\nAnswer:",
-        "answer": solution.strip(),
-        "grade": "boxed",
-        "final_answer": final,
-        "max_new_tokens": max_new_tokens,
-    }
+    return _qa_problem("math", level, "Problem", problem, solution, grade="boxed",
+                       final_answer=final, max_new_tokens=max_new_tokens)  # fmt: skip
+
+
+def _qa_problem(family: str, level: int, label: str, question: str, answer: str, **extra):
+    """A problem record: `<label>: <question>\nAnswer:` as the prompt, the stripped answer."""
+    prompt = f"{label}: {question.strip()}\nAnswer:"
+    return {"family": family, "level": level, "prompt": prompt, "answer": answer.strip(), **extra}
 
 
 def mquake_hops(record: dict) -> int | None:
@@ -261,12 +264,7 @@ def mquake_problem(record: dict, level: int) -> dict | None:
         or not answer.strip()
     ):
         return None
-    return {
-        "family": "mquake",
-        "level": level,
-        "prompt": f"Question: {questions[0].strip()}\nAnswer:",
-        "answer": answer.strip(),
-    }
+    return _qa_problem("mquake", level, "Question", questions[0], answer)
 
 
 def convert_record(family: str, record, settings: dict) -> tuple[int | None, dict | None]:

@@ -59,6 +59,7 @@ from depthlab.core.errors import DatasetProblemError, ProblemError
 from depthlab.core.provenance import Provenance
 from depthlab.data.benchmark_problems import (
     DATASET_FAMILIES,
+    check_family_fields,
     dataset_problems,
     validate_dataset_family,
 )
@@ -153,13 +154,7 @@ def _int_in(value, low: int, high: int) -> bool:
 
 def validate_text_family(name: str, family, key: str) -> None:
     """Config-time check of one natural-text family's settings."""
-    if not isinstance(family, dict):
-        raise ProblemError(f"{key}: a mapping with {', '.join(TEXT_KEYS[name])}")
-    for field in family:
-        if field not in TEXT_KEYS[name]:
-            raise ProblemError(
-                f"{key}.{field}: unknown field (known: {', '.join(TEXT_KEYS[name])})"
-            )
+    check_family_fields(family, TEXT_KEYS[name], key, ProblemError)
     levels = family.get("levels")
     if (
         not isinstance(levels, list)
@@ -171,21 +166,15 @@ def validate_text_family(name: str, family, key: str) -> None:
             f"{key}.levels: a non-empty list of distinct digit counts in "
             f"1..{MAX_ADDITION_DIGITS} (got {levels!r})"
         )
-    if not _int_in(family.get("terms"), 2, MAX_ADDITION_TERMS):
-        raise ProblemError(
-            f"{key}.terms: an integer in 2..{MAX_ADDITION_TERMS}, the numbers added "
-            f"(got {family.get('terms')!r})"
-        )
-    if "eval_per_level" in family and not _int_in(family["eval_per_level"], 1, 10**6):
-        raise ProblemError(
-            f"{key}.eval_per_level: a positive integer, the problems per level "
-            f"(got {family['eval_per_level']!r})"
-        )
-    if not _int_in(family.get("shots"), 0, MAX_SHOTS):
-        raise ProblemError(
-            f"{key}.shots: an integer in 0..{MAX_SHOTS}, the solved examples before the "
-            f"question (got {family.get('shots')!r})"
-        )
+    checks = (
+        ("terms", 2, MAX_ADDITION_TERMS, f"an integer in 2..{MAX_ADDITION_TERMS}, the numbers added"),
+        ("eval_per_level", 1, 10**6, "a positive integer, the problems per level"),
+        ("shots", 0, MAX_SHOTS, f"an integer in 0..{MAX_SHOTS}, the solved examples before the question"),
+    )  # fmt: skip
+    for field, low, high, what in checks:
+        optional = field == "eval_per_level"
+        if not (optional and field not in family) and not _int_in(family.get(field), low, high):
+            raise ProblemError(f"{key}.{field}: {what} (got {family.get(field)!r})")
 
 
 def has_synthetic_family(spec: dict) -> bool:
@@ -363,15 +352,7 @@ def sample_problems(
     problems = []
     for pick in picks:
         family, level = levels[pick]
-        prompt, answer = generate_problem(family, level, rng, families[family])
-        problems.append(
-            {
-                "family": family,
-                "level": level,
-                "prompt": " ".join(prompt),
-                "answer": " ".join(answer),
-            }
-        )
+        problems.append(_problem(family, level, rng, families[family]))
     return problems
 
 
@@ -382,16 +363,19 @@ def evaluation_problems(spec: dict, seed: int) -> list[dict]:
     for index, (family, level) in enumerate(_levels(spec)):
         rng = np.random.default_rng([seed, 7919, index])
         for _ in range(spec["eval_per_level"]):
-            prompt, answer = generate_problem(family, level, rng, families[family])
-            problems.append(
-                {
-                    "family": family,
-                    "level": level,
-                    "prompt": " ".join(prompt),
-                    "answer": " ".join(answer),
-                }
-            )
+            problems.append(_problem(family, level, rng, families[family]))
     return problems
+
+
+def _problem(family: str, level: int, rng, table) -> dict:
+    """One generated problem as a record: family, level, prompt and answer as text."""
+    prompt, answer = generate_problem(family, level, rng, table)
+    return {
+        "family": family,
+        "level": level,
+        "prompt": " ".join(prompt),
+        "answer": " ".join(answer),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,19 +385,14 @@ def evaluation_problems(spec: dict, seed: int) -> list[dict]:
 def build_tokenizer():
     """Word-level tokenizer over VOCABULARY (whitespace split), eos = bos, pad as in data.py."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+
+    from depthlab.data.tokens import hf_tokenizer
 
     vocab = {word: index for index, word in enumerate(VOCABULARY)}
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD_TOKEN))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words by spaces
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token=EOS_TOKEN,
-        eos_token=EOS_TOKEN,
-        pad_token=PAD_TOKEN,
-        clean_up_tokenization_spaces=False,
-    )
+    return hf_tokenizer(tokenizer)
 
 
 def _encode(tokenizer, text: str) -> list[int]:

@@ -240,9 +240,12 @@ def adapt(model: nn.Module) -> ModelAdapter:
         )
     attention, mlp = [], []
     for index, layer in enumerate(layers):
+        # depthlab's own blocks name the modules whose outputs join the residual (a scheme that
+        # normalises a sub-layer's output adds the norm's output)
+        updates = getattr(layer, "update_modules", {})
         for path, sink, what in (
-            (layout.attention, attention, "attention"),
-            (layout.mlp, mlp, "MLP"),
+            (updates.get("attention", layout.attention), attention, "attention"),
+            (updates.get("mlp", layout.mlp), mlp, "MLP"),
         ):
             module = _get_path(layer, path)
             if module is None:

@@ -2,10 +2,10 @@
 
 The classes and the norm-scheme formulas live in `depthlab/models/modeling_depthlab.py` (see its
 docstring), which imports only torch and transformers. Checkpoints are ordinary HF folders:
-pre_ln, lns and scaled_init export as plain `LlamaForCausalLM` (the 1/sqrt(l) of LNS is folded
-into the norm gains, which is exact because RMSNorm's output is linear in its gain); post_ln,
-mix_ln and deepnorm save as `DepthlabForCausalLM` with `modeling_depthlab.py` copied beside the
-weights and an `auto_map` in config.json, the transformers convention for custom code, so
+the schemes declared `plain_llama` (pre_ln, lns, scaled_init) export as plain `LlamaForCausalLM`
+(the 1/sqrt(l) of LNS is folded into the norm gains, which is exact because RMSNorm's output is
+linear in its gain); the others (post_ln, mix_ln, deepnorm, ...) save as `DepthlabForCausalLM`
+with `modeling_depthlab.py` copied beside the weights and an `auto_map` in config.json, the transformers convention for custom code, so
 `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)` loads them without this
 project. Importing this module also registers `depthlab_llama` with the Auto classes, so the
 workflow loads them with its own copy of the code.
@@ -34,7 +34,7 @@ from depthlab.models.modeling_depthlab import (  # noqa: F401
     residual_scale,
 )
 
-PLAIN_LLAMA_SCHEMES = ("pre_ln", "scaled_init", "lns")
+PLAIN_LLAMA_SCHEMES = tuple(name for name, s in NORM_SCHEMES.items() if s["plain_llama"])
 # DepthlabConfig fields a plain LlamaConfig must not carry.
 DEPTHLAB_CONFIG_KEYS = ("norm_scheme", "mix_ln_post_layers", "deepnorm_variant", "auto_map")
 

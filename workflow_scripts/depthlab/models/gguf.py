@@ -82,19 +82,8 @@ def check_sha256(actual: str, expected: str, model: str, sources) -> None:
 
 # --- the header, torch-free -------------------------------------------------------------------
 
-_SCALARS = {
-    0: "<B",
-    1: "<b",
-    2: "<H",
-    3: "<h",
-    4: "<I",
-    5: "<i",
-    6: "<f",
-    7: "<?",
-    10: "<Q",
-    11: "<q",
-    12: "<d",
-}
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+            10: "<Q", 11: "<q", 12: "<d"}  # fmt: skip
 _STRING, _ARRAY = 8, 9
 
 
@@ -102,62 +91,69 @@ def _read(handle, fmt: str):
     size = struct.calcsize(fmt)
     data = handle.read(size)
     if len(data) != size:
-        raise EOFError("GGUF header ends early")
+        raise ValueError("GGUF header ends early")
     return struct.unpack(fmt, data)[0]
 
 
-def _value(handle, kind: int, keep: bool):
+def _text(handle) -> str:
+    return handle.read(_read(handle, "<Q")).decode("utf-8", errors="replace")
+
+
+def _value(handle, kind: int):
+    """A metadata value: scalars and strings read, arrays skipped (None)."""
     if kind in _SCALARS:
         return _read(handle, _SCALARS[kind])
     if kind == _STRING:
-        length = _read(handle, "<Q")
-        if not keep:
-            handle.seek(length, os.SEEK_CUR)
-            return None
-        return handle.read(length).decode("utf-8", errors="replace")
+        return _text(handle)
     if kind == _ARRAY:
         item, count = _read(handle, "<I"), _read(handle, "<Q")
         if item in _SCALARS:
             handle.seek(struct.calcsize(_SCALARS[item]) * count, os.SEEK_CUR)
         else:
             for _ in range(count):
-                _value(handle, item, keep=False)
+                _value(handle, item)
         return None
     raise ValueError(f"unknown GGUF value type {kind}")
 
 
-@functools.lru_cache(maxsize=64)
-def _block_count(path: str, _mtime: float, _size: int) -> int | None:
+@functools.lru_cache(maxsize=16)
+def _header(path: str, _mtime: float, _size: int) -> tuple[dict, dict]:
     with open(path, "rb") as handle:
         if handle.read(4) != b"GGUF":
             raise ValueError("not a GGUF file (no GGUF magic)")
         version = _read(handle, "<I")
         if version < 2:
             raise ValueError(f"GGUF version {version} is not supported")
-        _read(handle, "<Q")  # tensor count
-        architecture = None
-        for _ in range(_read(handle, "<Q")):
-            key = handle.read(_read(handle, "<Q")).decode("utf-8", errors="replace")
-            kind = _read(handle, "<I")
-            keep = key == "general.architecture" or key.endswith(".block_count")
-            value = _value(handle, kind, keep)
-            if key == "general.architecture":
-                architecture = value
-            elif architecture is not None and key == f"{architecture}.block_count":
-                return int(value)
-    return None
+        tensor_count, metadata_count = _read(handle, "<Q"), _read(handle, "<Q")
+        metadata = {}
+        for _ in range(metadata_count):
+            key = _text(handle)
+            metadata[key] = _value(handle, _read(handle, "<I"))
+        tensors = {}
+        for _ in range(tensor_count):
+            name = _text(handle)
+            tensors[name] = [_read(handle, "<Q") for _ in range(_read(handle, "<I"))]
+            _read(handle, "<I"), _read(handle, "<Q")  # tensor type, data offset
+    return metadata, tensors
 
 
-def gguf_block_count(path: str | os.PathLike) -> int | None:
-    """`<architecture>.block_count` from a GGUF header (the first chunk of a split file holds
-    it); None when the header names none. Reads the metadata only; ValueError on a file that is
-    not GGUF."""
+def gguf_header(path: str | os.PathLike) -> tuple[dict, dict]:
+    """(metadata: scalars and strings, arrays as None; {tensor name: dims, fastest first}) of a
+    GGUF file's header (the first chunk of a split file holds it), read without torch or the
+    `gguf` package. ValueError on a file that is not GGUF or whose header is unreadable."""
     path = Path(path)
     stat = path.stat()
     try:
-        return _block_count(str(path.resolve()), stat.st_mtime, stat.st_size)
-    except (EOFError, UnicodeDecodeError, struct.error) as error:
+        return _header(str(path.resolve()), stat.st_mtime, stat.st_size)
+    except (UnicodeDecodeError, struct.error) as error:
         raise ValueError(f"unreadable GGUF header ({error})") from None
+
+
+def gguf_block_count(path: str | os.PathLike) -> int | None:
+    """`<architecture>.block_count` from a GGUF header; None when the header names none."""
+    metadata, _ = gguf_header(path)
+    count = metadata.get(f"{metadata.get('general.architecture')}.block_count")
+    return None if count is None else int(count)
 
 
 # --- conversion -------------------------------------------------------------------------------

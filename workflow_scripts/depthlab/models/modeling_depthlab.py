@@ -1,4 +1,5 @@
-"""LLaMA-style decoder (RMSNorm, RoPE, SwiGLU, no biases) with six normalisation schemes.
+"""LLaMA-style decoder (RMSNorm, RoPE, SwiGLU, no biases) with the normalisation schemes of
+`NORM_SCHEMES`.
 
 Self-contained: imports only torch and transformers (and huggingface_hub, which transformers
 requires), because this file is copied beside the weights of every checkpoint that is not a
@@ -13,6 +14,9 @@ library's own; only the decoder block's placement of norms and residuals changes
     scaled_init  pre_ln with o_proj/down_proj init std sigma/sqrt(2L)
     post_ln      h = N1(h + Attn(h));               h = N2(h + MLP(h))
     mix_ln       post_ln for the first `mix_ln_post_layers` layers, pre_ln after
+    peri_ln      h = h + N3(Attn(N1(h)));           h = h + N4(MLP(N2(h)))
+                 (Peri-LN, Kim et al. 2025: a norm before and after each sub-layer, the
+                 placement of Gemma-2/3; OLMo-2 keeps only the output norms N3, N4)
     deepnorm     h = N1(alpha*h + Attn(h));         h = N2(alpha*h + MLP(h)), with
                  deepnorm_variant
                    deepnet        alpha = (2L)^(1/4); v/o/MLP init std sigma*(8L)^(-1/4)
@@ -23,6 +27,12 @@ library's own; only the decoder block's placement of norms and residuals changes
 
 sigma is `initializer_range`; every other matrix is N(0, sigma), norm gains start at 1. The final
 norm is never scaled.
+
+`NORM_SCHEMES` declares each scheme once: its placement of the norms (the layer below reads it),
+its RMSNorms per layer (the resource planner's parameter count), whether it exports as plain
+Llama and its colour in every figure. It holds plain literals only, because the planner and the
+figures read it without importing torch (depthlab.core.norm_schemes parses this file); adding a
+scheme is one entry here plus its formula in the layer.
 """
 
 from __future__ import annotations
@@ -42,7 +52,22 @@ from transformers.models.llama.modeling_llama import (
     LlamaRotaryEmbedding,
 )
 
-NORM_SCHEMES = ("pre_ln", "post_ln", "mix_ln", "deepnorm", "scaled_init", "lns")
+# placement: "pre"  h = h + F(N(h))                          (per sub-layer F: attention, MLP)
+#            "post" h = N(s*h + F(h))
+#            "mix"  post for the first mix_ln_post_layers layers, pre after
+#            "peri" h = h + N_out(F(N_in(h)))
+# norms_per_layer: RMSNorms in one decoder layer; plain_llama: the checkpoint is a plain
+# LlamaForCausalLM (else this file is copied beside the weights); colour: hex RGB in figures
+# (seaborn's colourblind palette; its grey, pink, yellow and sky blue are the hub models').
+NORM_SCHEMES = {
+    "pre_ln": {"placement": "pre", "norms_per_layer": 2, "plain_llama": True, "colour": "#0173b2"},
+    "post_ln": {"placement": "post", "norms_per_layer": 2, "plain_llama": False, "colour": "#de8f05"},
+    "mix_ln": {"placement": "mix", "norms_per_layer": 2, "plain_llama": False, "colour": "#029e73"},
+    "deepnorm": {"placement": "post", "norms_per_layer": 2, "plain_llama": False, "colour": "#cc78bc"},
+    "scaled_init": {"placement": "pre", "norms_per_layer": 2, "plain_llama": True, "colour": "#ca9161"},
+    "lns": {"placement": "pre", "norms_per_layer": 2, "plain_llama": True, "colour": "#d55e00"},
+    "peri_ln": {"placement": "peri", "norms_per_layer": 4, "plain_llama": False, "colour": "#332288"},
+}  # fmt: skip
 DEEPNORM_VARIANTS = ("deepnet", "lns_reference")
 LNS_REFERENCE_ALPHA = 2 * math.sqrt(2)
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -76,12 +101,17 @@ class DepthlabConfig(LlamaConfig):
             )
 
 
+def layer_placement(config: DepthlabConfig, layer_idx: int) -> str:
+    """Where layer `layer_idx` puts its norms: "pre", "post" (or another placement of
+    NORM_SCHEMES); mix resolves to post for the first mix_ln_post_layers layers."""
+    placement = NORM_SCHEMES[config.norm_scheme]["placement"]
+    if placement == "mix":
+        return "post" if layer_idx < config.mix_ln_post_layers else "pre"
+    return placement
+
+
 def is_post_ln_layer(config: DepthlabConfig, layer_idx: int) -> bool:
-    if config.norm_scheme in ("post_ln", "deepnorm"):
-        return True
-    if config.norm_scheme == "mix_ln":
-        return layer_idx < config.mix_ln_post_layers
-    return False
+    return layer_placement(config, layer_idx) == "post"
 
 
 def residual_scale(config: DepthlabConfig) -> float:
@@ -139,7 +169,19 @@ def projection_init_stds(config: DepthlabConfig) -> dict[str, float]:
 class DepthlabDecoderLayer(LlamaDecoderLayer):
     def __init__(self, config: DepthlabConfig, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.post_ln = is_post_ln_layer(config, layer_idx)
+        self.placement = layer_placement(config, layer_idx)
+        self.post_ln = self.placement == "post"
+        # The modules whose outputs are added to the residual stream (read by the analysis
+        # adapter, depthlab.models.architectures).
+        self.update_modules = {"attention": "self_attn", "mlp": "mlp"}
+        if self.placement not in ("pre", "post", "peri"):
+            raise ValueError(
+                f"norm_scheme {config.norm_scheme}: unknown placement {self.placement!r}"
+            )
+        if self.placement == "peri":  # the sub-layers' output norms (gains start at 1)
+            self.attention_output_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            self.mlp_output_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            self.update_modules = {"attention": "attention_output_norm", "mlp": "mlp_output_norm"}
         self.residual_scale = residual_scale(config)
         self.norm_output_scale = norm_output_scale(config, layer_idx)
         # Read by DepthlabPreTrainedModel._init_weights (HF init runs module by module).
@@ -175,11 +217,16 @@ class DepthlabDecoderLayer(LlamaDecoderLayer):
         if self.norm_output_scale != 1.0:
             normed = normed * self.norm_output_scale
         attn_out, _ = self.self_attn(hidden_states=normed, **attention_kwargs)
+        if self.placement == "peri":
+            attn_out = self.attention_output_norm(attn_out)
         hidden_states = hidden_states + attn_out
         normed = self.post_attention_layernorm(hidden_states)
         if self.norm_output_scale != 1.0:
             normed = normed * self.norm_output_scale
-        return hidden_states + self.mlp(normed)
+        mlp_out = self.mlp(normed)
+        if self.placement == "peri":
+            mlp_out = self.mlp_output_norm(mlp_out)
+        return hidden_states + mlp_out
 
 
 class DepthlabPreTrainedModel(LlamaPreTrainedModel):

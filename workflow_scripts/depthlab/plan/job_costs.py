@@ -363,11 +363,12 @@ def _lm_eval_flops(shape: Shape, spec: dict, tasks_config: dict) -> float:
 
 def _criteria_work(shape: Shape, spec: dict, b: int, n_values: list[int]):
     """(FLOPs, memory phase) of the block-ranking criteria on pruning.calibration's windows
-    (depthlab.stages.pruning.criteria), or None when no strategy reads them: ppl and sleb are a
-    second loss sweep (L single blocks, SLEB's path with its barrier: half the model a set),
-    Taylor one forward and backward pass per batch (3 forward passes' FLOPs), holding the
-    blocks' gradient sums in float64 and a batch's training activations."""
-    from depthlab.plan.stage_settings import CALIBRATED_STRATEGIES, strategy_max_n
+    (depthlab.stages.pruning.criteria), or None when no strategy reads them: each criterion's
+    declared cost (depthlab.plan.block_criteria): loss-sweep sets on the calibration windows
+    (ppl: L single blocks, SLEB's path with its barrier), half the model a set after one full
+    pass; a gradient pass (Taylor) one forward and backward pass per batch (3 forward passes'
+    FLOPs), holding the blocks' gradient sums in float64 and a batch's training activations."""
+    from depthlab.plan.block_criteria import CALIBRATED_STRATEGIES, CRITERIA
 
     strategies, calibration = spec["strategies"], spec.get("calibration")
     if calibration is None or not set(strategies) & set(CALIBRATED_STRATEGIES):
@@ -375,12 +376,10 @@ def _criteria_work(shape: Shape, spec: dict, b: int, n_values: list[int]):
     L = shape.num_layers
     seq = _context(calibration["seq_len"], shape)
     tokens = calibration["windows"] * seq
-    sets = L if "ppl" in strategies else 0
-    if "sleb" in strategies:
-        steps = min(max(n_values), strategy_max_n("sleb", L))
-        sets += sum(L - 2 - k + 1 for k in range(1, steps + 1))
+    declared = [CRITERIA[s] for s in strategies if s in CRITERIA]
+    sets = sum(c.calibration_sets(L, n_values) for c in declared if c.calibration_sets)
     flops = (1 + 0.5 * sets) * tokens * forward_flops(shape, seq) if sets else 0.0
-    taylor = bool({"taylor", "taylor_plus"} & set(strategies))
+    taylor = any(c.gradient_pass for c in declared)
     rows = calibration["batch_size"] * seq
     fixed = {"batch": _inference_batch(shape, rows, b), "loss logits": LOSS_CHUNK * 12}
     split = {"weights": shape.parameters * b}

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import yaml
 
+from depthlab.core import norm_schemes
+
 HUB_TABLE = Path(__file__).with_name("hub_architectures.yaml")
 # auto: bf16 on the GPUs the plan sizes for (depthlab.core.devices.resolve_dtype)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
@@ -85,6 +87,7 @@ class Shape:
     head_dim: int | None = None
     embedding_size: int | None = None
     source: str = ""  # where the shape was read (table row, folder, file, architecture block)
+    norms_per_layer: int | None = None  # overrides the layout's (a depthlab norm scheme's)
     hub: bool = False  # downloaded from the hub by the job that first reads it
 
     @property
@@ -132,7 +135,8 @@ def parameter_count(shape: Shape) -> int:
     if layout.output_bias:
         biases += d + i + d  # attention output, MLP up, MLP down
     qk_norm = {None: 0, "head": 2 * head_dim, "full": shape.attention_width + shape.kv_width}
-    norms = layout.norms_per_layer * layout.norm_params * d + qk_norm[layout.qk_norm]
+    norms_per_layer = shape.norms_per_layer or layout.norms_per_layer
+    norms = norms_per_layer * layout.norm_params * d + qk_norm[layout.qk_norm]
     per_layer = layer_matrix_parameters(shape) + biases + norms
     embedding = shape.embedding_size or d
     total = shape.num_layers * per_layer + shape.vocab_size * embedding + layout.norm_params * d
@@ -186,8 +190,11 @@ def hub_shape(hub_id: str, revision: str | None = None) -> Shape | None:
 # --- models trained here ----------------------------------------------------------------------
 
 
-def pretrain_shape(architecture: dict, vocab_size: int, max_positions: int, dtype: str) -> Shape:
-    """A model trained here: Llama's layout (untied head, RMSNorm, SwiGLU, no biases)."""
+def pretrain_shape(
+    architecture: dict, vocab_size: int, max_positions: int, dtype: str, norm_scheme: str = "pre_ln"
+) -> Shape:
+    """A model trained here: Llama's layout (untied head, RMSNorm, SwiGLU, no biases) with its
+    norm scheme's RMSNorms per layer (depthlab.core.norm_schemes)."""
     shape = Shape(
         model_type="depthlab_llama",
         num_layers=architecture["num_layers"],
@@ -201,6 +208,7 @@ def pretrain_shape(architecture: dict, vocab_size: int, max_positions: int, dtyp
         parameters=0,
         dtype=dtype,
         source="architecture",
+        norms_per_layer=norm_schemes.schemes()[norm_scheme].norms_per_layer,
     )
     return replace(shape, parameters=parameter_count(shape))
 
@@ -272,64 +280,16 @@ def folder_shape(folder: str | os.PathLike) -> Shape:
 
 # --- GGUF headers ----------------------------------------------------------------------------
 
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-                 10: "<Q", 11: "<q", 12: "<d"}  # fmt: skip
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
 GGUF_MODEL_TYPES = {"gemma3": "gemma3_text"}  # GGUF architecture -> config.json model_type
-
-
-def _gguf_read(handle, fmt: str):
-    size = struct.calcsize(fmt)
-    data = handle.read(size)
-    if len(data) != size:
-        raise ValueError("GGUF header ends early")
-    return struct.unpack(fmt, data)[0]
-
-
-def _gguf_value(handle, kind: int):
-    """A metadata value: scalars and strings read, arrays skipped (None)."""
-    if kind in _GGUF_SCALARS:
-        return _gguf_read(handle, _GGUF_SCALARS[kind])
-    if kind == _GGUF_STRING:
-        return handle.read(_gguf_read(handle, "<Q")).decode("utf-8", errors="replace")
-    if kind == _GGUF_ARRAY:
-        item, count = _gguf_read(handle, "<I"), _gguf_read(handle, "<Q")
-        if item in _GGUF_SCALARS:
-            handle.seek(struct.calcsize(_GGUF_SCALARS[item]) * count, os.SEEK_CUR)
-        else:
-            for _ in range(count):
-                _gguf_value(handle, item)
-        return None
-    raise ValueError(f"unknown GGUF value type {kind}")
-
-
-@functools.lru_cache(maxsize=16)
-def _gguf_header(path: str, _mtime: float, _size: int) -> tuple[dict, dict]:
-    with open(path, "rb") as handle:
-        if handle.read(4) != b"GGUF":
-            raise ValueError("not a GGUF file (no GGUF magic)")
-        if _gguf_read(handle, "<I") < 2:
-            raise ValueError("GGUF version 1 is not supported")
-        tensor_count, metadata_count = _gguf_read(handle, "<Q"), _gguf_read(handle, "<Q")
-        metadata = {}
-        for _ in range(metadata_count):
-            key = handle.read(_gguf_read(handle, "<Q")).decode("utf-8", errors="replace")
-            metadata[key] = _gguf_value(handle, _gguf_read(handle, "<I"))
-        tensors = {}
-        for _ in range(tensor_count):
-            name = handle.read(_gguf_read(handle, "<Q")).decode("utf-8", errors="replace")
-            dims = [_gguf_read(handle, "<Q") for _ in range(_gguf_read(handle, "<I"))]
-            _gguf_read(handle, "<I"), _gguf_read(handle, "<Q")  # tensor type, data offset
-            tensors[name] = dims
-    return metadata, tensors
 
 
 def gguf_shape(path: str | os.PathLike, dtype: str) -> Shape:
     """A GGUF model's shape from its header (the first chunk of a chunked file holds it): the
     metadata's `<architecture>.*` keys, the vocabulary from the embedding's rows and the exact
     parameter count from the tensor infos; `dtype`: what it is converted to."""
-    stat = Path(path).stat()
-    metadata, tensors = _gguf_header(str(Path(path).resolve()), stat.st_mtime, stat.st_size)
+    from depthlab.models.gguf import gguf_header  # torch-free
+
+    metadata, tensors = gguf_header(path)
     arch = metadata.get("general.architecture")
     hidden, vocab = tensors["token_embd.weight"]  # GGUF lists dims fastest first
     heads = metadata[f"{arch}.attention.head_count"]

@@ -13,49 +13,19 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, fields
 
-from depthlab.core.errors import PruningError
+from depthlab.core.errors import PruningError, check_names
+
+# The strategies, which read calibration windows, their protected layers and largest n: the
+# criteria registry (re-exported for the checks below and their callers).
+from depthlab.plan.block_criteria import (  # noqa: F401
+    CALIBRATED_STRATEGIES,
+    CRITERIA,
+    STRATEGIES,
+    protected_layers,
+)
+from depthlab.plan.block_criteria import max_n as strategy_max_n
 
 # --------------------------------------------------------------------------- pruning
-
-
-STRATEGIES = (
-    "angular",
-    "deepest",
-    "greedy",
-    "block_influence",
-    # the block-ranking criteria of depthlab.stages.pruning.criteria
-    "ppl",
-    "taylor",
-    "taylor_plus",
-    "magnitude",
-    "magnitude_plus",
-    "sleb",
-)
-# the criteria that read pruning.calibration's windows (the train split)
-CALIBRATED_STRATEGIES = ("ppl", "taylor", "taylor_plus", "sleb")
-# Shortened LLaMA's "+" rule: the first 4 and the last 2 blocks are never removed
-PLUS_KEEP_FIRST, PLUS_KEEP_LAST = 4, 2
-
-
-def protected_layers(strategy: str, num_layers: int) -> tuple[int, ...]:
-    """The layers a strategy never removes: the "+" criteria keep the first PLUS_KEEP_FIRST and
-    the last PLUS_KEEP_LAST blocks, SLEB the first and the last block; none for the others."""
-    if strategy.endswith("_plus"):
-        kept = set(range(min(PLUS_KEEP_FIRST, num_layers)))
-        kept |= set(range(max(0, num_layers - PLUS_KEEP_LAST), num_layers))
-        return tuple(sorted(kept))
-    if strategy == "sleb":
-        return (0, num_layers - 1) if num_layers > 1 else (0,)
-    return ()
-
-
-def strategy_max_n(strategy: str, num_layers: int) -> int:
-    """The largest n a strategy has a removal set for in a model of `num_layers` layers: L - 1,
-    less its protected layers; SLEB at most half the layers (L // 2). Larger n of a grid get no
-    set of that strategy (0: none at all, e.g. a "+" criterion on a model of 6 layers or less)."""
-    free = num_layers - len(protected_layers(strategy, num_layers))
-    largest = min(free, num_layers - 1)
-    return min(largest, num_layers // 2) if strategy == "sleb" else largest
 
 
 def grid(n_grid: Sequence[int] | None, num_layers: int, key: str = "pruning.n_grid") -> list[int]:
@@ -164,14 +134,7 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
     if num_layers < 2:
         raise PruningError(f"{where}: a model of {num_layers} layer(s) has no layer to remove")
     strategies = settings["strategies"]
-    if not strategies:
-        raise PruningError(f"{where}.strategies: name at least one ({', '.join(STRATEGIES)})")
-    for strategy in strategies:
-        if strategy not in STRATEGIES:
-            raise PruningError(
-                f"{where}.strategies: unknown strategy '{strategy}' "
-                f"(known: {', '.join(STRATEGIES)})"
-            )
+    check_names(strategies, STRATEGIES, f"{where}.strategies", "strategy", PruningError)
     _check_grid(settings["n_grid"], num_layers, f"{where}.n_grid")
     _positive_ints(settings["val"], ("windows", "seq_len", "batch_size"), f"{where}.val")
     check_loss_tokens(settings["val"], f"{where}.val.loss_tokens", f"{where}.val.seq_len")
@@ -253,7 +216,7 @@ def check_criteria_settings(settings: dict, num_layers: int, where: str = "pruni
                 f"{where}.{section}.n_grid: {strategy} has no removal set for n = "
                 f"{', '.join(map(str, beyond))} in a model of {num_layers} layers (it never "
                 f"removes layers {', '.join(map(str, kept))}"
-                + (", nor more than half the layers" if strategy == "sleb" else "")
+                + (", nor more than half the layers" if CRITERIA[strategy].max_fraction else "")
                 + f"; at most n = {cap})"
             )
 

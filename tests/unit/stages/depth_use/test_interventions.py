@@ -13,6 +13,7 @@ from depthlab.plan.stage_settings import VARIANTS, validate_intervention_setting
 from depthlab.stages.depth_use.depth_score import depth_score, depth_scores_by_group
 from depthlab.stages.depth_use.interventions import SkipSettings, future_positions, skip_effects
 from depthlab.stages.depth_use.reference_loop import reference_skip_effects
+from script_runs import run_stage_script
 from tiny_models import build, random_batch
 
 torch.set_num_threads(1)
@@ -229,15 +230,11 @@ def test_settings_are_validated_naming_the_key():
 def test_script_writes_effects_accuracy_and_depth_scores(tmp_path):
     """skip_interventions.py end to end on a saved random model with the problems tokenizer."""
     import json
-    import subprocess
-    import sys
-    from pathlib import Path
 
     import pandas as pd
     from depthlab.data.problem_sets import write_problem_set
     from depthlab.models.decoders import build_model, make_config, save_checkpoint
 
-    repo = Path(__file__).resolve().parents[4]
     problems = tmp_path / "problems"
     meta = write_problem_set(
         {
@@ -299,13 +296,7 @@ def test_script_writes_effects_accuracy_and_depth_scores(tmp_path):
         "dtype": "float32",
         "device": "cpu",
     }
-    script = repo / "workflow_scripts" / "skip_interventions.py"
-    run = subprocess.run(
-        [sys.executable, str(script), "--spec", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        cwd=repo,
-    )
+    run = run_stage_script("skip_interventions.py", spec)
     assert run.returncode == 0, run.stderr
     effects = pd.read_csv(tmp_path / "skip" / "effects.csv")
     assert set(effects["variant"]) == {"layer_all", "mlp_future"}
@@ -318,11 +309,6 @@ def test_script_writes_effects_accuracy_and_depth_scores(tmp_path):
     assert len(pd.read_csv(tmp_path / "skip" / "problem_effects.csv")) == 12 * 3
     # a layer index out of range is refused naming the key, nothing written
     bad = {**spec, "out": str(tmp_path / "bad"), "layers": [3], "problems": None}
-    run = subprocess.run(
-        [sys.executable, str(script), "--spec", json.dumps(bad)],
-        capture_output=True,
-        text=True,
-        cwd=repo,
-    )
+    run = run_stage_script("skip_interventions.py", bad)
     assert run.returncode == 2 and "layers: layer index 3 is out of range" in run.stderr
     assert not (tmp_path / "bad").exists()

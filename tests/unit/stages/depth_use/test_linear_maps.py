@@ -26,9 +26,25 @@ from depthlab.stages.depth_use.linear_maps import (
     word_end_pairs,
     word_ends,
 )
+from script_runs import run_stage_script
 from tiny_models import VOCAB, random_batch
 
 torch.set_num_threads(1)
+
+
+def pair_paths(tmp_path) -> dict:
+    """The spec keys of a pair a_to_b of two checkpoints saved at tmp_path/a and tmp_path/b, the
+    maps written to tmp_path/maps."""
+    return {
+        "pair": "a_to_b",
+        "source_name": "a",
+        "source_path": str(tmp_path / "a"),
+        "target_name": "b",
+        "target_path": str(tmp_path / "b"),
+        "source_revision": None,
+        "target_revision": None,
+        "out": str(tmp_path / "maps"),
+    }
 
 
 def planted(n, d_a=6, d_b=5, noise=0.0, seed=0):
@@ -213,16 +229,12 @@ def test_different_tokenizers_are_rejected(tmp_path):
 
 
 def test_script_fits_two_saved_models_and_rejects_foreign_tokenizers(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
 
     import pandas as pd
     from depthlab.data.problem_sets import build_tokenizer
     from depthlab.models.decoders import save_checkpoint
     from transformers import AutoTokenizer
 
-    repo = Path(__file__).resolve().parents[4]
     tokenizer = build_tokenizer()
     texts = tmp_path / "texts.jsonl"
     rng = np.random.default_rng(0)
@@ -239,14 +251,7 @@ def test_script_fits_two_saved_models_and_rejects_foreign_tokenizers(tmp_path):
         )
         save_checkpoint(build_model(config, seed), tokenizer, tmp_path / name)
     spec = {
-        "pair": "a_to_b",
-        "source_name": "a",
-        "source_path": str(tmp_path / "a"),
-        "target_name": "b",
-        "target_path": str(tmp_path / "b"),
-        "source_revision": None,
-        "target_revision": None,
-        "out": str(tmp_path / "maps"),
+        **pair_paths(tmp_path),
         "texts": {"source": "jsonl", "path": str(texts)},
         "text_field": "text",
         "add_special_tokens": False,
@@ -264,13 +269,7 @@ def test_script_fits_two_saved_models_and_rejects_foreign_tokenizers(tmp_path):
         "dtype": "float32",
         "device": "cpu",
     }
-    script = repo / "workflow_scripts" / "linear_maps.py"
-    run = subprocess.run(
-        [sys.executable, str(script), "--spec", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        cwd=repo,
-    )
+    run = run_stage_script("linear_maps.py", spec)
     assert run.returncode == 0, run.stderr
     frame = pd.read_csv(tmp_path / "maps" / "relative_error.csv")
     assert len(frame) == 3 * 4 and frame["relative_error"].gt(0).all()
@@ -564,14 +563,7 @@ def test_stage_fits_word_end_maps_between_two_tokenizers(tmp_path):
     texts = documents(80, seed=5)
     (tmp_path / "texts.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     spec = {
-        "pair": "a_to_b",
-        "source_name": "a",
-        "source_path": str(tmp_path / "a"),
-        "target_name": "b",
-        "target_path": str(tmp_path / "b"),
-        "source_revision": None,
-        "target_revision": None,
-        "out": str(tmp_path / "maps"),
+        **pair_paths(tmp_path),
         "texts": {"source": "jsonl", "path": str(tmp_path / "texts.jsonl")},
         "text_field": "text",
         "add_special_tokens": False,

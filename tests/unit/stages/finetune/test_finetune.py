@@ -28,6 +28,7 @@ from depthlab.stages.finetune.data import (
 )
 from depthlab.stages.finetune.finetuning import FinetuneSettings, encode_pairs, finetune, task_loss
 from safetensors.torch import load_file
+from script_runs import assert_same_training, run_command
 from transformers import AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -148,13 +149,7 @@ def test_finetuning_lowers_the_held_out_task_loss(tmp_path, data_dir, pairs_dir)
 
 def run_script(spec: dict, wait=True):
     command = [sys.executable, str(SCRIPTS / "finetune_model.py"), "--spec", json.dumps(spec)]
-    if not wait:
-        return subprocess.Popen(
-            command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    result = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
+    return run_command(command, ENV, wait)
 
 
 def job_spec(tmp_path, parent, pairs_dir, name, **train) -> dict:
@@ -191,16 +186,7 @@ def test_resume_after_sigkill_ends_bit_identical(tmp_path, data_dir, pairs_dir):
 
     result = run_script(spec)
     assert f"resumed from step {killed_at}" in result.stderr
-    reference = load_file(tmp_path / "reference" / "model.safetensors")
-    resumed = load_file(tmp_path / "resumed" / "model.safetensors")
-    assert reference.keys() == resumed.keys()
-    for name in reference:
-        assert torch.equal(reference[name], resumed[name]), name
-    columns = ["step", "tokens", "split", "loss", "lr"]
-    pd.testing.assert_frame_equal(
-        pd.read_csv(tmp_path / "reference" / "train_log.csv")[columns],
-        pd.read_csv(tmp_path / "resumed" / "train_log.csv")[columns],
-    )
+    assert_same_training(tmp_path / "reference", tmp_path / "resumed")
     provenance = json.loads((tmp_path / "resumed" / "provenance.json").read_text())
     assert provenance["resumed_from_step"] == killed_at and provenance["processes"] == 2
 

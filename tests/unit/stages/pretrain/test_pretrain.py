@@ -1,7 +1,6 @@
 """Pretraining: schedule, resume after SIGKILL (bit-identical), DDP parity and the workflow's
 torchrun launch, NaN stop, export, pure bf16, truncate-and-pad documents."""
 
-import copy
 import json
 import math
 import os
@@ -15,7 +14,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from depthlab.config import resolve
 from depthlab.data.prepare import load_tokens
 from depthlab.models.decoders import build_model, make_config
 from depthlab.stages.pretrain.training import (
@@ -32,6 +30,8 @@ from depthlab.stages.pretrain.training import (
     validation_loss,
 )
 from safetensors.torch import load_file
+from script_runs import assert_same_training, run_command
+from tiny_models import tiny_pretrain_model, train_tiny
 
 ROOT = Path(__file__).resolve().parents[4]
 SCRIPT = ROOT / "workflow_scripts" / "pretrain_model.py"
@@ -39,22 +39,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "workflow_
 
 
 def tiny_model(test_config, **train) -> dict:
-    config = copy.deepcopy(test_config)
-    for stage in ("pruning", "depth_use", "analysis", "lens_swaps", "scaling", "sweeps"):
-        config.pop(stage, None)  # only the tiny model's own resolution matters here
-    config["models"] = {}
-    config["models"]["tiny"] = {
-        "kind": "pretrain",
-        "norm_scheme": "lns",
-        "architecture": {
-            "hidden_size": 16,
-            "num_layers": 2,
-            "num_heads": 2,
-            "intermediate_size": 32,
-        },
-    }
-    config["pretrain"].update({"seq_len": 16, "batch_size": 4, "log_every": 1, **train})
-    return resolve(config).models["tiny"]
+    return tiny_pretrain_model(test_config, "lns", 2, **train)
 
 
 def run_script(model, data_dir, out, state, *launcher, wait=True, tracking=None):
@@ -78,36 +63,13 @@ def run_script(model, data_dir, out, state, *launcher, wait=True, tracking=None)
     ]
     if not launcher:
         command.insert(0, sys.executable)
-    if not wait:
-        return subprocess.Popen(
-            command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    result = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
+    return run_command(command, ENV, wait)
 
 
-def test_lr_schedule_is_warmup_then_cosine_to_min_ratio():
-    settings = TrainSettings(
-        seq_len=8,
-        batch_size=2,
-        steps=100,
-        lr=1.0,
-        min_lr_ratio=0.1,
-        warmup_steps=10,
-        weight_decay=0,
-        beta1=0.9,
-        beta2=0.95,
-        grad_clip=None,
-        eval_every=50,
-        log_spaced_evals=5,
-        eval_batches=1,
-        log_every=1,
-        checkpoint_every=10,
-        precision="fp32",
-        init_std=0.02,
-        micro_batch_size=None,
-    )
+def test_lr_schedule_is_warmup_then_cosine_to_min_ratio(test_config):
+    schedule = dict(steps=100, lr=1.0, min_lr_ratio=0.1, warmup_steps=10, eval_every=50,
+                    log_spaced_evals=5)  # fmt: skip
+    settings = TrainSettings.from_dict(tiny_model(test_config, **schedule)["train"])
     assert lr_multiplier(0, settings) == pytest.approx(0.1)
     assert lr_multiplier(9, settings) == pytest.approx(1.0)
     middle = 10 + 45
@@ -125,16 +87,7 @@ def test_training_learns_and_the_checkpoint_reproduces_the_logged_val_loss(
     tmp_path, test_config, data_dir
 ):
     model = tiny_model(test_config, steps=60, eval_every=30, lr=1e-2)
-    summary = pretrain(
-        "tiny",
-        model,
-        data_dir,
-        tmp_path / "out",
-        tmp_path / "state",
-        seed=0,
-        threads=1,
-        progress=False,
-    )
+    summary = train_tiny(model, data_dir, tmp_path / "out", tmp_path / "state")
     log = pd.read_csv(tmp_path / "out" / "train_log.csv")
     val = log[log.split == "val"]
     vocab = json.loads((data_dir / "meta.json").read_text())["vocab_size"]
@@ -178,16 +131,7 @@ def test_resume_after_sigkill_ends_bit_identical(tmp_path, test_config, data_dir
         model, data_dir, tmp_path / "resumed", tmp_path / "state", tracking=tracking
     )
     assert "resumed from step" in result.stderr
-    reference = load_file(tmp_path / "reference" / "model.safetensors")
-    resumed = load_file(tmp_path / "resumed" / "model.safetensors")
-    assert reference.keys() == resumed.keys()
-    for name in reference:
-        assert torch.equal(reference[name], resumed[name]), name
-    columns = ["step", "tokens", "split", "loss", "lr"]
-    pd.testing.assert_frame_equal(
-        pd.read_csv(tmp_path / "reference" / "train_log.csv")[columns],
-        pd.read_csv(tmp_path / "resumed" / "train_log.csv")[columns],
-    )
+    assert_same_training(tmp_path / "reference", tmp_path / "resumed")
     pd.testing.assert_frame_equal(
         pd.read_csv(tmp_path / "reference" / "layer_stats.csv"),
         pd.read_csv(tmp_path / "resumed" / "layer_stats.csv"),
@@ -206,16 +150,7 @@ def test_resume_after_sigkill_ends_bit_identical(tmp_path, test_config, data_dir
 
 def test_two_gloo_ranks_match_one_process(tmp_path, test_config, data_dir):
     model = tiny_model(test_config, steps=12, eval_every=6)
-    pretrain(
-        "tiny",
-        model,
-        data_dir,
-        tmp_path / "single",
-        tmp_path / "s1",
-        seed=0,
-        threads=1,
-        progress=False,
-    )
+    train_tiny(model, data_dir, tmp_path / "single", tmp_path / "s1")
     torchrun = [
         str(Path(sys.executable).with_name("torchrun")),
         "--standalone",
@@ -235,19 +170,8 @@ def test_two_gloo_ranks_match_one_process(tmp_path, test_config, data_dir):
 def test_gradient_accumulation_matches_the_full_batch(tmp_path, test_config, data_dir):
     full = tiny_model(test_config, steps=6, eval_every=3)
     accumulated = tiny_model(test_config, steps=6, eval_every=3, micro_batch_size=1)
-    pretrain(
-        "tiny", full, data_dir, tmp_path / "a", tmp_path / "sa", seed=0, threads=1, progress=False
-    )
-    pretrain(
-        "tiny",
-        accumulated,
-        data_dir,
-        tmp_path / "b",
-        tmp_path / "sb",
-        seed=0,
-        threads=1,
-        progress=False,
-    )
+    train_tiny(full, data_dir, tmp_path / "a", tmp_path / "sa")
+    train_tiny(accumulated, data_dir, tmp_path / "b", tmp_path / "sb")
     np.testing.assert_allclose(
         pd.read_csv(tmp_path / "a" / "train_log.csv").loss,
         pd.read_csv(tmp_path / "b" / "train_log.csv").loss,
@@ -259,46 +183,19 @@ def test_non_finite_loss_stops_and_names_the_step(tmp_path, test_config, data_di
     # Adam's first update moves every weight by ~lr, so step 2's forward overflows.
     model = tiny_model(test_config, steps=5, lr=1e20, warmup_steps=0, grad_clip=None)
     with pytest.raises(FloatingPointError, match="at step 2;"):
-        pretrain(
-            "tiny",
-            model,
-            data_dir,
-            tmp_path / "out",
-            tmp_path / "state",
-            seed=0,
-            threads=1,
-            progress=False,
-        )
+        train_tiny(model, data_dir, tmp_path / "out", tmp_path / "state")
     assert not (tmp_path / "out").exists()
 
 
 def test_pure_bf16_trains_bf16_weights_with_a_finite_loss(tmp_path, test_config, data_dir):
     model = tiny_model(test_config, steps=4, eval_every=2, precision="pure_bf16")
-    summary = pretrain(
-        "tiny",
-        model,
-        data_dir,
-        tmp_path / "out",
-        tmp_path / "state",
-        seed=0,
-        threads=1,
-        progress=False,
-    )
+    summary = train_tiny(model, data_dir, tmp_path / "out", tmp_path / "state")
     weights = load_file(tmp_path / "out" / "model.safetensors")
     assert {tensor.dtype for tensor in weights.values()} == {torch.bfloat16}
     log = pd.read_csv(tmp_path / "out" / "train_log.csv")
     assert np.isfinite(log.loss).all() and math.isfinite(summary["final_val_loss"])
     fp32 = tiny_model(test_config, steps=4, eval_every=2)
-    pretrain(
-        "tiny",
-        fp32,
-        data_dir,
-        tmp_path / "fp32",
-        tmp_path / "s32",
-        seed=0,
-        threads=1,
-        progress=False,
-    )
+    train_tiny(fp32, data_dir, tmp_path / "fp32", tmp_path / "s32")
     # same start, so close to fp32, but rounded: bf16 keeps ~3 significant digits
     fp32_log = pd.read_csv(tmp_path / "fp32" / "train_log.csv")
     assert not np.array_equal(log.loss, fp32_log.loss)
@@ -410,16 +307,7 @@ def test_truncate_pad_training_reads_whole_documents(tmp_path, test_config, data
     model = tiny_model(
         test_config, steps=30, eval_every=15, lr=1e-2, document_layout="truncate_pad"
     )
-    pretrain(
-        "tiny",
-        model,
-        data_dir,
-        tmp_path / "out",
-        tmp_path / "state",
-        seed=0,
-        threads=1,
-        progress=False,
-    )
+    train_tiny(model, data_dir, tmp_path / "out", tmp_path / "state")
     log = pd.read_csv(tmp_path / "out" / "train_log.csv")
     vocab = json.loads((data_dir / "meta.json").read_text())["vocab_size"]
     assert log.loss.iloc[-1] < math.log(vocab) - 0.5, log
@@ -473,16 +361,7 @@ def test_compiled_training_matches_eager_also_under_ddp(tmp_path, test_config, d
     # logged losses 4.8e-7 nats over 6 steps; bounded here at 1e-4 (bf16's resolution at these
     # losses is ~0.03). One compiled process costs ~35 s here, so both properties share a run.
     eager = tiny_model(test_config, steps=6, eval_every=3, compile=False)
-    summary = pretrain(
-        "tiny",
-        eager,
-        data_dir,
-        tmp_path / "eager",
-        tmp_path / "s1",
-        seed=0,
-        threads=1,
-        progress=False,
-    )
+    summary = train_tiny(eager, data_dir, tmp_path / "eager", tmp_path / "s1")
     compiled = tiny_model(test_config, steps=6, eval_every=3, compile=True, micro_batch_size=1)
     torchrun = [
         str(Path(sys.executable).with_name("torchrun")),

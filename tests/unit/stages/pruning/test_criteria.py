@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-import transformers as tf
 from depthlab.core.errors import ConfigError, PruningError
 from depthlab.models.architectures import adapt
 from depthlab.plan.stage_settings import (
@@ -28,6 +27,7 @@ from depthlab.stages.pruning.criteria import (
 from depthlab.stages.pruning.layer_removal import prune_copy
 from depthlab.stages.pruning.strategies import validation_windows
 from tiny_models import VOCAB
+from tiny_models import llama as tiny_llama
 
 torch.set_num_threads(1)
 # the weights of a Llama block the Shortened LLaMA criteria score: every "weight", no bias
@@ -45,20 +45,8 @@ BLOCK_WEIGHTS = [
 
 
 def llama(layers: int, seed: int = 0, bias: bool = True):
-    torch.manual_seed(seed)
-    config = tf.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=48,
-        max_position_embeddings=64,
-        initializer_range=0.2,
-        attention_bias=bias,  # biases the criteria must leave out
-    )
-    config._attn_implementation = "eager"
-    model = tf.LlamaForCausalLM(config).eval()
+    # attention biases: the criteria must leave them out
+    model = tiny_llama(layers, seed, initializer_range=0.2, attention_bias=bias)
     for p in model.parameters():  # norm gains away from 1, so they count like the others
         if p.dim() == 1:
             p.data.uniform_(0.5, 1.5)
@@ -194,6 +182,26 @@ def test_plus_variants_never_remove_protected_blocks():
     assert small.removals == {} and len(small.rows) == 4
 
 
+def test_random_baseline_draws_nested_sets_from_the_seed():
+    """The random criterion: the set of n is the first n of numpy's permutation for the job's
+    seed (nested over n), needs no calibration data and no pass, and another seed draws
+    another order."""
+    model, L = llama(9), 9
+    n_values = [1, 2, 4, 8]
+    result = rank_blocks(model, ["random_blocks"], n_values, None, seed=3)
+    order = np.random.default_rng(3).permutation(L)
+    for n in n_values:
+        assert result.removals[("random_blocks", n)] == tuple(sorted(int(l) for l in order[:n]))
+    assert set(result.removals[("random_blocks", 2)]) < set(result.removals[("random_blocks", 4)])
+    assert result.cost["random_blocks"] == {**result.cost["random_blocks"], "calibration_forward_passes": 0,
+                                     "backward_passes": 0, "layer_calls": 0}  # fmt: skip
+    ranks = {row["layer"]: row["rank"] for row in result.rows}
+    assert [ranks[int(l)] for l in order] == list(range(1, L + 1))
+    others = {rank_blocks(model, ["random_blocks"], [4], None, seed=s).removals[("random_blocks", 4)]
+              for s in range(6)}  # fmt: skip
+    assert len(others) > 1
+
+
 def test_missing_calibration_is_refused_naming_the_key(pruning_spec, test_config):
     from depthlab.config import resolve
 
@@ -237,27 +245,31 @@ def test_plan_scores_every_criterion_on_the_validation_windows(tmp_path, pruning
     import pandas as pd
     from depthlab.stages.pruning.stage import PhaseClock, plan, write
     from depthlab.stages.pruning.tables import gather
-    from test_lm_tasks import make_run
+    from test_lm_tasks import make_run, run_prune_spec
 
     run = make_run(tmp_path, train_steps=0, layers=8, documents=120)
     L = 8
-    criteria = ["ppl", "taylor", "taylor_plus", "magnitude", "magnitude_plus", "sleb"]
-    spec = {
-        **pruning_spec,
-        "model_name": "m",
-        "model": str(run["model"]),
-        "analysis": str(run["analysis"]),
-        "data": str(run["data"]),
-        "tasks": str(run["tasks"]),
-        "seed": 0,
-        "strategies": ["angular", "deepest", "greedy", *criteria],
-        "n_grid": [1, 2, 3, 5],
-        "greedy_max_n": 2,
-        "calibration": {"windows": 4, "seq_len": 16, "batch_size": 2},
-        "val": {"windows": 4, "seq_len": 16, "batch_size": 2},
-        "lm_eval": {**pruning_spec["lm_eval"], "enabled": False},
-        "speed": {**pruning_spec["speed"], "enabled": False},
-    }
+    criteria = [
+        "ppl",
+        "taylor",
+        "taylor_plus",
+        "magnitude",
+        "magnitude_plus",
+        "sleb",
+        "random_blocks",
+    ]
+    spec = run_prune_spec(
+        pruning_spec,
+        run,
+        tmp_path,
+        strategies=["angular", "deepest", "greedy", *criteria],
+        n_grid=[1, 2, 3, 5],
+        greedy_max_n=2,
+        calibration={"windows": 4, "seq_len": 16, "batch_size": 2},
+        val={"windows": 4, "seq_len": 16, "batch_size": 2},
+        lm_eval={**pruning_spec["lm_eval"], "enabled": False},
+        speed={**pruning_spec["speed"], "enabled": False},
+    )
     planned = plan(spec, "cpu", lambda m: None, PhaseClock())
     old = plan({**spec, "strategies": ["angular", "deepest", "greedy"]}, "cpu", lambda m: None,
                PhaseClock())  # fmt: skip
@@ -271,7 +283,7 @@ def test_plan_scores_every_criterion_on_the_validation_windows(tmp_path, pruning
     # every criterion's set is scored on the validation windows
     val = planned.windows
     for (s, _n), removed in planned.removals.items():
-        if s in ("ppl", "sleb", "magnitude_plus"):
+        if s in ("ppl", "sleb", "magnitude_plus", "random_blocks"):
             assert planned.losses[removed] == pytest.approx(
                 full_loss(prune_copy(planned.model, removed), val), rel=1e-5
             )
@@ -280,7 +292,7 @@ def test_plan_scores_every_criterion_on_the_validation_windows(tmp_path, pruning
     write(out, planned, {}, None, spec, PhaseClock())
     table = pd.read_csv(out / "criteria.csv")
     assert list(table.columns[:4]) == ["criterion", "layer", "score", "calibration_loss"]
-    assert set(table["criterion"]) == set(criteria) - {"sleb"} and len(table) == 5 * L
+    assert set(table["criterion"]) == set(criteria) - {"sleb"} and len(table) == 6 * L
     sleb = pd.read_csv(out / "sleb_path.csv", keep_default_na=False)
     assert list(sleb["n"]) == [1, 2, 3, 4]
     summary = json.loads((out / "summary.json").read_text())

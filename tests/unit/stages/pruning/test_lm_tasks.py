@@ -184,27 +184,37 @@ def run(tmp_path_factory):
     return make_run(tmp_path_factory.mktemp("run"))
 
 
+def run_prune_spec(base: dict, run: dict, tmp_path: Path, **settings) -> dict:
+    """A prune_model spec (the resolved `base`) for make_run's tiny run: its model, analysis,
+    data and tasks, seed 0, the cache and `out` under tmp_path, then `settings`."""
+    return {
+        **base,
+        "model_name": "m",
+        "model": str(run["model"]),
+        "analysis": str(run["analysis"]),
+        "data": str(run["data"]),
+        "tasks": str(run["tasks"]),
+        "datasets_cache": str(tmp_path / "cache"),
+        "out": str(tmp_path / "pruning_jobs" / "m" / "measured"),
+        "seed": 0,
+        **settings,
+    }
+
+
 def test_examples_are_well_formed(run):
     tokenizer = run["tokenizer"]
-    tasks = build_examples(
-        run["val_texts"],
-        tokenizer,
-        ["word_order", "continuation"],
-        40,
-        WORDS,
-        CONTEXT_TOKENS,
-        8,
-        seed=3,
-    )
-    again = build_examples(
-        run["val_texts"],
-        tokenizer,
-        ["word_order", "continuation"],
-        40,
-        WORDS,
-        CONTEXT_TOKENS,
-        8,
-        seed=3,
+    tasks, again = (
+        build_examples(
+            run["val_texts"],
+            tokenizer,
+            ["word_order", "continuation"],
+            40,
+            WORDS,
+            CONTEXT_TOKENS,
+            8,
+            seed=3,
+        )  # fmt: skip
+        for _ in range(2)
     )
     assert tasks == again  # a pure function of the corpus and the seed
     for kind, rows in tasks.items():

@@ -31,7 +31,7 @@ from depthlab.stages.pruning.strategies import export_choices
 from requirements_helpers import require_pinned
 from test_lm_tasks import train_tiny
 from test_pruning import make, markov_tokens, skip_reference
-from tiny_models import FFN, HEADS, HIDDEN, POSITIONS, VOCAB, random_batch
+from tiny_models import FFN, HEADS, HIDDEN, POSITIONS, VOCAB, causal_lm, random_batch
 
 require_pinned("mergekit")  # skipped without it, failed under CI=true
 torch.set_num_threads(1)
@@ -133,17 +133,7 @@ def round_trips(originals, tmp_path_factory):
 
 
 def qwen2_model():
-    torch.manual_seed(0)
-    config = tf.Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=48,
-        max_position_embeddings=64,
-    )
-    return tf.Qwen2ForCausalLM(config).eval()
+    return causal_lm(tf.Qwen2Config, tf.Qwen2ForCausalLM, eager=False, num_hidden_layers=6)
 
 
 def logits(folder: Path, ids: torch.Tensor) -> torch.Tensor:

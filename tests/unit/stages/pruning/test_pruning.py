@@ -50,7 +50,8 @@ from depthlab.stages.pruning.strategies import (
     validation_windows,
 )
 from depthlab.stages.pruning.tables import removed_label
-from tiny_models import VOCAB, build, random_batch
+from script_runs import run_stage_script
+from tiny_models import VOCAB, build, causal_lm, llama, random_batch
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[4]
@@ -79,40 +80,18 @@ def pruning_spec(test_config):
 def make(family: str):
     if family == "qwen2_sliding":
         # alternating attention types: removal must slice config.layer_types with the layers
-        torch.manual_seed(0)
-        config = tf.Qwen2Config(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            intermediate_size=48,
-            max_position_embeddings=64,
-            use_sliding_window=True,
-            sliding_window=3,
-            layer_types=["full_attention", "sliding_attention"] * 2,
-        )
-        config._attn_implementation = "eager"
-        return tf.Qwen2ForCausalLM(config).eval()
+        return causal_lm(
+            tf.Qwen2Config, tf.Qwen2ForCausalLM, num_hidden_layers=4, use_sliding_window=True,
+            sliding_window=3, layer_types=["full_attention", "sliding_attention"] * 2,
+        )  # fmt: skip
     if family == "gemma3_softcap":
         # Gemma 3's sandwich norms and local/global layers; a strong final-logit softcap, which
         # the loss must apply as the model's forward does
-        torch.manual_seed(0)
-        config = tf.Gemma3TextConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            intermediate_size=48,
-            max_position_embeddings=64,
-            sliding_window=4,
-            layer_types=["sliding_attention", "full_attention"] * 2,
+        return causal_lm(
+            tf.Gemma3TextConfig, tf.Gemma3ForCausalLM, num_hidden_layers=4, head_dim=8,
+            sliding_window=4, layer_types=["sliding_attention", "full_attention"] * 2,
             final_logit_softcapping=2.0,
-        )
-        config._attn_implementation = "eager"
-        return tf.Gemma3ForCausalLM(config).eval()
+        )  # fmt: skip
     return build(family)
 
 
@@ -240,19 +219,8 @@ def test_export_of_reference_deepnorm_keeps_its_constant_alpha(tmp_path):
 
 
 def deep_llama(layers: int = 8, seed: int = 0):
-    torch.manual_seed(seed)
-    config = tf.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=48,
-        max_position_embeddings=64,
-        initializer_range=0.2,  # updates large enough that adjacent states differ clearly
-    )
-    config._attn_implementation = "eager"
-    return tf.LlamaForCausalLM(config).eval()
+    # updates large enough that adjacent states differ clearly
+    return llama(layers, seed, initializer_range=0.2)
 
 
 def test_mergekit_config_rebuilds_the_kept_layers(tmp_path):
@@ -844,7 +812,7 @@ def _per_set_lm_eval_equals_lm_eval_in_the_job(spec, gather_spec, out, tmp_path)
 def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
     from depthlab.stages.analysis.measures import analyse
     from depthlab.stages.analysis.residual_stream import iter_token_batches
-    from test_lm_tasks import make_run
+    from test_lm_tasks import make_run, run_prune_spec
 
     run = make_run(tmp_path, train_steps=40)
     L = run["num_layers"]
@@ -856,16 +824,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
     measures.to_csv(run["analysis"] / "measures.csv", index=False)
     out = tmp_path / "pruning" / "m"
     measured = tmp_path / "pruning_jobs" / "m" / "measured"
-    spec = {
-        **pruning_spec,
-        "model_name": "m",
-        "model": str(run["model"]),
-        "analysis": str(run["analysis"]),
-        "data": str(run["data"]),
-        "tasks": str(run["tasks"]),
-        "datasets_cache": str(tmp_path / "cache"),
-        "out": str(measured),
-        "seed": 0,
+    spec = run_prune_spec(pruning_spec, run, tmp_path) | {
         "device": "cpu",
         "dtype": "float32",
         "strategies": ["angular", "deepest", "greedy", "block_influence"],
@@ -893,13 +852,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
     gather_spec = {"model_name": "m", "measured": str(measured), "heals": [], "evaluations": [],
                    "seed": 0, "out": str(out)}  # fmt: skip
     for script, job in (("prune_model.py", spec), ("gather_pruning.py", gather_spec)):
-        result = subprocess.run(
-            [sys.executable, str(SCRIPTS / script), "--spec", json.dumps(job)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=REPO,
-        )
+        result = run_stage_script(script, job)
         assert result.returncode == 0, result.stderr[-3000:]
     sweep = pd.read_csv(out / "sweep.csv")
     blocks = pd.read_csv(out / "block_choice.csv")
@@ -986,13 +939,7 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
         "out": str(exported),
     }
     for script, job in (("choose_depth.py", choose), ("export_pruned.py", export_spec)):
-        result = subprocess.run(
-            [sys.executable, str(SCRIPTS / script), "--spec", json.dumps(job)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=REPO,
-        )
+        result = run_stage_script(script, job)
         assert result.returncode == 0, result.stderr[-3000:]
     auto = json.loads((chosen / "auto_depth.json").read_text())
     assert {c["strategy"] for c in auto["choices"]} == set(spec["strategies"])

@@ -1,7 +1,7 @@
 """Figures of the analysis stage, across the models of a run (one text set at a time).
 
 Curves use relative depth l/L on the x axis so models of different depths share a panel; the
-six norm schemes of the default run all have the same L, so there it is the layer index scaled.
+norm schemes of the default run all have the same L, so there it is the layer index scaled.
 """
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from depthlab.stages.analysis.measures import LAYER_MEASURES, MEASURE_LABELS, UPDATE_MEASURES
+from depthlab.stages.analysis.measures import (
+    LAYER_MEASURES,
+    LOGIT_LENS_MEASURES,
+    MEASURE_LABELS,
+    UPDATE_MEASURES,
+)
 
 FIGURES = ("angular_distance", "variance_growth", "contributions", "logit_lens", "angles")
 
@@ -254,15 +259,7 @@ def plot_contributions(frame, summaries, facts=None):
     return _curve_panels(
         frame,
         summaries,
-        [
-            "attn_rel_norm",
-            "mlp_rel_norm",
-            "block_rel_norm",
-            "cos_attn_residual",
-            "cos_mlp_residual",
-            "cos_update_residual",
-            "cos_adjacent",
-        ],
+        [m for m in LAYER_MEASURES if m != "angle_adjacent"],  # the angles have their own figure
         "Relative contribution of each sublayer to the residual and its cosine with it "
         "(Csordas et al., relative-contribution and cosine figures)",
         facts,
@@ -274,7 +271,7 @@ def plot_logit_lens(frame, summaries, facts=None):
     return _curve_panels(
         frame,
         summaries,
-        ["logit_lens_kl", "logit_lens_top5"],
+        list(LOGIT_LENS_MEASURES),
         "Logit lens: KL(p_l || p_L) and top-5 overlap with the final prediction "
         "(Csordas et al., logit-lens figure)",
         facts,
@@ -285,7 +282,7 @@ def plot_angles(frame, summaries, facts=None):
     return _curve_panels(
         frame,
         summaries,
-        ["angle_adjacent", "angle_update"],
+        ["angle_adjacent", *UPDATE_MEASURES],
         "Angle between adjacent hidden states and between successive updates "
         "(Liu et al., Inverse Depth Scaling: layer-similarity angles)",
         facts,

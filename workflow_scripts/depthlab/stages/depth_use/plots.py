@@ -53,6 +53,13 @@ def _pyplot():
     return plt
 
 
+def _titled(fig, title: str, fontsize: int):
+    """The figure with its suptitle, laid out."""
+    fig.suptitle(title, fontsize=fontsize)
+    fig.tight_layout()
+    return fig
+
+
 def _integer_ticks(ax, axes="xy"):
     from matplotlib.ticker import MaxNLocator
 
@@ -159,15 +166,14 @@ def plot_skip_effects(effects, summaries, aggregate: str = "max"):
                 extend="max",
                 label=r"$\|\Delta_l-\Delta'_l\|/\|\Delta_l\|$" + f" ({aggregate})",
             )
-    fig.suptitle(
+    return _titled(
+        fig,
         f"Relative change of later layers' updates when one layer / sublayer is skipped "
         f"({aggregate} over positions and prompts) - after {PAPER}, layer-skipping "
         f"figures\none colour scale 0 to 1 for all panels, larger values saturate "
         f"(largest {largest:.3g})",
         fontsize=10,
     )
-    fig.tight_layout()
-    return fig
 
 
 def plot_output_effect(effects, summaries):
@@ -204,13 +210,12 @@ def plot_output_effect(effects, summaries):
                 f"{model}: output change, {aggregate} over positions and prompts", fontsize=9
             )
             ax.legend(fontsize=7)
-    fig.suptitle(
+    return _titled(
+        fig,
         f"Change of the output distribution when one layer / sublayer is skipped - "
         f"after {PAPER}, output-effect panels of the layer-skipping figures",
         fontsize=10,
     )
-    fig.tight_layout()
-    return fig
 
 
 def plot_depth_score(scores, accuracy, summaries):
@@ -271,13 +276,12 @@ def plot_depth_score(scores, accuracy, summaries):
     )
     axes[1].legend(fontsize=7)
     measured = ", ".join(FAMILY_LEVELS.get(f, f) for f in sorted(accuracy["family"].unique()))
-    fig.suptitle(
+    return _titled(
+        fig,
         f"Depth score vs problem difficulty ({measured}) - layout of {PAPER}'s depth-score "
         "figures (MATH levels, MQuAKE hops)",
         fontsize=10,
     )
-    fig.tight_layout()
-    return fig
 
 
 def plot_linear_maps(frame, summaries):
@@ -338,13 +342,12 @@ def plot_linear_maps(frame, summaries):
         )
         ax.legend(fontsize=7, loc="lower right")
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=column.replace("_", " "))
-    fig.suptitle(
+    return _titled(
+        fig,
         f"Linear maps from a shallow to a deep model's residual stream - after {PAPER}, "
         f"linear-map figure (Qwen 2.5 1.5B -> 14B)",
         fontsize=10,
     )
-    fig.tight_layout()
-    return fig
 
 
 def plot_all(skip_folders, linear_map_folders) -> dict:

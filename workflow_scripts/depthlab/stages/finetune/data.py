@@ -86,18 +86,9 @@ def task_pairs(
 ) -> tuple[list[dict], list[dict]]:
     """(train pairs, held-out pairs) from `documents`: every task kind's examples as
     context -> true choice; the pairs of every VAL_DOCUMENT_EVERY-th document are held out."""
-    from depthlab.stages.pruning.lm_tasks import build_examples
+    from depthlab.stages.pruning.lm_tasks import examples_from_settings
 
-    tasks = build_examples(
-        documents,
-        tokenizer,
-        settings["kinds"],
-        examples,
-        settings["words"],
-        settings["context_tokens"],
-        settings["max_per_document"],
-        seed,
-    )
+    tasks = examples_from_settings(documents, tokenizer, settings, examples, seed)
     train, val = [], []
     for rows in tasks.values():
         for row in rows:
@@ -143,3 +134,46 @@ def dataset_pairs(dataset: dict) -> tuple[list[dict], list[dict]]:
             f"{len(pairs)} rows of {dataset['name']} to fine-tune on"
         )
     return pairs[:-held], pairs[-held:]
+
+
+def build_data_job(spec: dict) -> dict:
+    """The build_finetune_data job: the fine-tuning pairs (from the run's tasks or a dataset)
+    and, from tasks, the held-out evaluation task folder, written into spec["out"] atomically
+    with data.json and provenance.json; returns data.json's record."""
+    from depthlab.core.atomic_files import atomic_path
+    from depthlab.core.provenance import Provenance
+
+    inputs = [spec["data"]] if spec["source"] == "tasks" else []
+    provenance = Provenance("finetune.data", config=spec, inputs=inputs, seed=spec["seed"])
+    record = {"source": spec["source"]}
+    with atomic_path(spec["out"], is_dir=True) as tmp:
+        if spec["source"] == "tasks":
+            from transformers import AutoTokenizer
+
+            from depthlab.data.prepare import iter_jsonl_texts
+            from depthlab.stages.pruning.lm_tasks import examples_from_settings, write_task_folder
+
+            tasks = spec["tasks"]
+            tokenizer = AutoTokenizer.from_pretrained(Path(spec["data"]) / "tokenizer")
+            documents = train_documents(
+                spec["data"], tokenizer, tasks["train_documents"], spec["seed"]
+            )
+            train, val = task_pairs(
+                documents, tokenizer, tasks, tasks["train_examples"], spec["seed"]
+            )
+            texts = iter_jsonl_texts(Path(spec["data"]) / "val.jsonl", "text", "data")
+            held_out = examples_from_settings(
+                texts, tokenizer, tasks, tasks["eval_examples"], spec["seed"]
+            )
+            settings = {**tasks, "seed": spec["seed"]}
+            record["tasks"] = write_task_folder(held_out, tmp, spec["out"], settings)["tasks"]
+            record["train_documents"] = len(documents)
+        else:
+            train, val = dataset_pairs(spec["hf_dataset"])
+        write_pairs(tmp / "train.jsonl", train)
+        write_pairs(tmp / "val.jsonl", val)
+        record.update(train_pairs=len(train), val_pairs=len(val))
+        (tmp / "data.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        provenance.extra["data"] = record
+        provenance.write(tmp / "provenance.json")
+    return record

@@ -21,22 +21,11 @@ def evaluate_before_after(spec: dict, device: str, log=print) -> pd.DataFrame:
     from depthlab.models.architectures import load_model, load_tokenizer
     from depthlab.stages.pruning.lm_tasks import TaskEvaluator
 
-    lm_eval = spec["lm_eval"]
     parent = load_model(
         spec["parent"], dtype=spec["dtype"], device=device, revision=spec["revision"]
     )
     tokenizer = load_tokenizer(spec["parent"], revision=spec["revision"])
-    evaluator = TaskEvaluator(
-        parent,
-        tokenizer,
-        spec["tasks"],
-        lm_eval["tasks"],
-        batch_size=lm_eval["batch_size"],
-        datasets_cache=spec["datasets_cache"],
-        bootstrap_iters=lm_eval["bootstrap_iters"],
-        seed=spec["seed"],
-        harness_tasks=lm_eval["harness_tasks"],
-    )
+    evaluator = TaskEvaluator.from_spec(parent, tokenizer, spec)
     rows = [
         {
             "model": spec["parent_name"],

@@ -1,1 +1,1 @@
-"""Pretraining: the training job of the six norm schemes, its figures."""
+"""Pretraining: the training job of the norm-scheme models, its figures."""

@@ -20,6 +20,7 @@ depthlab.stages.pruning.strategies (angular, deepest, greedy, block_influence):
                   [0, 1, 2, 3, L-2, L-1]; depthlab.plan.stage_settings.protected_layers). That
                   script applies the heuristic unless --no_plus_heuristic, to its PPL runs too;
                   the paper reports PPL without it, as `ppl` here.
+  random_blocks   a baseline: blocks in the order of a permutation drawn from the job's seed
   sleb            SLEB (Song et al. 2024, "SLEB: Streamlining LLMs through Redundancy
                   Verification and Elimination of Transformer Blocks"; jiwonsong-dev/SLEB,
                   sleb.py): n times, remove the block whose removal (given the blocks removed
@@ -38,8 +39,9 @@ windows (prefix reuse; sleb's first step is ppl's single-block removals, memoise
 
 from __future__ import annotations
 
+import importlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +51,7 @@ from torch import nn
 
 from depthlab.core.errors import PruningError
 from depthlab.models.architectures import adapt, first_output
+from depthlab.plan.block_criteria import CRITERIA as DECLARED
 from depthlab.plan.stage_settings import (
     CALIBRATED_STRATEGIES,
     protected_layers,
@@ -56,7 +59,10 @@ from depthlab.plan.stage_settings import (
 )
 from depthlab.stages.pruning.strategies import LossSweep, greedy_path
 
-CRITERIA = ("ppl", "taylor", "taylor_plus", "magnitude", "magnitude_plus", "sleb")
+# what rank_blocks runs before the validation sweep (depthlab.plan.block_criteria's `reads`); the
+# strategies reading the analysis tables or the validation sweep run in the stage after it
+BEFORE_VALIDATION = ("calibration", "weights", "seed")
+CRITERIA = tuple(name for name, c in DECLARED.items() if c.reads in BEFORE_VALIDATION)
 CRITERIA_COLUMNS = ["criterion", "layer", "score", "calibration_loss", "rank", "protected"]
 
 
@@ -160,6 +166,7 @@ class CriteriaResult:
     removals: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)
     sleb_records: list[dict] = field(default_factory=list)
+    greedy_records: list[dict] = field(default_factory=list)  # the validation-loss greedy path
     cost: dict[str, dict] = field(default_factory=dict)
     calibration_loss: float | None = None  # the full model's, on the calibration windows
 
@@ -204,70 +211,133 @@ class _Meter:
         }
 
 
+@dataclass
+class Ranking:
+    """What a ranking function (depthlab.plan.block_criteria: `rank(ranking, name)`) reads, by
+    the criterion's `reads`, and the result it adds its removal sets, rows and cost to."""
+
+    model: nn.Module
+    num_layers: int
+    n_values: Sequence[int]
+    seed: int = 0
+    windows: Sequence[torch.Tensor] | None = None  # calibration batches
+    distance: np.ndarray | None = None  # analysis: the angular-distance matrix
+    cos_adjacent: np.ndarray | None = None  # analysis: measures.csv's cos_adjacent per layer
+    sweep: LossSweep | None = None  # the validation loss sweep
+    greedy_max_n: int | None = None
+    log: Callable[[str], None] | None = None
+    result: CriteriaResult = field(default_factory=CriteriaResult)
+    scores: dict[str, np.ndarray] = field(default_factory=dict)  # shared by a criterion's variants
+    calibration_sweep: LossSweep | None = None
+    meter: _Meter | None = None  # the cost of the criterion being ranked
+
+    @property
+    def batches(self) -> int:
+        return len(self.windows) if self.windows else 0
+
+    def add_ranked(self, name: str, scores: np.ndarray) -> None:
+        """The sets of `name` for every n up to its largest: the n lowest unprotected scores."""
+        protected = protected_layers(name, self.num_layers)
+        for n in self.n_values:
+            if n <= strategy_max_n(name, self.num_layers):
+                self.result.removals[(name, n)] = ranked_removal(scores, n, protected)
+
+
+def ranking_function(name: str) -> Callable[[Ranking, str], None]:
+    """The declared ranking function of strategy `name` (module:function)."""
+    module, function = DECLARED[name].rank.split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def rank_ppl(ranking: Ranking, name: str) -> None:
+    L = ranking.num_layers
+    losses = np.array(ranking.calibration_sweep.losses([(l,) for l in range(L)]), dtype=np.float64)
+    ranking.scores["ppl"] = losses
+    ranking.result.rows += _score_rows(name, losses, L, losses)
+    ranking.result.cost[name] = ranking.meter.record(L * ranking.batches, 0)
+    ranking.add_ranked(name, losses)
+
+
+def rank_taylor(ranking: Ranking, name: str) -> None:
+    """taylor and taylor_plus: one set of scores (the second asks for no new pass)."""
+    result, batches, L = ranking.result, ranking.batches, ranking.num_layers
+    if "taylor" not in ranking.scores:
+        ranking.scores["taylor"], full = taylor_scores(ranking.model, ranking.windows)
+        result.calibration_loss = result.calibration_loss or full
+        result.cost[name] = ranking.meter.record(batches, batches, L * batches)
+    else:
+        result.cost[name] = ranking.meter.record(0, 0, 0)
+    result.rows += _score_rows(name, ranking.scores["taylor"], L)
+    ranking.add_ranked(name, ranking.scores["taylor"])
+
+
+def rank_magnitude(ranking: Ranking, name: str) -> None:
+    """magnitude and magnitude_plus: one set of scores, no data."""
+    scores = ranking.scores.setdefault("magnitude", magnitude_scores(ranking.model))
+    ranking.result.rows += _score_rows(name, scores, ranking.num_layers)
+    ranking.result.cost[name] = ranking.meter.record(0, 0, 0)
+    ranking.add_ranked(name, scores)
+
+
+def rank_sleb(ranking: Ranking, name: str) -> None:
+    result = ranking.result
+    result.sleb_records, asked = sleb_path(
+        ranking.calibration_sweep, ranking.num_layers, ranking.n_values, ranking.log
+    )
+    result.cost[name] = ranking.meter.record(asked * ranking.batches, 0)
+    for record in result.sleb_records:
+        if record["n"] in ranking.n_values:
+            result.removals[(name, record["n"])] = record["removed"]
+
+
+def rank_random(ranking: Ranking, name: str) -> None:
+    """A baseline any criterion should beat: the blocks in a random order drawn from the job's
+    seed (numpy's default_rng(seed).permutation(L)); the set of n is the first n drawn, so the
+    set of n holds the set of n - 1. A block's score is its place in the draw (0: first)."""
+    order = np.random.default_rng(ranking.seed).permutation(ranking.num_layers)
+    scores = np.argsort(order).astype(np.float64)
+    ranking.result.rows += _score_rows(name, scores, ranking.num_layers)
+    ranking.result.cost[name] = ranking.meter.record(0, 0, 0)
+    ranking.add_ranked(name, scores)
+
+
 def rank_blocks(
     model: nn.Module,
     strategies: Sequence[str],
     n_values: Sequence[int],
     windows: Sequence[torch.Tensor] | None,
     log=None,
+    seed: int = 0,
 ) -> CriteriaResult:
-    """The removal sets of the criteria among `strategies` for every n of `n_values` up to
-    strategy_max_n (no set beyond), their per-block scores and costs. `windows`: the calibration
-    batches (PruningError naming pruning.calibration when a criterion needs them and there are
-    none). `calibration_forward_passes` counts the (set, batch) passes asked for (what running
-    each set's model would cost); `layer_calls` the decoder-layer calls actually run (the
-    shared sweep reuses prefixes and memoises sets across ppl and sleb)."""
-    result = CriteriaResult()
+    """The removal sets of the criteria among `strategies` that run before the validation sweep
+    (BEFORE_VALIDATION) for every n of `n_values` up to strategy_max_n (no set beyond), their
+    per-block scores and costs. `windows`: the calibration batches (PruningError naming
+    pruning.calibration when a criterion needs them and there are none); `seed`: the job's, for
+    a criterion that draws. `calibration_forward_passes` counts the (set, batch) passes asked
+    for (what running each set's model would cost); `layer_calls` the decoder-layer calls
+    actually run (the shared sweep reuses prefixes and memoises sets across ppl and sleb)."""
     wanted = [s for s in strategies if s in CRITERIA]
+    ranking = Ranking(model, 0, n_values, seed=seed, windows=windows, log=log)
     if not wanted:
-        return result
+        return ranking.result
     needing = [s for s in wanted if s in CALIBRATED_STRATEGIES]
     if needing and not windows:
         raise PruningError(
             f"pruning.calibration: required by the strategies {', '.join(needing)} "
             f"(calibration windows of the train split)"
         )
-    L = adapt(model).num_layers
-    batches = len(windows) if windows else 0
-    sweep = None
-    if "ppl" in wanted or "sleb" in wanted:
+    ranking.num_layers = adapt(model).num_layers
+    if any(DECLARED[s].calibration_sets for s in wanted):  # a loss sweep on calibration windows
         meter = _Meter(None)
-        sweep = LossSweep(model, windows)
-        result.calibration_loss = sweep.losses([()])[0]
-        result.cost["calibration_full_pass"] = meter.record(batches, 0, sweep.layer_calls)
-    scores: dict[str, np.ndarray] = {}
-    for criterion in wanted:
-        meter = _Meter(sweep)
-        if criterion == "ppl":
-            losses = np.array(sweep.losses([(l,) for l in range(L)]), dtype=np.float64)
-            scores["ppl"] = losses
-            result.rows += _score_rows("ppl", losses, L, losses)
-            result.cost["ppl"] = meter.record(L * batches, 0)
-        elif criterion in ("taylor", "taylor_plus"):
-            if "taylor" not in scores:
-                scores["taylor"], full = taylor_scores(model, windows)
-                result.calibration_loss = result.calibration_loss or full
-                result.cost[criterion] = meter.record(batches, batches, L * batches)
-            else:  # the same scores, another rule: no new pass
-                result.cost[criterion] = meter.record(0, 0, 0)
-            result.rows += _score_rows(criterion, scores["taylor"], L)
-        elif criterion in ("magnitude", "magnitude_plus"):
-            scores.setdefault("magnitude", magnitude_scores(model))
-            result.rows += _score_rows(criterion, scores["magnitude"], L)
-            result.cost[criterion] = meter.record(0, 0, 0)
-        elif criterion == "sleb":
-            result.sleb_records, asked = sleb_path(sweep, L, n_values, log)
-            result.cost["sleb"] = meter.record(asked * batches, 0)
-            for record in result.sleb_records:
-                if record["n"] in n_values:
-                    result.removals[("sleb", record["n"])] = record["removed"]
-            continue
-        base = criterion.removesuffix("_plus")
-        protected = protected_layers(criterion, L)
-        for n in n_values:
-            if n <= strategy_max_n(criterion, L):
-                result.removals[(criterion, n)] = ranked_removal(scores[base], n, protected)
-    return result
+        ranking.calibration_sweep = sweep = LossSweep(model, windows)
+        ranking.result.calibration_loss = sweep.losses([()])[0]
+        ranking.result.cost["calibration_full_pass"] = meter.record(
+            ranking.batches, 0, sweep.layer_calls
+        )
+    for name in wanted:
+        ranking.meter = _Meter(ranking.calibration_sweep)
+        ranking_function(name)(ranking, name)
+    return ranking.result
 
 
 def sleb_path(sweep: LossSweep, L: int, n_values: Sequence[int], log=None) -> tuple[list, int]:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from depthlab.core.errors import TaskFileError
+from depthlab.core.errors import TaskFileError, check_names
 from depthlab.plan.engine_budgets import TASK_CHOICES
 
 TASK_KINDS = ("word_order", "continuation")
@@ -54,13 +54,7 @@ def task_name(kind: str) -> str:
 def validate_task_settings(settings: dict, where: str = "pruning.tasks") -> None:
     """Config-time check of the task-building settings; raises ValueError naming the key."""
     kinds = settings.get("kinds")
-    if not kinds:
-        raise ValueError(f"{where}.kinds: name at least one task ({', '.join(TASK_KINDS)})")
-    for kind in kinds:
-        if kind not in TASK_KINDS:
-            raise ValueError(
-                f"{where}.kinds: unknown task '{kind}' (known: {', '.join(TASK_KINDS)})"
-            )
+    check_names(kinds, TASK_KINDS, f"{where}.kinds", "task")
     examples = settings.get("examples")
     for kind in kinds:
         value = examples.get(kind) if isinstance(examples, dict) else examples
@@ -465,6 +459,23 @@ class TaskEvaluator:
         self.model = model
         self.lm = self._wrap(model)
 
+    @classmethod
+    def from_spec(cls, model, tokenizer, spec: dict) -> TaskEvaluator:
+        """lm-eval on a job spec's tasks folder with its `lm_eval` settings (the prune, heal,
+        evaluate and fine-tuning jobs)."""
+        lm_eval = spec["lm_eval"]
+        return cls(
+            model,
+            tokenizer,
+            spec["tasks"],
+            lm_eval["tasks"],
+            batch_size=lm_eval["batch_size"],
+            datasets_cache=spec["datasets_cache"],
+            bootstrap_iters=lm_eval["bootstrap_iters"],
+            seed=spec["seed"],
+            harness_tasks=lm_eval.get("harness_tasks"),
+        )
+
     def _wrap(self, model):
         from lm_eval.models.huggingface import HFLM
 
@@ -521,3 +532,52 @@ class TaskEvaluator:
                 fewshot_random_seed=self.seed,
             )
         return results_rows(results, self.names)
+
+
+def examples_from_settings(texts, tokenizer, settings: dict, examples, seed: int) -> dict:
+    """build_examples over `texts` with a tasks section's kinds, words, context_tokens and
+    max_per_document (`examples` per kind)."""
+    return build_examples(
+        texts,
+        tokenizer,
+        settings["kinds"],
+        examples,
+        settings["words"],
+        settings["context_tokens"],
+        settings["max_per_document"],
+        seed,
+    )
+
+
+def build_task_job(spec: dict) -> dict:
+    """The build_lm_tasks job: the local tasks built from the run's val.jsonl, written as a task
+    folder into spec["out"] (atomically, with provenance.json); returns the folder's record."""
+    from transformers import AutoTokenizer
+
+    from depthlab.core.atomic_files import atomic_path
+    from depthlab.core.provenance import Provenance
+
+    try:
+        validate_task_settings(spec, "pruning.tasks")
+    except ValueError as error:
+        raise TaskFileError(str(error)) from None
+    val = Path(spec["data"]) / "val.jsonl"
+    if not val.is_file():
+        raise TaskFileError(f"data: {val} does not exist (is {spec['data']} a data stage output?)")
+    provenance = Provenance(
+        "pruning.tasks", config=spec, inputs=[val, spec["tokenizer"]], seed=spec["seed"]
+    )
+    tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
+    from depthlab.data.prepare import iter_jsonl_texts
+
+    texts = iter_jsonl_texts(val, "text", "data")
+    tasks = examples_from_settings(texts, tokenizer, spec, spec["examples"], spec["seed"])
+    settings = {
+        k: spec[k]
+        for k in ("kinds", "examples", "words", "context_tokens", "max_per_document", "seed")
+    }
+    with atomic_path(spec["out"], is_dir=True) as tmp:
+        record = write_task_folder(tasks, tmp, spec["out"], settings)
+        provenance.extra["tasks"] = record["tasks"]
+        provenance.write(tmp / "provenance.json")
+    return record

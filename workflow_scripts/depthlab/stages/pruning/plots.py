@@ -20,19 +20,9 @@ import numpy as np
 import pandas as pd
 
 from depthlab.core.paper_values import PAPER_VALUES
+from depthlab.plan.block_criteria import CRITERIA
 
-STRATEGY_COLORS = {
-    "angular": "tab:blue",
-    "deepest": "tab:orange",
-    "greedy": "tab:green",
-    "block_influence": "tab:red",
-    "ppl": "tab:purple",
-    "taylor": "tab:brown",
-    "taylor_plus": "tab:pink",
-    "magnitude": "tab:gray",
-    "magnitude_plus": "tab:olive",
-    "sleb": "tab:cyan",
-}
+STRATEGY_COLORS = {name: c.colour for name, c in CRITERIA.items()}  # declared with each
 
 
 def read_prunings(folders: dict[str, str]) -> dict[str, pd.DataFrame]:

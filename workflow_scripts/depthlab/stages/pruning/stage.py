@@ -72,8 +72,15 @@ from depthlab.core.placement import spec_placement
 from depthlab.core.provenance import Provenance
 from depthlab.data.model_tokens import model_tokens
 from depthlab.models.architectures import adapt, load_model, load_tokenizer
+from depthlab.plan.block_criteria import CRITERIA as BLOCK_CRITERIA
 from depthlab.plan.stage_settings import CALIBRATED_STRATEGIES, grid, validate_pruning_settings
-from depthlab.stages.pruning.criteria import CriteriaResult, layer_parameters, rank_blocks
+from depthlab.stages.pruning.criteria import (
+    CriteriaResult,
+    Ranking,
+    layer_parameters,
+    rank_blocks,
+    ranking_function,
+)
 from depthlab.stages.pruning.lm_tasks import TaskEvaluator, check_task_folder
 from depthlab.stages.pruning.speed import measure_exports
 from depthlab.stages.pruning.strategies import (
@@ -152,18 +159,7 @@ class Plan:
 
 def task_evaluator(model: nn.Module, tokenizer, spec: dict) -> TaskEvaluator:
     """lm-eval on the spec's tasks (its lm_eval settings) for `model` and its pruned views."""
-    lm_settings = spec["lm_eval"]
-    return TaskEvaluator(
-        model,
-        tokenizer,
-        spec["tasks"],
-        lm_settings["tasks"],
-        batch_size=lm_settings["batch_size"],
-        datasets_cache=spec["datasets_cache"],
-        bootstrap_iters=lm_settings["bootstrap_iters"],
-        seed=spec["seed"],
-        harness_tasks=lm_settings.get("harness_tasks"),
-    )
+    return TaskEvaluator.from_spec(model, tokenizer, spec)
 
 
 def split_tokens(spec: dict, tokenizer, split: str) -> tuple[np.ndarray, dict]:
@@ -244,29 +240,47 @@ def _analysis_tables(distance_path: Path, measures_path: Path | None, L: int) ->
     return distance, cos_adjacent
 
 
+def rank_angular(ranking: Ranking, name: str) -> None:
+    for n in ranking.n_values:
+        ranking.result.removals[(name, n)] = angular_removal(ranking.distance, n)
+
+
+def rank_deepest(ranking: Ranking, name: str) -> None:
+    for n in ranking.n_values:
+        ranking.result.removals[(name, n)] = deepest_removal(ranking.num_layers, n)
+
+
+def rank_block_influence(ranking: Ranking, name: str) -> None:
+    for n in ranking.n_values:
+        ranking.result.removals[(name, n)] = block_influence_removal(ranking.cos_adjacent, n)
+
+
+def rank_greedy(ranking: Ranking, name: str) -> None:
+    """Greedy grows one layer at a time up to the largest n (or pruning.greedy_max_n): no
+    greedy set beyond."""
+    steps = greedy_steps(ranking.n_values, ranking.greedy_max_n)
+    records = greedy_path(ranking.sweep.losses, ranking.num_layers, steps, log=ranking.log)
+    ranking.result.greedy_records = records
+    for record in records:
+        if record["n"] in ranking.n_values:
+            ranking.result.removals[(name, record["n"])] = record["removed"]
+
+
 def _removal_sets(
     spec: dict, n_values: list[int], L: int, distance, cos_adjacent, sweep: LossSweep, log
 ) -> tuple[dict, list[dict]]:
-    """(removal set per (strategy, n), greedy path records). Greedy grows one layer at a time up
-    to the largest n (or pruning.greedy_max_n): no greedy set beyond."""
-    removals: dict[tuple[str, int], tuple[int, ...]] = {}
-    for strategy in spec["strategies"]:
-        for n in n_values:
-            if strategy == "angular":
-                removals[("angular", n)] = angular_removal(distance, n)
-            elif strategy == "deepest":
-                removals[("deepest", n)] = deepest_removal(L, n)
-            elif strategy == "block_influence":
-                removals[("block_influence", n)] = block_influence_removal(cos_adjacent, n)
-    greedy_records = []
-    if "greedy" in spec["strategies"]:
-        greedy_records = greedy_path(
-            sweep.losses, L, greedy_steps(n_values, spec.get("greedy_max_n")), log=log
-        )
-        for record in greedy_records:
-            if record["n"] in n_values:
-                removals[("greedy", record["n"])] = record["removed"]
-    return removals, greedy_records
+    """(removal set per (strategy, n), greedy path records) of the strategies that read the
+    analysis tables, then of those that read the validation sweep (the criteria's sets come
+    from rank_blocks, before the sweep)."""
+    ranking = Ranking(
+        None, L, n_values, distance=distance, cos_adjacent=cos_adjacent, sweep=sweep,
+        greedy_max_n=spec.get("greedy_max_n"), log=log,
+    )  # fmt: skip
+    for reads in ("analysis", "validation"):
+        for name in spec["strategies"]:
+            if BLOCK_CRITERIA[name].reads == reads:
+                ranking_function(name)(ranking, name)
+    return ranking.result.removals, ranking.result.greedy_records
 
 
 def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
@@ -301,7 +315,7 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
         token_source["train"] = train_source
     # the criteria first: their calibration sweep is freed before the validation sweep's cache
     criteria = rank_blocks(model, spec["strategies"], n_values, calibration,
-                           lambda m: log(f"[{name}] {m}"))  # fmt: skip
+                           lambda m: log(f"[{name}] {m}"), seed=spec["seed"])  # fmt: skip
     sweep = LossSweep(model, windows, loss_tokens=val.get("loss_tokens"))
     clock.lap("load")
 

@@ -127,3 +127,38 @@ def evaluate_variant(spec: dict, device: str = "cpu", log=print) -> dict:
         write_json(out / TASKS_FILE, part)
         provenance.write(out / "provenance.json")
     return part
+
+
+def export_job(spec: dict) -> list[dict]:
+    """The export_pruned job: the auto-depth choices of spec["export"] as HF folders in
+    spec["out"] (atomically, with exports.json and provenance.json); returns the exports."""
+    from depthlab.stages.pruning.strategies import (
+        export_choices,
+        read_auto_depth,
+        read_measurements,
+        removal_sets,
+    )
+
+    sweep_path = Path(spec["pruning"]) / "sweep.csv"
+    choices_path = Path(spec["auto_depth"]) / "auto_depth.json"
+    provenance = Provenance(
+        "pruning.export", config=spec, inputs=[spec["model"], sweep_path, choices_path]
+    )
+    sweep, _ = read_measurements(spec["pruning"])
+    record = read_auto_depth(spec["auto_depth"])
+    model = load_model(spec["model"], dtype=spec["dtype"], device="cpu", revision=spec["revision"])
+    tokenizer = load_tokenizer(spec["model"], revision=spec["revision"])
+    with atomic_path(Path(spec["out"]), is_dir=True) as tmp:
+        exports = export_choices(
+            model,
+            tokenizer,
+            record,
+            removal_sets(sweep),
+            spec["export"],
+            tmp,
+            spec["model"],
+            revision=spec["revision"],
+        )
+        write_json(tmp / "exports.json", {"model": spec["model_name"], "exports": exports})
+        provenance.write(tmp / "provenance.json")
+    return exports
