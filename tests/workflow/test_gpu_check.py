@@ -136,3 +136,17 @@ def test_the_page_of_a_gpu_record_names_the_gpu_and_its_stack(smoke):
     assert "- device: NVIDIA H200, 139.8 GB, compute capability 9.0, driver 570.86" in page
     assert "- CUDA 12.8, python " in page and f"commit {record['commit']}" in page
     assert "smoke run" not in page and "| check | NVIDIA H200 (cuda) |" in page
+
+
+def test_the_gpu_run_times_every_registered_norm_scheme():
+    """The GPU run's throughput plan names each scheme of the norm-scheme registry once (a
+    scheme added there, as Peri-LN was, is timed without another list to edit), Pre-LN and LNS
+    first so that a time budget cuts the others."""
+    from depthlab.core import norm_schemes
+    from depthlab.gpu_check import Sizes, throughput_plan
+
+    sizes = Sizes.for_device(cuda=True)
+    timed = [r["norm_scheme"] for r in throughput_plan(sizes) if r["shape"] == "cod_130m"]
+    assert set(timed) == set(norm_schemes.names())
+    assert sizes.norm_schemes[:2] == ("pre_ln", "lns")
+    assert sorted(sizes.norm_schemes) == sorted(norm_schemes.names())

@@ -36,11 +36,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from depthlab.core import norm_schemes
+
 RUN_NAME = "gpu_check"
-FAMILIES = ("training", "analysis", "lm_eval", "healing")
 # The stages whose device the DAG sets to cuda (config/test.yaml pins cpu)
 DEVICE_SECTIONS = ("toy", "analysis", "lens_swaps", "pruning", "depth_use", "finetune")
-NORM_SCHEMES = ("pre_ln", "lns", "post_ln", "mix_ln", "deepnorm", "scaled_init")
+# Every scheme of the registry, Pre-LN and LNS first (the pair timed before a budget cuts)
+NORM_SCHEMES = ("pre_ln", "lns", *(s for s in norm_schemes.names() if s not in ("pre_ln", "lns")))
 PACKAGES = ("torch", "transformers", "peft", "bitsandbytes", "accelerate", "lm_eval", "snakemake")
 LM_EVAL_BATCH = 32
 

@@ -190,7 +190,8 @@ def gradient_norms(model) -> tuple[list[float], float]:
 
 class Distributed:
     """Rank/world from torchrun's environment; a single process otherwise. `device`: where a
-    single process runs (default: this rank's GPU where CUDA is visible, else the CPU)."""
+    single process runs (default: this rank's GPU where device auto resolves to CUDA, else
+    the CPU; $DEPTHLAB_AUTO_DEVICE can pin the CPU)."""
 
     def __init__(self, device: torch.device | str | None = None):
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
