@@ -34,9 +34,9 @@ def main() -> None:
         "--budget-minutes",
         type=float,
         default=4.0,
-        help="the throughput runs still to start after this many minutes from the start are "
-        "skipped, and say so; the families' rates, the analysis and the cuda tests follow them "
-        "(about 2-3 minutes more on a GPU, an estimate: not yet timed on one)",
+        help="the throughput runs still to start after this many minutes of throughput "
+        "measuring are skipped, and say so (the most telling run first); the DAG comes before "
+        "them, the families' rates, the analysis and the cuda tests after them",
     )
     parser.add_argument(
         "--cores", type=int, default=os.cpu_count(), help="Snakemake's --cores for the DAG"

@@ -122,6 +122,8 @@ def machine_facts(root: Path) -> dict:
         device["name"] = cpu_model()
     commit = _run(["git", "rev-parse", "HEAD"], cwd=root)
     dirty = bool(_run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root))
+    if not commit:  # a checkout copied to the node without .git: the copier names the commit
+        commit = os.environ.get("DEPTHLAB_COMMIT", "")
     return {
         "device": device,
         "versions": versions,
@@ -151,9 +153,11 @@ def dag_command(root: Path, cuda: bool, cores: int) -> tuple[list[str], str]:
             "no GPU: a narrowed DAG of config/test.yaml (data, one model's pretraining and its "
             "analysis) on the CPU; on a GPU the whole DAG runs"
         )
-    snakemake = str(Path(sys.executable).with_name("snakemake"))
+    # `python -m snakemake`: a node may have the package without its launcher beside the
+    # interpreter (installed with pip --target); the rules' jobs run under this same `python`
     # --forceall: every job runs on this node, also where an earlier check left its outputs
-    command = [snakemake, *target, "--configfile=config/test.yaml", "--cores", str(cores)]
+    command = [sys.executable, "-m", "snakemake", *target, "--configfile=config/test.yaml"]
+    command += ["--cores", str(cores)]
     command += ["--forceall"]
     command += ["--config", *overrides]
     return command, what
@@ -177,13 +181,16 @@ def run_dag(root: Path, cuda: bool, cores: int, log) -> dict:
     command, what = dag_command(root, cuda, cores)
     log(f"[1/5] {what}")
     start = time.perf_counter()
-    result = subprocess.run(command, cwd=root, capture_output=True, text=True)
+    # the jobs' `python` is this interpreter (a node's PATH may name another, or none)
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
+                                                 os.environ.get("PATH", "")])}  # fmt: skip
+    result = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     text = result.stdout + result.stderr
     done = [line for line in text.splitlines() if "steps (100%) done" in line]
     summary = {
         "what": what,
-        "command": " ".join(command[1:]),
+        "command": " ".join(["snakemake", *command[3:]]),
         "returncode": result.returncode,
         "seconds": round(seconds, 1),
         "done": done[-1].strip() if done else "",
@@ -495,33 +502,43 @@ def run_check(root: Path, out_dir: Path, *, budget_s: float, cores: int, skip_da
                                  "large_shape": sizes.large_shape, "steps": sizes.steps,
                                  "warmup": sizes.warmup}}  # fmt: skip
     config = filter_config(root, cuda)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def save(step: str) -> None:
+        """The record so far (a check stopped by a time limit keeps what it measured)."""
+        record["completed"] = step
+        (out_dir / "gpu_check.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+
     if skip_dag:
         record["dag"] = {"skipped": "--skip-dag"}
     else:
         record["dag"] = run_dag(root, cuda, cores, log)
+    save("dag")
     log("[2/5] matmul peaks and training throughput")
     record["peaks"] = peaks(device)
     peak = record["peaks"]["bf16_tflops"]
     log(f"  bf16 {peak:.4g} TFLOP/s, fp32 {record['peaks']['fp32_tflops']:.4g}, "
         f"fp64 {record['peaks']['fp64_tflops']:.4g}")  # fmt: skip
-    deadline = start + budget_s
+    deadline = time.perf_counter() + budget_s  # the throughput runs' own window
     record["throughput"] = measure_throughput(device, sizes, peak, deadline, log)
+    save("throughput")
     log("[3/5] the job families' rates (the plan's utilisation)")
     record["families"] = measure_families(device, sizes, peak, record["throughput"], log)
     record["utilisation"] = {
         name: round(family["share_of_peak"], 4) for name, family in record["families"].items()
     }
+    save("families")
     log("[4/5] one analysis on the device against float64 on the CPU")
     if record["dag"].get("returncode", 0) == 0 and not skip_dag:
         with tempfile.TemporaryDirectory() as scratch:
             record["analysis_check"] = analysis_agreement(root, config, device, Path(scratch))
     else:
         record["analysis_check"] = {"skipped": "the DAG did not run or failed"}
+    save("analysis_check")
     log("[5/5] the tests marked cuda")
     record["cuda_tests"] = run_cuda_tests(root, cuda)
     record["seconds"] = round(time.perf_counter() - start, 1)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "gpu_check.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+    save("all")
     (out_dir / "gpu_check.md").write_text(markdown(record))
     log(table(record))
     return record
