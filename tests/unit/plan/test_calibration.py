@@ -185,7 +185,10 @@ def test_calibrating_with_a_faster_gpu_shortens_every_estimated_job(tmp_path, pa
     ("changes", "message"),
     [
         ({"device__type": "cpu"}, "measured without a GPU"),
-        ({"utilisation__healing": None}, "no `utilisation.healing`"),
+        (
+            {f"utilisation__{family}": None for family in UTILISATION_FAMILIES},
+            "measured no job family's share",
+        ),
         ({"utilisation__training": 1.7}, "`utilisation.training` is 1.7, not in (0, 1]"),
         ({"peaks__fp64_tflops": "fast"}, "`peaks.fp64_tflops` is 'fast', not a number"),
     ],
@@ -194,6 +197,22 @@ def test_a_check_that_cannot_calibrate_is_refused_naming_the_key(tmp_path, chang
     path = write_check(tmp_path, planted_check(**changes))
     with pytest.raises(ConfigError, match=re.escape(message)):
         read_gpu_check(path)
+
+
+def test_a_family_the_check_did_not_measure_keeps_the_configs_share(tmp_path, paper):
+    """A check whose time budget cut the `training` row calibrates the other families; training
+    keeps the config's share (0.4 in paper.yaml), and `source` says so."""
+    check = write_check(tmp_path, planted_check(utilisation__training=None))
+    gpu = calibrate(check, tmp_path / "overlay.yaml", paper, [PAPER])
+    assert gpu["utilisation"] == {
+        **SHARES,
+        "training": paper["cluster"]["gpu"]["utilisation"]["training"],
+    }
+    assert gpu["source"].endswith("except training: not measured, the calibrated config's share")
+    scalar = copy.deepcopy(paper)
+    scalar["cluster"]["gpu"]["utilisation"] = 0.35  # one number: every family's share
+    gpu = calibration(check, scalar, [PAPER])
+    assert gpu["utilisation"]["training"] == 0.35 and gpu["utilisation"]["healing"] == 0.5
 
 
 def test_calibrate_never_overwrites_a_config(tmp_path, paper):

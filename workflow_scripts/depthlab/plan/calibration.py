@@ -38,8 +38,8 @@ def _number(check: dict, path: str, where: str, upper: float | None = None) -> f
 
 
 def read_gpu_check(path: str | Path) -> dict:
-    """gpu_check.json, checked: a GPU run with the measured peaks and every family's share
-    (ConfigError naming the file and key otherwise)."""
+    """gpu_check.json, checked: a GPU run with the measured peaks and at least one family's
+    share (ConfigError naming the file and key otherwise)."""
     path = Path(path)
     try:
         check = json.loads(path.read_text())
@@ -63,13 +63,34 @@ def read_gpu_check(path: str | Path) -> dict:
     _number(check, "device.memory_gb", str(path))
     for key in PEAK_KEYS:
         _number(check, f"peaks.{key}", str(path))
-    for family in UTILISATION_FAMILIES:
+    measured = measured_families(check)
+    if not measured:
+        raise ConfigError(
+            f"--calibrate: {path} measured no job family's share (`utilisation` has none of "
+            f"{', '.join(UTILISATION_FAMILIES)})"
+        )
+    for family in measured:
         _number(check, f"utilisation.{family}", str(path), upper=1.0)
     return check
 
 
-def source_line(check: dict, origin: str) -> str:
-    """Where the calibrated values come from, in one line."""
+def measured_families(check: dict) -> list[str]:
+    """The families whose share the check measured (a row its time budget cut is missing)."""
+    shares = check.get("utilisation") or {}
+    return [
+        f for f in UTILISATION_FAMILIES if isinstance(shares, dict) and shares.get(f) is not None
+    ]
+
+
+def config_share(gpu: dict, family: str) -> float:
+    """The calibrated config's share for `family` (one number is every family's)."""
+    value = gpu["utilisation"]
+    return float(value[family] if isinstance(value, dict) else value)
+
+
+def source_line(check: dict, origin: str, kept: list | tuple = ()) -> str:
+    """Where the calibrated values come from, in one line (`kept`: families whose share the
+    check did not measure, kept from the calibrated config)."""
     device, versions = check["device"], check.get("versions") or {}
     parts = [f"driver {device['driver']}" if device.get("driver") else ""]
     parts += [f"CUDA {versions['cuda']}" if versions.get("cuda") else ""]
@@ -80,6 +101,11 @@ def source_line(check: dict, origin: str) -> str:
         f"{f' ({details})' if details else ''}, {check.get('date', 'undated')}, commit "
         f"{check.get('commit', 'unknown')} ({origin}): peaks = its measured dense matmul rates, "
         f"utilisation = each family's measured FLOP rate over the bf16 one"
+        + (
+            f", except {', '.join(kept)}: not measured, the calibrated config's share"
+            if kept
+            else ""
+        )
     )
 
 
@@ -87,17 +113,23 @@ def _significant(value: float, digits: int = 4) -> float:
     return float(f"{float(value):.{digits}g}")
 
 
-def calibrated_gpu(check: dict, origin: str) -> dict:
-    """The `cluster.gpu` keys gpu_check measured (per_node is the cluster's, not measured)."""
+def calibrated_gpu(check: dict, origin: str, config_gpu: dict) -> dict:
+    """The `cluster.gpu` keys gpu_check measured (per_node is the cluster's, not measured); a
+    family the check did not measure keeps `config_gpu`'s share, and `source` names it."""
     peaks = check["peaks"]
+    measured = measured_families(check)
+    kept = [f for f in UTILISATION_FAMILIES if f not in measured]
     return {
         "name": check["device"]["name"],
         "memory_gb": _significant(check["device"]["memory_gb"]),
         **{key: _significant(peaks[key]) for key in PEAK_KEYS},
         "utilisation": {
-            family: round(float(check["utilisation"][family]), 4) for family in UTILISATION_FAMILIES
+            family: round(float(check["utilisation"][family]), 4)
+            if family in measured
+            else config_share(config_gpu, family)
+            for family in UTILISATION_FAMILIES
         },
-        "source": source_line(check, origin),
+        "source": source_line(check, origin, kept),
     }
 
 
@@ -136,7 +168,7 @@ def calibration(check_path: str | Path, config: dict, configs: list) -> dict:
             f"--calibrate: {' '.join(map(str, configs))} has no cluster.gpu, so it plans no "
             f"GPU (config/paper.yaml has one): nothing to calibrate"
         )
-    return calibrated_gpu(read_gpu_check(check_path), str(check_path))
+    return calibrated_gpu(read_gpu_check(check_path), str(check_path), config["cluster"]["gpu"])
 
 
 def write_overlay(target: Path, gpu: dict, check_path: str | Path) -> None:
