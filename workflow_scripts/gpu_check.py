@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument(
         "--budget-minutes",
         type=float,
-        default=4.0,
+        default=2.5,
         help="the throughput runs still to start after this many minutes of throughput "
         "measuring are skipped, and say so (the most telling run first); the DAG comes before "
         "them, the families' rates, the analysis and the cuda tests after them",
