@@ -25,6 +25,7 @@ from depthlab.claims.measures import (
     window_means,
 )
 from depthlab.claims.rows import (
+    Claim,
     against_initialisation,
     claim_row,
     decide,
@@ -46,7 +47,7 @@ from depthlab.claims.verdicts import (
 )
 from depthlab.core import paper_values as pv
 from depthlab.core import paper_values_pruning as pvh
-from depthlab.core.paper_values import GROMOV
+from depthlab.core.paper_values import GROMOV, PAPER_VALUES
 
 
 def _healing_gate(data: RunData, members, trained: bool, method: str = "lora"):
@@ -66,6 +67,7 @@ def _healing_gate(data: RunData, members, trained: bool, method: str = "lora"):
 
 
 def gromov_claims(data: RunData) -> list[dict]:
+    """gromov_block_choice and gromov_healing_gap per pruned group."""
     rows = []
     for group, members in data.pruning_groups.items():
         if not all(m in data.sweeps for m in members):
@@ -117,7 +119,7 @@ def gromov_claims(data: RunData) -> list[dict]:
         )
         rows.append(_healing_row(data, group, members, trained, blockers, scale, negligible,
                                  negligible_text))  # fmt: skip
-    return rows + qa_math_rows(data)
+    return rows
 
 
 def _task_class(task: str) -> str | None:
@@ -345,3 +347,47 @@ def kim_claims(data: RunData) -> list[dict]:
             )
         )
     return rows
+
+
+_RANGE = f"n = 1 .. {pv.GROMOV_MAX_FRACTION:g} L"
+_LEARNED = f"{pv.LEARNED_SHARE_NEGLIGIBLE:.0%} of what the model learned"
+
+CLAIMS = (
+    Claim(
+        "gromov_block_choice:<group>",
+        PAPER_VALUES["gromov_block_vs_baseline"],
+        f"mean over {_RANGE} of loss(deepest) - loss(angular), unhealed; trained - untrained",
+        "seeds; validation windows (published)",
+        f"> {_LEARNED} (trained here), {pv.GROMOV_GAP_NEGLIGIBLE:g} nats (published)",
+        "no: the toys' removals cost less than the threshold; SmolLM2: yes",
+        gromov_claims,
+    ),
+    Claim(
+        "gromov_healing_gap:<group>",
+        PAPER_VALUES["gromov_block_vs_baseline"],
+        "mean over healed n of |gap before| - |gap after|",
+        "healing runs",
+        "> gromov_block_choice's threshold",
+        "indicative: one healing run per block",
+        gromov_claims,
+    ),
+    Claim(
+        "gromov_qa_vs_math:<group>",
+        PAPER_VALUES["gromov_qa_vs_math"],
+        f"mean over {_RANGE} of math-score drop - QA-score drop (angular, unhealed)",
+        "items (published), seeds",
+        f"> {pv.GROMOV_QA_MATH_NEGLIGIBLE:g}",
+        "no QA / math task in the default; one_gpu: BoolQ, GSM8K",
+        qa_math_rows,
+    ),
+    Claim(
+        "kim_cpt_vs_lora:<group>",
+        pvh.PAPER_VALUES["kim_cpt_vs_lora"],
+        "loss(LoRA-healed) - loss(CPT-healed) at the largest healed n",
+        "healing runs",
+        f"> {pvh.KIM_CPT_GAP_NEGLIGIBLE:g}; CPT must read ≥ {pvh.KIM_CPT_MIN_TOKENS / 1e6:g}M "
+        "tokens",
+        "no: CPT reads 1.5k tokens, so the row compares learning rates",
+        kim_claims,
+    ),
+)
