@@ -20,6 +20,7 @@ from depthlab.claims.measures import (
     mean_task_score,
     method_gap_of_means,
     no_room,
+    over_shards,
     removal_damage,
     sweep_layers,
     window_means,
@@ -217,6 +218,53 @@ def qa_math_rows(data: RunData) -> list[dict]:
     return rows
 
 
+def deep_block_position(measures: pd.DataFrame, max_fraction: float) -> float:
+    """Mean over n = 1 .. max_fraction * L of l*(n) / (L - n), where l*(n) starts the block of n
+    layers with the smallest last-token d(x^l, x^(l+n)) (the pruning stage's angular choice: the
+    first minimum) of an analysis measures.csv frame: 0 when every block sits at the front, 1
+    when it ends at the last layer; NaN without the distances."""
+    rows = measures[measures["measure"] == "angular_distance_last"]
+    if rows.empty:
+        return math.nan
+    layers = int((rows["layer"] + rows["n"]).max())
+    positions = []
+    for n in range(1, block_range(layers, max_fraction) + 1):
+        block = rows[rows["n"] == n].sort_values("layer", kind="stable")
+        if block.empty:
+            return math.nan
+        start = int(block["layer"].iloc[int(np.argmin(block["value"].to_numpy()))])
+        positions.append(start / (layers - n))
+    return float(np.mean(positions))
+
+
+def deep_block_rows(data: RunData) -> list[dict]:
+    """gromov_deep_block per published LM whose analysis measured the last-token distances, over
+    its document shards. Models trained here get no row: their untrained twins' block choice is
+    not measured, and a random Pre-LN's deep layers may already be the closest."""
+    rows = []
+    threshold = pv.GROMOV_DEEP_BLOCK_ABOVE
+    for name, replicates in data.pretrained.items():
+        positions = [deep_block_position(f, pv.GROMOV_MAX_FRACTION) for f, _, _ in replicates]
+        if not all(math.isfinite(p) for p in positions):
+            continue
+        e = over_shards(positions, "mean position each")
+        rows.append(
+            claim_row(
+                f"gromov_deep_block:{name}",
+                GROMOV,
+                f"{name}: the block whose removal changes the last token's representation least "
+                f"lies deep: mean over n = 1 .. {pv.GROMOV_MAX_FRACTION:g} L of l*(n) / (L - n) "
+                f"> {threshold:g}, l*(n) the start of the n-layer block with the smallest "
+                f"d(x^l, x^(l+n)) (0: at the front, 1: ending at the last layer)",
+                "gromov_deep_block",
+                e,
+                data.pretrained_scale.get(name, name),
+                decide(e, verdict_positive(e, [], threshold), False, []),
+            )
+        )
+    return rows
+
+
 def _twin_block_gap(data: RunData, name: str, max_n: int | None):
     stats = twin(data, name)
     if stats is None or not stats.losses:
@@ -379,6 +427,16 @@ CLAIMS = (
         f"> {pv.GROMOV_QA_MATH_NEGLIGIBLE:g}",
         "no QA / math task in the default; one_gpu: BoolQ, GSM8K",
         qa_math_rows,
+    ),
+    Claim(
+        "gromov_deep_block:<LM>",
+        PAPER_VALUES["gromov_deep_block"],
+        f"mean over {_RANGE} of l*(n) / (L - n), l*(n) the start of the angular choice of n "
+        "layers (last token)",
+        "document shards",
+        f"> {pv.GROMOV_DEEP_BLOCK_ABOVE:g}",
+        "published LMs: yes; toys: no row (their twins' block choice is not measured)",
+        deep_block_rows,
     ),
     Claim(
         "kim_cpt_vs_lora:<group>",
