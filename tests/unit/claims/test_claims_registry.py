@@ -143,3 +143,37 @@ def test_the_caption_restates_no_claim():
     caption = (ROOT / "rules" / "captions" / "claims.rst").read_text()
     assert [c.base for c in CLAIMS if c.base in caption] == []
     assert "docs/claims.md" in caption
+
+
+def test_every_claim_the_docs_name_is_declared():
+    """A claim id named in the manual, the README or a report caption (a renamed or removed
+    claim's old id would linger there) has a declaration."""
+    papers = "|".join(sorted({c.base.split("_", 1)[0] for c in CLAIMS}))
+    named = re.compile(rf"`((?:{papers})_[a-z_]+)")
+    texts = [
+        ROOT / "README.md",
+        *(p for p in (ROOT / "docs").glob("*.md")),
+        *(ROOT / "rules" / "captions").glob("*.rst"),
+    ]
+    found = {(p.name, m) for p in texts for m in named.findall(p.read_text())}
+    assert len(found) >= 5
+    assert sorted(f"{page}: {m}" for page, m in found if undeclared([m])) == []
+
+
+def test_the_claims_page_prose_quotes_the_named_thresholds():
+    """The rules the page states in prose beside the generated table carry the named values."""
+    from depthlab.claims.verdicts import MIN_SEEDS
+
+    pv = paper_values
+    page = " ".join((ROOT / "docs" / "claims.md").read_text().split())
+    assert pv.GROMOV_GAP_NEGLIGIBLE == pv.COD_DELTA_P_NEGLIGIBLE
+    assert pv.GROMOV_GAP_NEGLIGIBLE == paper_values_pruning.CRITERIA_GAP_NEGLIGIBLE
+    for phrase in (
+        f"decided only over {MIN_SEEDS} or more seeds",
+        f"must exceed {pv.LEARNED_SHARE_NEGLIGIBLE:.0%} of what the model learned",
+        f"published LMs keep {pv.GROMOV_GAP_NEGLIGIBLE:g} nats",
+        "n = 1 .. L/2" if pv.GROMOV_MAX_FRACTION == 0.5 else "(GROMOV_MAX_FRACTION changed)",
+        f"about {pv.COD_MIN_TOKENS_PER_PARAM:g} tokens per non-embedding parameter",
+        "the paper's {:.0f}-{:.0f}%".format(*(100 * b for b in paper_values_lens.LAD_SWAP_BAND)),
+    ):
+        assert phrase in page, phrase
