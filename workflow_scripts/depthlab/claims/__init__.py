@@ -29,9 +29,8 @@ per claim kind (margins and bands are named constants in paper_values.py):
       paper_values.py where it gives none), not reproduced when it lies wholly outside, not
       testable when it crosses a band edge (too wide) or the estimate or interval touches a
       fit bound; an interval merely containing the paper's value decides nothing
-  size (`size_verdict`, where the paper states a size: LNS gain per Table 1 in nats, the toy's
-      tied / independent exponent ratio ≈ 3, Liu's a_l and a_m, Csordás's 0.15 / 0.05, Lad's
-      72-95%): size reproduced when the interval lies inside the paper's band, size not
+  size (`size_verdict`, where the paper states a size: the band each claim's declaration names
+      in its rule): size reproduced when the interval lies inside the paper's band, size not
       reproduced when it lies wholly outside, not testable otherwise; decided whenever it is
       decidable, also when the main verdict is only too wide (verdicts.verdict_size); "no size
       stated" where the paper gives none
@@ -51,11 +50,14 @@ documents, windows or items it was measured on (never layers as samples). The to
 tests plant tables directly. `compare_claims(a, b)` lists what changed between two tables.
 
 Layout: `verdicts` holds the number-only estimates and verdict rules, `measures` the
-measurements (pure functions of the stages' tables), `rows` the table's columns and the helpers
-every builder shares; one builder per paper (`cod`, `gromov`, `csordas`, `liu`) and one for the
-published LMs (`pretrained`) keep each claim's measurement and its rule side by side, so a
-reviewer reads one claim's test in one place; `table` assembles and renders the table,
-`run_data` reads a run, `compare` compares two tables.
+measurements (pure functions of the stages' tables), `rows` the table's columns, the declaration
+of a claim (`Claim`) and the helpers every builder shares; one module per paper (`cod`, `gromov`,
+`csordas`, `liu`, `lens`, `pruning_methods`) and one for the published LMs (`pretrained`) keep
+each claim's declaration, measurement and rule side by side in its `CLAIMS`, so a reviewer reads
+one claim's test in one place and adding a claim touches its module, its test and, for a new
+paper value or threshold, paper_values; `table` lists the modules' declarations (`CLAIMS`, the
+table's order), runs their builders and renders the table (the docs' table of every claim is
+generated from the same declarations), `run_data` reads a run, `compare` compares two tables.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from depthlab.claims.measures import (
 )
 from depthlab.claims.rows import (
     AgainstInit,
+    Claim,
     against_initialisation,
     claim_row,
     decide,
@@ -67,8 +68,18 @@ class _Pair:
         rule = verdict_positive(e, blockers, threshold)
         return decide(e, rule, self.trained, blockers)
 
+    def measured_in(self, table: dict) -> bool:
+        """Whether every seed of both groups has an entry in `table` (a RunData field)."""
+        return all(m in table for m in self.members)
 
-def cod_claims(data: RunData) -> list[dict]:
+    def row(self, claim_id: str, claim: str, key: str, e, verdict, *more, **extra) -> dict:
+        """One of the pair's rows (claim_row with the pair's claim-id suffix and scale)."""
+        row_id = f"{claim_id}{self.suffix}"
+        return claim_row(row_id, COD, claim, key, e, self.scale, verdict, *more, **extra)
+
+
+def pair_claims(data: RunData) -> list[dict]:
+    """The rows of every Pre-LN / LNS pair trained here (variance, loss, distance, ΔP)."""
     rows = []
     for base, base_members, treat, treat_members in data.cod_pairs:
         pairs = seed_pairs(base_members, treat_members)
@@ -84,7 +95,6 @@ def cod_claims(data: RunData) -> list[dict]:
             f":{base}-vs-{treat}" if len(data.cod_pairs) > 1 else "",
         )
         rows += _variance_rows(data, pair) + _loss_and_layer_rows(data, pair)
-    rows += lns_best_rows(data) + post_ln_rows(data)
     return rows
 
 
@@ -111,11 +121,10 @@ def _shown(claim: str, compared: AgainstInit) -> str:
 def _variance_rows(data: RunData, pair: _Pair) -> list[dict]:
     """cod_variance_growth (Pre-LN's own growth) and cod_lns_variance (LNS grows less), each
     against the untrained twins: trained - untrained over seeds."""
-    base, treat, pairs, members = pair.base, pair.treat, pair.pairs, pair.members
-    suffix, scale = pair.suffix, pair.scale
+    base, treat, pairs = pair.base, pair.treat, pair.pairs
     threshold = pv.COD_VARIANCE_SLOPE_NEGLIGIBLE
     rows = []
-    if not all(m in data.h_var for m in members):
+    if not pair.measured_in(data.h_var):
         return rows
     growth = against_initialisation(
         [log_variance_slope(data.h_var[b]) for b, _ in pairs],
@@ -123,9 +132,8 @@ def _variance_rows(data: RunData, pair: _Pair) -> list[dict]:
         threshold,
     )
     rows.append(
-        claim_row(
-            f"cod_variance_growth{suffix}",
-            COD,
+        pair.row(
+            "cod_variance_growth",
             _shown(
                 f"{base}: ln Var(h_l) rises with depth l beyond its initialisation: slope "
                 f"(trained) - slope (same seed untrained) > {threshold:g}; a precondition of "
@@ -134,7 +142,6 @@ def _variance_rows(data: RunData, pair: _Pair) -> list[dict]:
             ),
             "cod_variance_growth",
             growth.delta,
-            scale,
             pair.positive(growth.delta, threshold, growth.blockers),
         )
     )
@@ -155,9 +162,8 @@ def _variance_rows(data: RunData, pair: _Pair) -> list[dict]:
         threshold,
     )  # fmt: skip
     rows.append(
-        claim_row(
-            f"cod_lns_variance{suffix}",
-            COD,
+        pair.row(
+            "cod_lns_variance",
             _shown(
                 f"{treat}'s variance grows less, beyond the initialisation: [slope({base}) - "
                 f"slope({treat})] trained - untrained > {threshold:g}",
@@ -165,7 +171,6 @@ def _variance_rows(data: RunData, pair: _Pair) -> list[dict]:
             ),
             "cod_variance_growth",
             less.delta,
-            scale,
             pair.positive(less.delta, threshold, less.blockers),
         )
     )
@@ -174,9 +179,8 @@ def _variance_rows(data: RunData, pair: _Pair) -> list[dict]:
 
 def _val_loss_row(data: RunData, pair: _Pair) -> dict | None:
     """cod_val_loss against the untrained twins."""
-    base, treat, pairs, members = pair.base, pair.treat, pair.pairs, pair.members
-    suffix, scale = pair.suffix, pair.scale
-    if not all(m in data.val_loss for m in members):
+    base, treat, pairs = pair.base, pair.treat, pair.pairs
+    if not pair.measured_in(data.val_loss):
         return None
     band = pv.COD_LNS_GAIN_BAND
     threshold = pv.COD_LNS_GAIN_NEGLIGIBLE
@@ -185,9 +189,8 @@ def _val_loss_row(data: RunData, pair: _Pair) -> dict | None:
         [_twin_loss_gap(data, b, t) for b, t in pairs],
         threshold,
     )
-    return claim_row(
-        f"cod_val_loss{suffix}",
-        COD,
+    return pair.row(
+        "cod_val_loss",
         _shown(
             f"{treat} reaches a lower validation loss after pretraining: loss({base}) - "
             f"loss({treat}) > {threshold:g} nats (trained - untrained)",
@@ -195,8 +198,7 @@ def _val_loss_row(data: RunData, pair: _Pair) -> dict | None:
         ),
         "cod_lns_gain",
         gain.delta,
-        scale,
-        pair.positive(gain.delta, threshold, gain.blockers + _budget(data, members)),
+        pair.positive(gain.delta, threshold, gain.blockers + _budget(data, pair.members)),
         f"gain {PAPER_VALUES['cod_lns_gain'].describe()} nats = ln of "
         f"perplexity Pre-LN {PAPER_VALUES['cod_ppl_pre_ln'].describe()} / "
         f"LNS {PAPER_VALUES['cod_ppl_lns'].describe()}",
@@ -206,12 +208,11 @@ def _val_loss_row(data: RunData, pair: _Pair) -> dict | None:
 
 def _angular_distance_row(data: RunData, pair: _Pair) -> dict | None:
     """cod_angular_distance (all tokens, Sec. 5.5) against the untrained twins."""
-    base, treat, pairs, members = pair.base, pair.treat, pair.pairs, pair.members
-    suffix, scale = pair.suffix, pair.scale
-    if not all(m in data.distance for m in members):
+    base, treat, pairs = pair.base, pair.treat, pair.pairs
+    if not pair.measured_in(data.distance):
         return None
     threshold = pv.COD_ANGULAR_NEGLIGIBLE
-    tokens = sorted({data.distance_tokens.get(m, "last token") for m in members})
+    tokens = sorted({data.distance_tokens.get(m, "last token") for m in pair.members})
     distance = against_initialisation(
         [deep_layer_gap(data.distance[b], data.distance[t]) for b, t in pairs],
         [
@@ -227,9 +228,8 @@ def _angular_distance_row(data: RunData, pair: _Pair) -> dict | None:
             "the analysis measured the distance on the last token only; the paper's Eq. 1 "
             "averages all tokens (analysis.all_token_distance: true)"
         )
-    return claim_row(
-        f"cod_angular_distance{suffix}",
-        COD,
+    return pair.row(
+        "cod_angular_distance",
         _shown(
             f"deep {base} layers are closer to identity than {treat}'s: mean over the "
             f"deeper half of d(l, l+1)[{treat}] - d(l, l+1)[{base}] > {threshold:g}, "
@@ -238,16 +238,14 @@ def _angular_distance_row(data: RunData, pair: _Pair) -> dict | None:
         ),
         "cod_angular_distance",
         distance.delta,
-        scale,
         pair.positive(distance.delta, threshold, blockers),
     )
 
 
 def _delta_p_row(data: RunData, pair: _Pair) -> dict | None:
     """cod_delta_p against the untrained twins."""
-    base, treat, pairs, members = pair.base, pair.treat, pair.pairs, pair.members
-    suffix, scale = pair.suffix, pair.scale
-    if not all(m in data.single_layer for m in members):
+    base, treat, pairs = pair.base, pair.treat, pair.pairs
+    if not pair.measured_in(data.single_layer):
         return None
     drops = [
         (single_layer_drop(data.single_layer[b]), single_layer_drop(data.single_layer[t]))
@@ -258,7 +256,7 @@ def _delta_p_row(data: RunData, pair: _Pair) -> dict | None:
         data, [b for b, _ in pairs], pv.COD_DELTA_P_NEGLIGIBLE
     )
     deep_cost = [
-        max(float(d[0][d[0].index >= len(d[0]) // 2].mean()) for d in pair) for pair in drops
+        max(float(d[0][d[0].index >= len(d[0]) // 2].mean()) for d in both) for both in drops
     ]
     room = no_room(deep_cost, threshold, "one deep layer, the costlier scheme's mean")
     removal = against_initialisation(
@@ -266,9 +264,8 @@ def _delta_p_row(data: RunData, pair: _Pair) -> dict | None:
         [_twin_drop_gap(data, b, t) if what == "val loss increase" else None for b, t in pairs],
         threshold,
     )
-    return claim_row(
-        f"cod_delta_p{suffix}",
-        COD,
+    return pair.row(
+        "cod_delta_p",
         _shown(
             f"removing one deep {base} layer hurts less than one deep {treat} layer: "
             f"mean over the deeper half of {what}[{treat}] - {what}[{base}] > "
@@ -277,7 +274,6 @@ def _delta_p_row(data: RunData, pair: _Pair) -> dict | None:
         ),
         "cod_delta_p",
         removal.delta,
-        scale,
         pair.positive(removal.delta, threshold, removal.blockers + room),
     )
 
@@ -489,3 +485,85 @@ def finetune_claims(data: RunData) -> list[dict]:
             )
         )
     return rows
+
+
+# The CoD rows of models trained here, in the table's order (the fine-tuning row comes after the
+# depth-use and scaling rows: depthlab.claims.table lists the modules' declarations).
+CLAIMS = (
+    Claim(
+        "cod_variance_growth",
+        PAPER_VALUES["cod_variance_growth"],
+        "OLS slope of ln Var(h_l) over l ≥ 1 (Pre-LN), trained - untrained",
+        "pretraining seeds",
+        f"> {pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}",
+        "no: an untrained Pre-LN already has slope 0.23 (mean of three twins; trained 0.08)",
+        pair_claims,
+    ),
+    Claim(
+        "cod_lns_variance",
+        PAPER_VALUES["cod_variance_growth"],
+        "slope(Pre-LN) - slope(LNS), trained - untrained",
+        "seeds",
+        f"> {pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}",
+        "no: the untrained gap (~0.16) exceeds the trained",
+        pair_claims,
+    ),
+    Claim(
+        "cod_val_loss",
+        PAPER_VALUES["cod_lns_gain"],
+        "loss(Pre-LN) - loss(LNS), trained - untrained; size against Table 1's gains",
+        "seeds",
+        f"> {pv.COD_LNS_GAIN_NEGLIGIBLE:g} nats; size in {band_text(pv.COD_LNS_GAIN_BAND)}; "
+        f"needs ≥ {pv.COD_MIN_TOKENS_PER_PARAM:g} tokens per parameter",
+        "no: 0.22 tokens per parameter; one_gpu: yes",
+        pair_claims,
+    ),
+    Claim(
+        "cod_angular_distance",
+        PAPER_VALUES["cod_angular_distance"],
+        "deeper-half mean d(l, l+1), LNS - Pre-LN, all tokens, trained - untrained",
+        "seeds",
+        f"> {pv.COD_ANGULAR_NEGLIGIBLE:g}",
+        "no: LNS's 1/sqrt(l) makes the untrained gap -0.06, larger than the trained",
+        pair_claims,
+    ),
+    Claim(
+        "cod_delta_p",
+        PAPER_VALUES["cod_delta_p"],
+        "deeper-half single-layer loss increase, LNS - Pre-LN, trained - untrained",
+        "seeds",
+        f"> {pv.LEARNED_SHARE_NEGLIGIBLE:.0%} of what Pre-LN learned",
+        "no: one deep layer costs < 0.005 nats, below the threshold; one_gpu: yes",
+        pair_claims,
+    ),
+    Claim(
+        "cod_lns_best",
+        PAPER_VALUES["cod_lns_best"],
+        "loss(scheme) - loss(LNS) for every other scheme at the pair's shape, trained - untrained",
+        "seeds, paired",
+        f"every scheme > {pv.COD_LNS_BEST_NEGLIGIBLE:g} nats",
+        "no (budget; one seed of four schemes); one_gpu: yes",
+        lns_best_rows,
+    ),
+    Claim(
+        "cod_post_ln_reverse:<model>",
+        PAPER_VALUES["cod_post_ln_reverse"],
+        "deeper-half - shallower-half mean d(l, l+1)",
+        "seeds (trained Post-LN, vs twin); document shards (a published encoder)",
+        f"> {pv.COD_POST_LN_NEGLIGIBLE:g}",
+        "trained Post-LN: no (did not learn); MiniLM: yes",
+        post_ln_rows,
+    ),
+)
+
+FINETUNE_CLAIMS = (
+    Claim(
+        "cod_sft_gain",
+        PAPER_VALUES["cod_sft_gain"],
+        "fine-tuned LNS - fine-tuned Pre-LN mean task accuracy",
+        "pretraining seeds (+ items)",
+        f"> {pv.COD_SFT_GAIN_NEGLIGIBLE:g}",
+        "no: toy accuracies near chance; no twin (it would need fine-tuning, i.e. training)",
+        finetune_claims,
+    ),
+)

@@ -14,6 +14,7 @@ from depthlab.claims.measures import (
     map_error_advantage,
 )
 from depthlab.claims.rows import (
+    Claim,
     against_initialisation,
     claim_row,
     decide,
@@ -31,7 +32,7 @@ from depthlab.claims.verdicts import (
     verdict_positive,
 )
 from depthlab.core import paper_values as pv
-from depthlab.core.paper_values import CSORDAS
+from depthlab.core.paper_values import CSORDAS, PAPER_VALUES
 
 
 def depth_score_row(data: RunData, group: str, members: list, family: str) -> dict:
@@ -176,6 +177,7 @@ def future_effect_rows(data: RunData) -> list[dict]:
 
 
 def csordas_claims(data: RunData) -> list[dict]:
+    """csordas_linear_maps per mapped pair and csordas_depth_score per group and family."""
     rows = []
     negligible = pv.CSORDAS_MAP_ERROR_NEGLIGIBLE
     for key, pairs in data.map_groups.items():
@@ -207,4 +209,46 @@ def csordas_claims(data: RunData) -> list[dict]:
             continue
         for family in sorted(set(data.problem_effects[members[0]]["family"])):
             rows.append(depth_score_row(data, group, members, family))
-    return rows + future_effect_rows(data)
+    return rows
+
+
+CLAIMS = (
+    Claim(
+        "csordas_linear_maps:<pair>",
+        PAPER_VALUES["csordas_linear_maps"],
+        "err(s, best depth-blind target) - err(s, equal depth), mean over source layers",
+        "seeds",
+        f"> {pv.CSORDAS_MAP_ERROR_NEGLIGIBLE:g}",
+        "no: the sweep models did not learn; not yet against the twin",
+        csordas_claims,
+    ),
+    Claim(
+        "csordas_depth_score:<LM>:<family>",
+        PAPER_VALUES["csordas_depth_score"],
+        "normalised depth score of each difficulty level - the easiest level's",
+        "problems (bootstrap, Bonferroni over the levels)",
+        f"equivalence: every level inside ±{pv.CSORDAS_DEPTH_SCORE_MARGIN:g}",
+        "needs the hardest level above chance",
+        csordas_claims,
+    ),
+    Claim(
+        "csordas_depth_score:<trained on the problems>:<family>",
+        PAPER_VALUES["csordas_depth_score_scratch"],
+        "OLS slope of the normalised depth score over the difficulty levels",
+        "seeds",
+        f"> {pv.CSORDAS_DEPTH_SCORE_SLOPE_NEGLIGIBLE:g} per level",
+        "needs the hardest level above chance; not yet against the twin",
+        csordas_claims,
+    ),
+    Claim(
+        "csordas_future_effect:<group>",
+        PAPER_VALUES["csordas_future_effect"],
+        f"min(first-half mean - {pv.CSORDAS_FUTURE_EFFECT_SMALL:g}, "
+        f"{pv.CSORDAS_FUTURE_EFFECT_SMALL:g} - second-half mean) of the largest later-layer "
+        "update change (layer_future), trained - untrained",
+        "seeds; one document set (published: no interval)",
+        "> 0",
+        "no: a random 4-layer network already spares its later layers",
+        future_effect_rows,
+    ),
+)

@@ -20,11 +20,13 @@ from depthlab.claims.measures import (
     mean_task_score,
     method_gap_of_means,
     no_room,
+    over_shards,
     removal_damage,
     sweep_layers,
     window_means,
 )
 from depthlab.claims.rows import (
+    Claim,
     against_initialisation,
     claim_row,
     decide,
@@ -46,7 +48,7 @@ from depthlab.claims.verdicts import (
 )
 from depthlab.core import paper_values as pv
 from depthlab.core import paper_values_pruning as pvh
-from depthlab.core.paper_values import GROMOV
+from depthlab.core.paper_values import GROMOV, PAPER_VALUES
 
 
 def _healing_gate(data: RunData, members, trained: bool, method: str = "lora"):
@@ -66,6 +68,7 @@ def _healing_gate(data: RunData, members, trained: bool, method: str = "lora"):
 
 
 def gromov_claims(data: RunData) -> list[dict]:
+    """gromov_block_choice and gromov_healing_gap per pruned group."""
     rows = []
     for group, members in data.pruning_groups.items():
         if not all(m in data.sweeps for m in members):
@@ -117,7 +120,7 @@ def gromov_claims(data: RunData) -> list[dict]:
         )
         rows.append(_healing_row(data, group, members, trained, blockers, scale, negligible,
                                  negligible_text))  # fmt: skip
-    return rows + qa_math_rows(data)
+    return rows
 
 
 def _task_class(task: str) -> str | None:
@@ -210,6 +213,53 @@ def qa_math_rows(data: RunData) -> list[dict]:
                 e,
                 scale_of(data, members),
                 decide(e, verdict_positive(e, blockers, threshold), trained, blockers),
+            )
+        )
+    return rows
+
+
+def deep_block_position(measures: pd.DataFrame, max_fraction: float) -> float:
+    """Mean over n = 1 .. max_fraction * L of l*(n) / (L - n), where l*(n) starts the block of n
+    layers with the smallest last-token d(x^l, x^(l+n)) (the pruning stage's angular choice: the
+    first minimum) of an analysis measures.csv frame: 0 when every block sits at the front, 1
+    when it ends at the last layer; NaN without the distances."""
+    rows = measures[measures["measure"] == "angular_distance_last"]
+    if rows.empty:
+        return math.nan
+    layers = int((rows["layer"] + rows["n"]).max())
+    positions = []
+    for n in range(1, block_range(layers, max_fraction) + 1):
+        block = rows[rows["n"] == n].sort_values("layer", kind="stable")
+        if block.empty:
+            return math.nan
+        start = int(block["layer"].iloc[int(np.argmin(block["value"].to_numpy()))])
+        positions.append(start / (layers - n))
+    return float(np.mean(positions))
+
+
+def deep_block_rows(data: RunData) -> list[dict]:
+    """gromov_deep_block per published LM whose analysis measured the last-token distances, over
+    its document shards. Models trained here get no row: their untrained twins' block choice is
+    not measured, and a random Pre-LN's deep layers may already be the closest."""
+    rows = []
+    threshold = pv.GROMOV_DEEP_BLOCK_ABOVE
+    for name, replicates in data.pretrained.items():
+        positions = [deep_block_position(f, pv.GROMOV_MAX_FRACTION) for f, _, _ in replicates]
+        if not all(math.isfinite(p) for p in positions):
+            continue
+        e = over_shards(positions, "mean position each")
+        rows.append(
+            claim_row(
+                f"gromov_deep_block:{name}",
+                GROMOV,
+                f"{name}: the block whose removal changes the last token's representation least "
+                f"lies deep: mean over n = 1 .. {pv.GROMOV_MAX_FRACTION:g} L of l*(n) / (L - n) "
+                f"> {threshold:g}, l*(n) the start of the n-layer block with the smallest "
+                f"d(x^l, x^(l+n)) (0: at the front, 1: ending at the last layer)",
+                "gromov_deep_block",
+                e,
+                data.pretrained_scale.get(name, name),
+                decide(e, verdict_positive(e, [], threshold), False, []),
             )
         )
     return rows
@@ -345,3 +395,57 @@ def kim_claims(data: RunData) -> list[dict]:
             )
         )
     return rows
+
+
+_RANGE = f"n = 1 .. {pv.GROMOV_MAX_FRACTION:g} L"
+_LEARNED = f"{pv.LEARNED_SHARE_NEGLIGIBLE:.0%} of what the model learned"
+
+CLAIMS = (
+    Claim(
+        "gromov_block_choice:<group>",
+        PAPER_VALUES["gromov_block_vs_baseline"],
+        f"mean over {_RANGE} of loss(deepest) - loss(angular), unhealed; trained - untrained",
+        "seeds; validation windows (published)",
+        f"> {_LEARNED} (trained here), {pv.GROMOV_GAP_NEGLIGIBLE:g} nats (published)",
+        "no: the toys' removals cost less than the threshold; SmolLM2: yes",
+        gromov_claims,
+    ),
+    Claim(
+        "gromov_healing_gap:<group>",
+        PAPER_VALUES["gromov_block_vs_baseline"],
+        "mean over healed n of |gap before| - |gap after|",
+        "healing runs",
+        "> gromov_block_choice's threshold",
+        "indicative: one healing run per block",
+        gromov_claims,
+    ),
+    Claim(
+        "gromov_qa_vs_math:<group>",
+        PAPER_VALUES["gromov_qa_vs_math"],
+        f"mean over {_RANGE} of math-score drop - QA-score drop (angular, unhealed)",
+        "items (published), seeds",
+        f"> {pv.GROMOV_QA_MATH_NEGLIGIBLE:g}",
+        "no QA / math task in the default; one_gpu: BoolQ, GSM8K",
+        qa_math_rows,
+    ),
+    Claim(
+        "gromov_deep_block:<LM>",
+        PAPER_VALUES["gromov_deep_block"],
+        f"mean over {_RANGE} of l*(n) / (L - n), l*(n) the start of the angular choice of n "
+        "layers (last token)",
+        "document shards",
+        f"> {pv.GROMOV_DEEP_BLOCK_ABOVE:g}",
+        "published LMs: yes; toys: no row (their twins' block choice is not measured)",
+        deep_block_rows,
+    ),
+    Claim(
+        "kim_cpt_vs_lora:<group>",
+        pvh.PAPER_VALUES["kim_cpt_vs_lora"],
+        "loss(LoRA-healed) - loss(CPT-healed) at the largest healed n",
+        "healing runs",
+        f"> {pvh.KIM_CPT_GAP_NEGLIGIBLE:g}; CPT must read ≥ {pvh.KIM_CPT_MIN_TOKENS / 1e6:g}M "
+        "tokens",
+        "no: CPT reads 1.5k tokens, so the row compares learning rates",
+        kim_claims,
+    ),
+)

@@ -12,6 +12,7 @@ import pandas as pd
 
 from depthlab.claims.measures import over_shards
 from depthlab.claims.rows import (
+    Claim,
     against_initialisation,
     claim_row,
     decide,
@@ -167,3 +168,27 @@ def lens_swaps_claims(data: RunData) -> list[dict]:
             )
         )
     return rows
+
+
+CLAIMS = (
+    Claim(
+        "belrose_tuned_lens:<model>",
+        PAPER_VALUES["belrose_tuned_lens_kl"],
+        "min over states l < L of 1 - KL(tuned lens) / KL(logit lens), trained - untrained (the "
+        "twin's lens trained the same way)",
+        "seeds; document shards",
+        f"> {pv.BELROSE_KL_GAP_NEGLIGIBLE:g}",
+        "toys: measured against their twins",
+        lens_swaps_claims,
+    ),
+    Claim(
+        "lad_layer_swaps:<model>",
+        PAPER_VALUES["lad_swap_kept_accuracy"],
+        f"min(middle swaps' kept accuracy - {pv.LAD_MOST:g}, {pv.LAD_MOST:g} - first swap's), "
+        "trained - untrained; size: the middle swaps' kept accuracy",
+        "seeds; document shards",
+        f"> 0, size in {band_text(pv.LAD_SWAP_BAND)}",
+        "toys: measured against their twins; the size is decided whenever decidable",
+        lens_swaps_claims,
+    ),
+)

@@ -14,6 +14,7 @@ from depthlab.claims.measures import (
     toy_exponent_gaps,
 )
 from depthlab.claims.rows import (
+    Claim,
     claim_row,
     decide,
     not_learned,
@@ -58,7 +59,8 @@ def _fit_seed_blockers(fit: dict, seeds: int) -> list[str]:
     return []
 
 
-def liu_claims(data: RunData) -> list[dict]:
+def fit_claims(data: RunData) -> list[dict]:
+    """The fitted exponents of every scaling fit against the paper's band."""
     rows = []
     for name, (fit, bounds) in data.fits.items():
         # the project's own sweep is trained here: seeds gate it; published points are not
@@ -108,9 +110,7 @@ def liu_claims(data: RunData) -> list[dict]:
                     size=(size_band, band_text(size_band), e),
                 )
             )
-    if data.toy_fit is not None:
-        rows += _toy_rows(data)
-    return rows + orthogonal_rows(data)
+    return rows
 
 
 def _mean_update_angle(angles: pd.Series) -> float:
@@ -202,11 +202,13 @@ def _toy_protocol(fit: dict) -> str:
     return protocol.get("name", "embedding") if isinstance(protocol, dict) else str(protocol)
 
 
-def _toy_rows(data: RunData) -> list[dict]:
+def toy_rows(data: RunData) -> list[dict]:
     """The toy's tied vs independent teachers in the regime the run trained: converged runs test
     Sec. 5's tied ≈ 3 vs independent ≈ 1 (gap > threshold, ratio in the band); unconverged runs
     test what the paper says of them, that the two exponents are still close (|gap| inside the
-    margin, an equivalence test; no size)."""
+    margin, an equivalence test; no size); none without a toy fit."""
+    if data.toy_fit is None:
+        return []
     rows = []
     depths = sorted({r["student_depth"] for r in data.toy_fit.get("losses", [])})
     protocol = _toy_protocol(data.toy_fit)
@@ -255,3 +257,62 @@ def _toy_rows(data: RunData) -> list[dict]:
             )
         )
     return rows
+
+
+CLAIMS = (
+    Claim(
+        "liu_a_l:<fit>",
+        PAPER_VALUES["liu_a_l"],
+        "fitted depth exponent a_l",
+        "bootstrap over points (published) or architectures (the sweep)",
+        f"inside {band_text(pv.LIU_A_L_BAND)} ({pv.LIU_A_L_BAND_SOURCE}); size: the same band",
+        "Chinchilla: published data; the sweep: no",
+        fit_claims,
+    ),
+    Claim(
+        "liu_a_m:<fit>",
+        PAPER_VALUES["liu_a_m"],
+        "fitted width exponent a_m",
+        "bootstrap over points (published) or architectures (the sweep)",
+        f"inside {band_text(pv.LIU_A_M_BAND)} ({pv.LIU_A_M_BAND_SOURCE}); size: the same band",
+        "Chinchilla: published data; the sweep: no",
+        fit_claims,
+    ),
+    Claim(
+        "besiroglu_alpha:<fit>",
+        PAPER_VALUES["besiroglu_alpha"],
+        "fitted parameter exponent alpha",
+        "bootstrap over points",
+        f"inside {band_text(pv.BESIROGLU_ALPHA_BAND)} ({pv.BESIROGLU_ALPHA_BAND_SOURCE})",
+        "published data",
+        fit_claims,
+    ),
+    Claim(
+        "liu_toy_tied_exceeds:T=<temperature>",
+        PAPER_VALUES["liu_toy_tied"],
+        "a_tied - a_indep (t interval with the fits' df); size a_tied / a_indep",
+        "toy replicates",
+        f"converged ({', '.join(pv.LIU_TOY_CONVERGED_PROTOCOLS)} protocol): > "
+        f"{pv.LIU_TOY_GAP_NEGLIGIBLE:g}, ratio in {band_text(pv.LIU_TOY_RATIO_BAND)}",
+        "the default's toys are unconverged: tested for no gap instead",
+        toy_rows,
+    ),
+    Claim(
+        "liu_toy_unconverged_no_gap:T=<temperature>",
+        PAPER_VALUES["liu_toy_tied"],
+        "a_tied - a_indep (t interval with the fits' df)",
+        "toy replicates",
+        f"unconverged: |gap| < {pv.LIU_TOY_UNCONVERGED_MARGIN:g}",
+        "the default's 400 steps are unconverged: yes",
+        toy_rows,
+    ),
+    Claim(
+        "liu_update_orthogonal:<model>",
+        PAPER_VALUES["liu_update_orthogonal"],
+        "mean angle(dh_l, dh_(l+1)) - pi/2 over l ≥ 1",
+        "document shards; seeds (vs twin)",
+        f"inside ±{pv.LIU_ORTHOGONAL_MARGIN:g} rad",
+        "toys: no, random updates are orthogonal too; SmolLM2: yes",
+        orthogonal_rows,
+    ),
+)

@@ -16,6 +16,7 @@ from depthlab.claims.measures import (
     single_layer_drop,
 )
 from depthlab.claims.rows import (
+    Claim,
     claim_row,
     decide,
     has_single_windows,
@@ -27,7 +28,7 @@ from depthlab.claims.verdicts import (
     verdict_positive,
 )
 from depthlab.core import paper_values as pv
-from depthlab.core.paper_values import COD, CSORDAS
+from depthlab.core.paper_values import COD, CSORDAS, PAPER_VALUES
 
 
 def half_margin(contribution) -> float:
@@ -138,3 +139,45 @@ def pretrained_claims(data: RunData) -> list[dict]:
                 )
             )
     return rows
+
+
+CLAIMS = (
+    Claim(
+        "cod_variance_growth:<LM>",
+        PAPER_VALUES["cod_variance_growth"],
+        "OLS slope of ln Var(h_l) over l ≥ 1",
+        "document shards",
+        f"> {pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}",
+        "published LMs: yes",
+        pretrained_claims,
+    ),
+    Claim(
+        "cod_deep_identity:<LM>",
+        PAPER_VALUES["cod_deep_identity"],
+        "shallower-half - deeper-half mean d(l, l+1)",
+        "document shards",
+        f"> {pv.COD_ANGULAR_NEGLIGIBLE:g}",
+        "published LMs: yes",
+        pretrained_claims,
+    ),
+    Claim(
+        "csordas_second_half:<LM>",
+        PAPER_VALUES["csordas_second_half"],
+        "first-half - second-half mean relative contribution ||h_(l+1) - h_l|| / ||h_l|| over "
+        f"l ≥ 1; size min(first - {pv.CSORDAS_FIRST_HALF_ABOVE:g}, "
+        f"{pv.CSORDAS_SECOND_HALF_BELOW:g} - second)",
+        "document shards",
+        f"> {pv.CSORDAS_HALF_CONTRIBUTION_NEGLIGIBLE:g}; size > 0",
+        "published LMs: yes",
+        pretrained_claims,
+    ),
+    Claim(
+        "cod_delta_p_depth:<LM>",
+        PAPER_VALUES["cod_delta_p_depth"],
+        "shallower-half - deeper-half mean single-layer loss increase",
+        "validation windows (paired bootstrap)",
+        f"> {pv.COD_DELTA_P_NEGLIGIBLE:g} nats",
+        "published LMs: yes",
+        pretrained_claims,
+    ),
+)

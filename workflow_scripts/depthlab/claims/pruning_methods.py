@@ -22,6 +22,7 @@ from depthlab.claims.measures import (
     window_means,
 )
 from depthlab.claims.rows import (
+    Claim,
     claim_row,
     decide,
     learned_threshold,
@@ -39,7 +40,7 @@ from depthlab.claims.verdicts import (
     t_interval,
     verdict_positive,
 )
-from depthlab.core.paper_values import GROMOV_MAX_FRACTION
+from depthlab.core.paper_values import GROMOV_MAX_FRACTION, LEARNED_SHARE_NEGLIGIBLE
 from depthlab.core.paper_values_pruning import (
     CRITERIA_GAP_NEGLIGIBLE,
     KIM,
@@ -258,3 +259,40 @@ def pruning_method_claims(data: RunData) -> list[dict]:
                      "lm-eval scored no n of both ppl and taylor_plus (pruning.lm_eval.n_grid)")
             )  # fmt: skip
     return rows
+
+
+_THRESHOLD = (
+    f"> {LEARNED_SHARE_NEGLIGIBLE:.0%} of what the model learned (trained here), "
+    f"{CRITERIA_GAP_NEGLIGIBLE:g} nats (published)"
+)
+_RANGE = f"n ≤ {GROMOV_MAX_FRACTION:g} L"
+
+CLAIMS = (
+    Claim(
+        "kim_ppl_vs_taylor:<group>",
+        PAPER_VALUES["kim_ppl_vs_taylor_loss"],
+        f"loss(taylor_plus) - loss(ppl) over {_RANGE}, healed",
+        "seeds; validation windows (published)",
+        _THRESHOLD,
+        "not testable unless both rankings are healed",
+        pruning_method_claims,
+    ),
+    Claim(
+        "song_iterative_vs_one_shot:<group>",
+        PAPER_VALUES["song_iterative_vs_one_shot"],
+        f"loss(ppl) - loss(sleb) over {_RANGE}, unhealed",
+        "seeds; validation windows (published)",
+        _THRESHOLD,
+        "LNS toy: no room (removals cost 0.013 nats)",
+        pruning_method_claims,
+    ),
+    Claim(
+        "kim_taylor_vs_ppl_tasks:<group>",
+        PAPER_VALUES["kim_taylor_vs_ppl_tasks"],
+        f"score(taylor_plus) - score(ppl) over the tasks and {_RANGE}, healed",
+        "seeds (+ items)",
+        "> 0",
+        "not testable unless both rankings are healed",
+        pruning_method_claims,
+    ),
+)

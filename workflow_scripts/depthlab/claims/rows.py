@@ -1,9 +1,10 @@
-"""The claims table's columns and the helpers every builder shares: one row, the seed gate, the
-scale text, window bootstraps of a pruned model."""
+"""The claims table's columns, the declaration of a claim (`Claim`) and the helpers every builder
+shares: one row, the seed gate, the scale text, window bootstraps of a pruned model."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -20,7 +21,7 @@ from depthlab.claims.verdicts import (
     with_seeds,
 )
 from depthlab.core import paper_values as pv
-from depthlab.core.paper_values import PAPER_VALUES
+from depthlab.core.paper_values import PAPER_VALUES, PaperValue
 
 COLUMNS = (
     "claim_id",
@@ -41,6 +42,34 @@ COLUMNS = (
     "size_high",
     "size_verdict",
 )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim the table can test, declared once beside the function that writes its rows
+    (each paper's module holds its claims in a `CLAIMS` tuple; depthlab.claims.table lists the
+    modules): the docs' table of every claim (docs/claims.md, generated when the site is built)
+    and the table's check that no row goes undeclared read these declarations.
+
+    id: the rows' claim_id, a placeholder after ':' where one row is written per model, group or
+    fit (`gromov_block_choice:<group>`); paper_value: the paper's statement (paper, section and
+    value); measure: what the row's value is; replicate: what its interval is over; rule: how
+    it is decided, written from the named thresholds (depthlab.core.paper_values*); fair:
+    whether the default suite's rows are a fair test, and why not; rows: the function that
+    writes the rows (RunData -> [claim_row dicts]), shared by the claims it writes together."""
+
+    id: str
+    paper_value: PaperValue
+    measure: str
+    replicate: str
+    rule: str
+    fair: str
+    rows: Callable[[RunData], list[dict]]
+
+    @property
+    def base(self) -> str:
+        """The claim_id up to its first ':' (the part every row of the claim starts with)."""
+        return self.id.split(":", 1)[0]
 
 
 def over_windows(data: RunData, name: str, statistic) -> Estimate:

@@ -109,6 +109,10 @@ GROMOV_MAX_FRACTION = 0.5
 # drop of a math task's score (from the intact model's) minus the mean drop of a QA task's
 # exceeds 5 points of accuracy. Tasks are classed by name (lm-eval task names).
 GROMOV_QA_MATH_NEGLIGIBLE = 0.05
+# The angular block lies deep: the mean over n = 1 .. GROMOV_MAX_FRACTION * L of where the block
+# of n layers with the smallest d(x^l, x^(l+n)) starts, l* / (L - n) (0: at the front, 1: ending
+# at the last layer), above the middle of the places it can start.
+GROMOV_DEEP_BLOCK_ABOVE = 0.5
 GROMOV_QA_TASKS = ("mmlu", "boolq", "arc_easy", "arc_challenge", "openbookqa", "piqa", "hellaswag")
 GROMOV_MATH_TASKS = ("gsm8k", "math", "minerva_math", "arithmetic", "mathqa")
 
@@ -278,6 +282,17 @@ PAPER_VALUES: dict[str, PaperValue] = {
         "beyond it accuracy falls towards chance)",
         quote="minimal degradation of performance on different question-answering benchmarks "
         "until after a large fraction (up to half) of the layers are removed",
+    ),
+    "gromov_deep_block": PaperValue(
+        GROMOV,
+        "the angular distance d(x^l, x^(l+n)) over block start l and size n; the deepest-layers "
+        "baseline",
+        None,
+        "the block of n layers whose input and output are closest lies in the deep layers (the "
+        "final layer excepted), the observation behind the simple rule of dropping the deepest "
+        "layers but the last",
+        derived="read off the paper's heatmaps of the angular distance over l and n, whose "
+        "minimum over l sits at deep l; no number is printed (not re-read here)",
     ),
     "gromov_qa_vs_math": PaperValue(
         GROMOV,

@@ -1,0 +1,71 @@
+"""MkDocs hook: the table of every claim on claims.md, rendered from the claims' declarations
+(depthlab.claims.table.CLAIMS: each paper's module declares its claims beside the code that
+writes their rows) at build time, so the page cannot drift from the code: a claim's paper,
+section, measure, replicate unit, rule (written from the named thresholds in
+depthlab.core.paper_values*) and whether the default suite's rows are a fair test.
+
+claims.md holds MARKER where the table goes; a page without it fails the build.
+`python docs/hooks/claims_table.py` prints the table.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = "claims.md"
+MARKER = "<!-- the table of every claim: docs/hooks/claims_table.py writes it here -->"
+HEADER = (
+    "| claim | paper, where | what is measured | replicate unit | rule | "
+    "the toy rows: a fair test? |\n|---|---|---|---|---|---|"
+)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def render(claims) -> str:
+    """The Markdown table, one row per declaration, in the table's order."""
+    lines = [HEADER]
+    for claim in claims:
+        value = claim.paper_value
+        cited = value.paper.split(" (", 1)[0]  # "Sun et al. 2025 (Curse of Depth, ...)"
+        cells = (
+            f"`{claim.id}`",
+            f"{cited}, {value.source}",
+            claim.measure,
+            claim.replicate,
+            claim.rule,
+            claim.fair,
+        )
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def table_text(root: Path = ROOT) -> str:
+    sys.path.insert(0, str(root / "workflow_scripts"))
+    from depthlab.claims.table import CLAIMS
+
+    return render(CLAIMS)
+
+
+def fill(markdown: str, table: str) -> str:
+    """The page with its marker replaced by the table; ValueError without exactly one marker."""
+    if markdown.count(MARKER) != 1:
+        raise ValueError(
+            f"docs/{PAGE} must hold the line {MARKER!r} once (found {markdown.count(MARKER)})"
+        )
+    return markdown.replace(MARKER, table)
+
+
+def on_page_markdown(markdown, page, config, files):
+    """Write the table into claims.md (mkdocs hook)."""
+    if page.file.src_uri != PAGE:
+        return markdown
+    return fill(markdown, table_text())
+
+
+if __name__ == "__main__":
+    print(table_text(), end="")
