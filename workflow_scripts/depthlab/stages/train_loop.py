@@ -1,18 +1,20 @@
 """The training loop that pretraining (depthlab.stages.pretrain.training), fine-tuning
 (depthlab.stages.finetune.finetuning) and healing (depthlab.stages.pruning.healing) share, each
-with settings of one family (depthlab.core.training_settings): step iteration, gradient clipping, the AdamW and schedule steps, the train log and its
-TensorBoard / W&B scalars, periodic evaluation, the resumable state and the run record.
+with settings of one family (depthlab.core.training_settings): step iteration, gradient
+clipping, the AdamW and schedule steps, the train log and its TensorBoard / W&B scalars,
+periodic evaluation, the resumable state and the run record.
 
 A run subclasses TrainingLoop with what differs: the loss of a step's batch (`train_loss`, which
 also runs the backward pass), the held-out loss (`validate`) and what to do with it
-(`validated`), and optionally a look at the gradient before clipping at evaluation steps
-(`gradients_taken`). A run without a resumable state (healing: state_path None,
-checkpoint_every None) never saves one. `train_loss` may return the loss as a tensor on the device: the loop brings
-losses to the host only at check steps (log, evaluation, checkpoint and progress steps and the
-last step), one transfer for all the steps since the previous check, so a GPU never waits on the
-host between them (NonFiniteLossCheck). A non-finite loss stops the run at the next check step,
-naming the step it first appeared at and the range of steps that check covered; the updates in
-between were taken, but nothing after the previous check is saved.
+(`validated`), optionally a look at the gradient before clipping at evaluation steps
+(`gradients_taken`) and the names of its train scalars (`train_scalars`). A run without a
+resumable state (healing: state_path and checkpoint_every None) never saves one. `train_loss`
+may return the loss as a tensor on the device: the loop brings losses to the host only at check
+steps (log, evaluation, checkpoint and progress steps and the last step), one transfer for all
+the steps since the previous check, so a GPU never waits on the host between them
+(NonFiniteLossCheck). A non-finite loss stops the run at the next check step, naming the step it
+first appeared at and the range of steps that check covered; the updates in between were taken,
+but nothing after the previous check is saved.
 
 Batches are a pure function of (seed, step), so resuming restores only the step counter, the
 weights, the optimizer, the schedule, torch's RNG and the logs; a run resumed after a kill ends

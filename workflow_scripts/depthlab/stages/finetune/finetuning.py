@@ -203,7 +203,7 @@ class FinetuneLoop(TrainingLoop):
             scheduler,
             settings,
             eval_at=[s for s in range(1, steps + 1) if s % every == 0 or s == steps],
-            tokens_per_step=settings.batch_size * settings.seq_len,
+            tokens_per_step=settings.tokens_per_step,
             **state,
         )
         self.seed, self.batch_size = seed, settings.batch_size
