@@ -576,7 +576,7 @@ def test_healing_methods_are_one_heal_job_each_and_the_first_keeps_todays_job():
     methods resolves to exactly that job), the others are `<strategy>_n<n>_<method>`, `full`
     with full_lr as its lr; the gather job lists the first method's parts first; a bad method
     names pruning.healing.methods; per_model overrides the methods of its model only."""
-    from depthlab.plan.stage_settings import validate_healing_settings
+    from depthlab.core.training_settings import validate_healing_settings
 
     config = load("test.yaml")
     healing = config["pruning"]["healing"]

@@ -1,16 +1,20 @@
-"""The training loop that pretraining (depthlab.stages.pretrain.training) and fine-tuning (depthlab.stages.finetune.finetuning)
-share: step iteration, gradient clipping, the AdamW and schedule steps, the train log and its
-TensorBoard / W&B scalars, periodic evaluation, the resumable state and the run record.
+"""The training loop that pretraining (depthlab.stages.pretrain.training), fine-tuning
+(depthlab.stages.finetune.finetuning) and healing (depthlab.stages.pruning.healing) share, each
+with settings of one family (depthlab.core.training_settings): step iteration, gradient
+clipping, the AdamW and schedule steps, the train log and its TensorBoard / W&B scalars,
+periodic evaluation, the resumable state and the run record.
 
 A run subclasses TrainingLoop with what differs: the loss of a step's batch (`train_loss`, which
 also runs the backward pass), the held-out loss (`validate`) and what to do with it
-(`validated`), and optionally a look at the gradient before clipping at evaluation steps
-(`gradients_taken`). `train_loss` may return the loss as a tensor on the device: the loop brings
-losses to the host only at check steps (log, evaluation, checkpoint and progress steps and the
-last step), one transfer for all the steps since the previous check, so a GPU never waits on the
-host between them (NonFiniteLossCheck). A non-finite loss stops the run at the next check step,
-naming the step it first appeared at and the range of steps that check covered; the updates in
-between were taken, but nothing after the previous check is saved.
+(`validated`), optionally a look at the gradient before clipping at evaluation steps
+(`gradients_taken`) and the names of its train scalars (`train_scalars`). A run without a
+resumable state (healing: state_path and checkpoint_every None) never saves one. `train_loss`
+may return the loss as a tensor on the device: the loop brings losses to the host only at check
+steps (log, evaluation, checkpoint and progress steps and the last step), one transfer for all
+the steps since the previous check, so a GPU never waits on the host between them
+(NonFiniteLossCheck). A non-finite loss stops the run at the next check step, naming the step it
+first appeared at and the range of steps that check covered; the updates in between were taken,
+but nothing after the previous check is saved.
 
 Batches are a pure function of (seed, step), so resuming restores only the step counter, the
 weights, the optimizer, the schedule, torch's RNG and the logs; a run resumed after a kill ends
@@ -131,9 +135,10 @@ def run_record(
 
 class TrainingLoop:
     """One resumable run of `model` (the unwrapped module whose state is saved) under
-    `optimizer` and `scheduler`. `settings` gives steps, log_every, checkpoint_every and
-    grad_clip; `eval_at` the steps after which to evaluate (empty on the ranks that do not);
-    only `is_main` saves the state. `process_start`: this process's start (perf_counter)."""
+    `optimizer` and `scheduler`. `settings` gives steps, log_every, checkpoint_every (None: no
+    state saved) and grad_clip; `eval_at` the steps after which to evaluate (empty on the ranks
+    that do not); only `is_main` saves the state, at `state_path` (None: none).
+    `process_start`: this process's start (perf_counter)."""
 
     extra_rows: tuple[str, ...] = ()  # row lists besides log_rows that the state carries
     loss_hint = "lower the learning rate"  # what the non-finite loss error suggests
@@ -149,8 +154,8 @@ class TrainingLoop:
         *,
         eval_at,
         tokens_per_step: int,
-        state_path: Path,
-        fingerprint: str,
+        state_path: Path | None,
+        fingerprint: str | None,
         device,
         process_start: float,
         is_main: bool = True,
@@ -159,7 +164,8 @@ class TrainingLoop:
         self.steps, self.log_every = settings.steps, settings.log_every
         self.checkpoint_every, self.grad_clip = settings.checkpoint_every, settings.grad_clip
         self.eval_at, self.tokens_per_step = set(eval_at), tokens_per_step
-        self.state_path, self.fingerprint, self.device = Path(state_path), fingerprint, device
+        self.state_path = None if state_path is None else Path(state_path)
+        self.fingerprint, self.device = fingerprint, device
         self.process_start, self.is_main = process_start, is_main
         self.tracker = Tracker(None, enabled=False)
         self.losses = NonFiniteLossCheck(name, self.loss_hint)
@@ -193,11 +199,15 @@ class TrainingLoop:
     def write_state(self, path: Path, state: dict) -> None:
         save_state(path, state)
 
+    def train_scalars(self, loss: float, lr: float, tokens_per_s: float) -> dict:
+        """The TensorBoard / W&B scalars of a logged train step."""
+        return {"loss/train": loss, "lr": lr, "tokens_per_s": tokens_per_s}
+
     # ---- shared
 
     def resume(self) -> None:
         """Continue from state_path when it holds a state of this run (same fingerprint)."""
-        if not self.state_path.exists():
+        if self.state_path is None or not self.state_path.exists():
             return
         state = load_state(self.state_path, self.device)
         if state["fingerprint"] != self.fingerprint:
@@ -236,12 +246,18 @@ class TrainingLoop:
         self.write_state(self.state_path, state)
         self.tracker.flush()  # what a resume keeps is on disk with the state
 
-    def run(self, progress: bool = True, progress_every: int | None = None) -> None:
-        """Train from self.step to the last step."""
+    def run(self, progress: bool = True, progress_every: int | None = None, write=None) -> None:
+        """Train from self.step to the last step; `write`: where the plain progress lines go
+        (a log function; default: stderr)."""
         self.started = time.perf_counter()
         self.wall = self.wall_offset
         bar = Progress(
-            self.steps, self.name, initial=self.step, enabled=progress, every=progress_every
+            self.steps,
+            self.name,
+            initial=self.step,
+            enabled=progress,
+            every=progress_every,
+            write=write,
         )
         # the plain progress lines show the loss of the very step they print
         self.progress_every = bar.every if progress else None
@@ -269,7 +285,7 @@ class TrainingLoop:
             or step == self.steps
             or (self.progress_every is not None and step % self.progress_every == 0)
             or step in self.eval_at
-            or step % self.checkpoint_every == 0
+            or (self.checkpoint_every is not None and step % self.checkpoint_every == 0)
         )
 
     def update(self, loss) -> tuple[float, float]:
@@ -300,13 +316,14 @@ class TrainingLoop:
         if step % self.log_every == 0 or step == self.steps:
             loss = self.last_loss
             self.log_rows.append([step, tokens, "train", loss, lr, round(self.wall, 3)])
-            self.tracker.scalars(step, {"loss/train": loss, "lr": lr, "tokens_per_s": tokens_per_s})
+            self.tracker.scalars(step, self.train_scalars(loss, lr, tokens_per_s))
         if evaluating:
             val = self.validate(step)
             self.log_rows.append([step, tokens, "val", val, lr, round(self.wall, 3)])
             self.tracker.scalars(step, {"loss/val": val})
             self.validated(step, val, tokens_per_s)
-        if self.is_main and step % self.checkpoint_every == 0 and step < self.steps:
+        saves = self.is_main and self.checkpoint_every is not None and self.state_path is not None
+        if saves and step % self.checkpoint_every == 0 and step < self.steps:
             self.checkpoint()
         return lr, tokens_per_s
 
@@ -328,4 +345,5 @@ class TrainingLoop:
 
     def discard_state(self) -> None:
         """The finished run's state goes: a rerun starts over."""
-        self.state_path.unlink(missing_ok=True)
+        if self.state_path is not None:
+            self.state_path.unlink(missing_ok=True)

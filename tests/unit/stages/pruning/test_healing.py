@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 from depthlab.core.errors import PruningError
-from depthlab.plan.stage_settings import HealSettings, validate_healing_settings
-from depthlab.stages.pruning.healing import _schedule, heal
+from depthlab.core.training_settings import HealSettings, lr_multiplier, validate_healing_settings
+from depthlab.stages.pruning.healing import heal
 from depthlab.stages.pruning.layer_removal import model_loss, prune_copy
 from depthlab.stages.pruning.lm_tasks import TaskEvaluator
 from depthlab.stages.pruning.strategies import validation_windows
@@ -100,12 +100,13 @@ def test_healed_model_is_evaluated_like_unhealed_variants(run):
 
 
 def test_schedule_warmup_then_cosine_to_the_floor():
-    schedule = _schedule(HealSettings.from_dict(settings(steps=20, warmup_steps=4)))
-    assert [schedule(s) for s in range(4)] == pytest.approx([0.25, 0.5, 0.75, 1.0])
-    assert schedule(20) == pytest.approx(0.1)
-    assert all(schedule(s) >= schedule(s + 1) for s in range(4, 20))
-    constant = _schedule(HealSettings.from_dict(settings(schedule="constant", warmup_steps=0)))
-    assert {constant(s) for s in range(10)} == {1.0}
+    cosine = HealSettings.from_dict(settings(steps=20, warmup_steps=4))
+    schedule = [lr_multiplier(s, cosine) for s in range(21)]
+    assert schedule[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert schedule[20] == pytest.approx(0.1)
+    assert all(schedule[s] >= schedule[s + 1] for s in range(4, 20))
+    constant = HealSettings.from_dict(settings(schedule="constant", warmup_steps=2))
+    assert [lr_multiplier(s, constant) for s in range(6)] == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0]
 
 
 def test_bad_healing_settings_are_named(run):
@@ -250,3 +251,17 @@ def test_a_full_healing_step_is_a_hand_written_adamw_step(run):
     for name, p, g in zip(names, model.parameters(), grads, strict=True):
         expected = p.detach() * (1 - lr * wd) - lr * g / (g.abs() + eps)
         assert torch.allclose(after[name].detach(), expected, atol=1e-6, rtol=1e-5), name
+
+
+def test_a_non_finite_healing_loss_stops_with_the_training_loops_message(run):
+    """Healing trains through TrainingLoop, whose check of the losses stops a run at the first
+    NaN / inf loss, naming its step: a learning rate of 1e30 sends every weight of `full` to
+    ~1e30 in its first update, so the loss of step 2 is no longer finite (a loop of its own
+    would heal on and return a model of NaNs)."""
+    values = settings(method="full", steps=4, lr=1e30, warmup_steps=0, schedule="constant")
+    with pytest.raises(
+        FloatingPointError,
+        match=r"^\[healing\] loss is (nan|inf) at step 2; stopping at the check of steps 2\.\.2 "
+        r"\(lower pruning\.healing\.lr\)$",
+    ):
+        heal(prune_copy(run["trained"], REMOVED), run["train"], HealSettings.from_dict(values), 0)

@@ -341,7 +341,7 @@ def _add_heal_jobs(
     """heal_pruned: one job per healing method and healed (strategy, n); returns their folders
     in row order (the first method's jobs, named `<strategy>_n<n>`, then each further method's,
     `<strategy>_n<n>_<method>`)."""
-    from depthlab.plan.stage_settings import healing_methods, method_settings
+    from depthlab.core.training_settings import healing_methods, method_settings
 
     healing = settings["healing"]
     if not healing["enabled"]:

@@ -27,8 +27,9 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -36,6 +37,7 @@ import torch.nn.functional as F
 
 from depthlab.core.atomic_files import atomic_path
 from depthlab.core.provenance import Provenance, sha256_path
+from depthlab.core.training_settings import RunSettings
 from depthlab.stages.finetune.data import FinetuneError, read_pairs
 from depthlab.stages.pretrain.training import (
     IGNORE,
@@ -49,33 +51,18 @@ from depthlab.stages.train_loop import TrainingLoop, run_fingerprint
 FINETUNE_METHODS = ("full", "lora")
 
 
-@dataclass(frozen=True)
-class FinetuneSettings:
+@dataclass(frozen=True, kw_only=True)
+class FinetuneSettings(RunSettings):
+    """`finetune.train`: a resumable run of the training settings family
+    (depthlab.core.training_settings), with the method and the prompt's part in the loss."""
+
+    section: ClassVar[str] = "finetune.train"
+    error: ClassVar[type[Exception]] = FinetuneError
+    noun: ClassVar[str] = "fine-tuning"
+
     method: str
-    steps: int
-    batch_size: int
-    seq_len: int
-    lr: float
-    min_lr_ratio: float
-    warmup_steps: int
-    weight_decay: float
-    beta1: float
-    beta2: float
-    grad_clip: float | None
-    eval_every: int
-    log_every: int
-    checkpoint_every: int
-    precision: str
     train_on_prompt: bool
     lora: dict | None = None  # {rank, alpha, dropout, target_modules} with method lora
-
-    @classmethod
-    def from_dict(cls, values: dict) -> FinetuneSettings:
-        required = {f.name for f in fields(cls) if f.default is MISSING}
-        missing = sorted(required - set(values))
-        if missing:
-            raise FinetuneError(f"finetune.train.{missing[0]}: missing fine-tuning setting")
-        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
 # --------------------------------------------------------------------------- data
@@ -216,7 +203,7 @@ class FinetuneLoop(TrainingLoop):
             scheduler,
             settings,
             eval_at=[s for s in range(1, steps + 1) if s % every == 0 or s == steps],
-            tokens_per_step=settings.batch_size * settings.seq_len,
+            tokens_per_step=settings.tokens_per_step,
             **state,
         )
         self.seed, self.batch_size = seed, settings.batch_size

@@ -16,6 +16,9 @@ sequence length 2048 (up to 7B) or 4096. Here:
                  it in the job's `lr`)
   data    random windows of the run's train split (`train.bin`, the pretraining corpus), the
           batch of step s drawn from (seed, s) as in pretraining (depthlab.stages.pretrain.training.train_batch)
+  loop    depthlab.stages.train_loop's TrainingLoop (HealLoop), as pretraining and fine-tuning:
+          AdamW over the trainable parameters, the warmup + cosine (or constant) schedule of the
+          training settings family, every step's loss checked for NaN / inf
   merge   (adapter methods) the trained adapters are merged (`merge_and_unload`) into the *full-precision* pruned
           weights (QLoRA too: its adapters are loaded onto the fp32 pruned model and merged),
           so a healed variant is an ordinary model evaluated exactly like an unhealed one.
@@ -31,36 +34,23 @@ from __future__ import annotations
 
 import tempfile
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import torch
 
 from depthlab.core.errors import PruningError
 from depthlab.core.placement import gpu_budget, has_offloaded_weights, input_device, is_dispatched
-from depthlab.core.tracking import Progress, Tracker
+from depthlab.core.tracking import Tracker
+from depthlab.core.training_settings import ADAPTER_METHODS, HealSettings
 from depthlab.models.architectures import _register_depthlab_models
-from depthlab.plan.stage_settings import ADAPTER_METHODS, HealSettings
 from depthlab.stages.pretrain.training import (
     IGNORE,
     language_model_loss,
-    lr_multiplier,
+    make_scheduler,
     train_batch,
 )
 from depthlab.stages.pruning.layer_removal import export_pruned
-
-
-def _schedule(settings: HealSettings):
-    shape = SimpleNamespace(
-        warmup_steps=settings.warmup_steps, steps=settings.steps, min_lr_ratio=settings.min_lr_ratio
-    )
-
-    def multiplier(step: int) -> float:
-        if settings.schedule == "constant":
-            return min(1.0, (step + 1) / settings.warmup_steps) if settings.warmup_steps else 1.0
-        return lr_multiplier(step, shape)
-
-    return multiplier
+from depthlab.stages.train_loop import TrainingLoop
 
 
 def _lora_config(settings: HealSettings):
@@ -193,38 +183,54 @@ def _full_base(pruned, settings: HealSettings):
     return pruned
 
 
-def _optimizer(model, settings: HealSettings) -> tuple:
-    """(AdamW over the trainable parameters: the adapters, or every weight for `full`; its
-    warmup + cosine (or constant) schedule)."""
-    optimizer = torch.optim.AdamW(
+def heal_optimizer(model, settings: HealSettings) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters (the adapters, or every weight for `full`), each
+    decayed by weight_decay, torch's default betas and implementation (pretraining's
+    make_optimizer spares 1-D parameters the decay and fuses on CUDA: not healing's recipe)."""
+    return torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],
         lr=settings.lr,
         weight_decay=settings.weight_decay,
     )
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(settings))
 
 
-def _train(
-    model, optimizer, scheduler, train_tokens, settings, seed, inputs_at, progress, tracker
-) -> list[float]:
-    """settings.steps optimizer steps on random train windows; the loss of each step. Closes
-    `progress` and `tracker` when done."""
-    losses = []
-    for step in range(settings.steps):
-        window = train_batch(train_tokens, step, seed, settings.batch_size, settings.seq_len).to(
-            inputs_at
+class HealLoop(TrainingLoop):
+    """Healing's part of the shared loop: each step a batch of random train windows drawn from
+    (seed, step) as pretraining draws them, its gradient accumulated over micro-batches; no
+    evaluation inside the loop (the healed model is scored after the merge) and no resumable
+    state. Every step's loss is logged (HealSettings.log_every): the record reads them all."""
+
+    loss_hint = "lower pruning.healing.lr"
+    show_throughput = False
+
+    def __init__(self, model, optimizer, settings: HealSettings, train_tokens, seed, inputs_at):
+        super().__init__(
+            "healing",
+            model,
+            optimizer,
+            make_scheduler(optimizer, settings),
+            settings,
+            eval_at=(),
+            tokens_per_step=settings.tokens_per_step,
+            state_path=None,
+            fingerprint=None,
+            device=inputs_at,
+            process_start=time.perf_counter(),
         )
-        loss = accumulated_loss(model, window, settings.micro_batch_size)
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
-        progress.update(1, loss=losses[-1], lr=lr)
-        tracker.scalars(step + 1, {"heal/loss": losses[-1], "heal/lr": lr})
-    progress.close()
-    tracker.close()
-    return losses
+        self.settings, self.train_tokens, self.seed = settings, train_tokens, seed
+
+    def train_loss(self, step: int) -> torch.Tensor:
+        settings = self.settings
+        window = train_batch(
+            self.train_tokens, step, self.seed, settings.batch_size, settings.seq_len
+        ).to(self.device)
+        return accumulated_loss(self.model, window, settings.micro_batch_size)
+
+    def train_scalars(self, loss: float, lr: float, tokens_per_s: float) -> dict:
+        return {"heal/loss": loss, "heal/lr": lr}
+
+    def train_losses(self) -> list[float]:
+        return [row[3] for row in self.log_rows if row[2] == "train"]
 
 
 def _frozen(model, settings: HealSettings):
@@ -296,29 +302,24 @@ def heal(
         model = get_peft_model(base, _lora_config(settings))
     else:
         base = model = _full_base(pruned, settings)
-    inputs_at = input_device(base)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    optimizer, scheduler = _optimizer(model, settings)
-    model.train()
-    start = time.perf_counter()
-    progress = Progress(
-        settings.steps,
-        "healing",
-        enabled=log is not None,
-        every=max(1, settings.steps // 4),
-        write=log,
+    loop = HealLoop(
+        model, heal_optimizer(model, settings), settings, train_tokens, seed, input_device(base)
     )
-    tracker = Tracker(
+    start = time.perf_counter()
+    loop.tracker = Tracker(
         tensorboard_dir,
         enabled=tensorboard_dir is not None,
         wandb=wandb,
         run_name=run_name,
         run_config=run_config,
     )
-    losses = _train(
-        model, optimizer, scheduler, train_tokens, settings, seed, inputs_at, progress, tracker
-    )
+    try:
+        loop.run(log is not None, max(1, settings.steps // 4), write=log)
+    finally:
+        loop.tracker.close()
     seconds = time.perf_counter() - start
+    losses = loop.train_losses()
     if settings.method in ADAPTER_METHODS:
         healed = _merge_adapters(model, pruned, settings)
     else:

@@ -1,0 +1,222 @@
+"""The settings family of every training run: pretraining (`train:` of a model,
+depthlab.stages.pretrain.settings.TrainSettings), fine-tuning (`finetune.train`,
+depthlab.stages.finetune.finetuning.FinetuneSettings) and healing (`pruning.healing`,
+HealSettings here), all trained by depthlab.stages.train_loop.TrainingLoop.
+
+`TrainingSettings` holds what every run sets (steps, batch, sequence length, learning rate and
+its warmup + cosine or constant schedule, weight decay) and the one `from_dict`, whose errors
+name the offending key under the run's config section. `RunSettings` adds what a resumable run
+with a train log sets (AdamW betas, clipping, evaluation, log and checkpoint intervals,
+precision): pretraining and fine-tuning. `HealSettings` adds healing's adapters and memory
+settings, and healing's config-time checks live beside it.
+
+No torch or numpy here: the Snakefile checks every heal job's settings on each invocation
+(depthlab.plan.stage_settings.validate_pruning_settings), and the stages import the same classes.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import MISSING, dataclass, field, fields
+from typing import ClassVar
+
+from depthlab.core.errors import ConfigError, PruningError
+
+SCHEDULES = ("cosine", "constant")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSettings:
+    """What every training run sets. A subclass names its config section (`section`, the prefix
+    of its error messages), the error type it raises and what its settings are called."""
+
+    section: ClassVar[str] = "train"
+    error: ClassVar[type[Exception]] = ConfigError
+    noun: ClassVar[str] = "training"
+
+    steps: int
+    batch_size: int
+    seq_len: int
+    lr: float
+    warmup_steps: int
+    min_lr_ratio: float
+    weight_decay: float
+    schedule: str = "cosine"  # after the linear warmup: cosine to min_lr_ratio, or constant
+
+    @classmethod
+    def from_dict(cls, values: dict, where: str | None = None):
+        """The settings of a config section's `values` (keys that are not settings are left
+        to the schema); `where` (default: the class's section) prefixes the errors, one line
+        each, naming the key: a missing setting, an unknown schedule."""
+        where = where or cls.section
+        missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in values]
+        if missing:
+            raise cls.error(f"{where}.{missing[0]}: missing {cls.noun} setting")
+        settings = cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+        if settings.schedule not in SCHEDULES:
+            raise cls.error(
+                f"{where}.schedule: unknown schedule '{settings.schedule}' "
+                f"(known: {', '.join(SCHEDULES)})"
+            )
+        settings.check(where)
+        return settings
+
+    def check(self, where: str) -> None:
+        """A family's own checks of its values (error naming the key); none by default."""
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+
+def lr_multiplier(step: int, settings: TrainingSettings) -> float:
+    """Linear warmup to 1, then cosine decay to min_lr_ratio at the last step (or, schedule
+    constant, 1 after the warmup)."""
+    if settings.warmup_steps and step < settings.warmup_steps:
+        return (step + 1) / settings.warmup_steps
+    if settings.schedule == "constant":
+        return 1.0
+    decay_steps = max(1, settings.steps - settings.warmup_steps)
+    progress = min(1.0, (step - settings.warmup_steps) / decay_steps)
+    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return settings.min_lr_ratio + (1.0 - settings.min_lr_ratio) * cosine
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings(TrainingSettings):
+    """A resumable run with a train log and held-out evaluations (pretraining, fine-tuning)."""
+
+    beta1: float
+    beta2: float
+    grad_clip: float | None
+    eval_every: int
+    log_every: int
+    checkpoint_every: int
+    precision: str
+
+
+# --------------------------------------------------------------------------- healing
+
+
+METHODS = ("lora", "qlora", "full")
+# the methods that train LoRA adapters (rank, alpha, dropout, target_modules); `full` is
+# continued pretraining: every weight of the pruned model trained, no adapters
+ADAPTER_METHODS = ("lora", "qlora")
+# the keys of pruning.healing that choose the heal jobs rather than set one job's training
+JOB_CHOICE_KEYS = ("strategies", "n_grid", "methods", "full_lr")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HealSettings(TrainingSettings):
+    """One heal job's settings (pruning.healing, one method's: method_settings)."""
+
+    section: ClassVar[str] = "pruning.healing"
+    error: ClassVar[type[Exception]] = PruningError
+    noun: ClassVar[str] = "healing"
+
+    schedule: str = field()  # required here (no default): the healing section names it
+    method: str
+    rank: int
+    alpha: float
+    dropout: float
+    target_modules: tuple
+    # memory at scale (optional keys: absent, a config's jobs keep their specs): rows per
+    # forward/backward, the step's gradient accumulated over them; recompute each layer's
+    # activations in the backward pass instead of keeping them
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "target_modules", tuple(self.target_modules))
+
+    def check(self, where: str) -> None:
+        if self.method not in METHODS:
+            raise PruningError(
+                f"{where}.method: unknown method '{self.method}' (known: {', '.join(METHODS)})"
+            )
+
+    # The training loop's settings for healing: every step's loss comes to the host and is
+    # logged (the record's first and last losses, the per-step scalars), no gradient clipping,
+    # no resumable state (a heal job is minutes; it restarts from the pruned model).
+    log_every: ClassVar[int] = 1
+    grad_clip: ClassVar[float | None] = None
+    checkpoint_every: ClassVar[int | None] = None
+
+
+def healing_methods(healing: dict) -> list:
+    """The healing methods of a healing section, one heal_pruned job each per (strategy, n):
+    pruning.healing.methods, absent: [method] (the first method's jobs keep the names
+    `<strategy>_n<n>`, the others' are `<strategy>_n<n>_<method>`)."""
+    methods = healing.get("methods")
+    return [healing.get("method")] if methods is None else list(methods)
+
+
+def method_settings(healing: dict, method: str) -> dict:
+    """One method's heal job settings: the section without the keys that choose the jobs, its
+    `method`, and for `full` the learning rate `full_lr` when given (continued pretraining
+    updates every weight directly, where an adapter lr is tuned for a low-rank update that
+    starts at zero and is scaled by alpha / rank; Kim et al. retrain with a rate of its own).
+    A section without `methods` or `full_lr` gives its first method today's settings exactly."""
+    values = {k: v for k, v in healing.items() if k not in JOB_CHOICE_KEYS}
+    if method is not None:  # None: a section without a method, refused as missing
+        values["method"] = method
+    if method == "full" and healing.get("full_lr") is not None:
+        values["lr"] = healing["full_lr"]
+    return values
+
+
+def _check_methods(values: dict, where: str) -> None:
+    methods = values.get("methods")
+    if methods is not None:
+        if not isinstance(methods, list | tuple) or not methods:
+            raise PruningError(
+                f"{where}.methods: a non-empty list of {', '.join(METHODS)} (got {methods!r})"
+            )
+        for method in methods:
+            if method not in METHODS:
+                raise PruningError(
+                    f"{where}.methods: unknown method {method!r} (known: {', '.join(METHODS)})"
+                )
+        if len(set(methods)) != len(methods):
+            raise PruningError(f"{where}.methods: {list(methods)} names a method twice")
+    full_lr = values.get("full_lr")
+    if full_lr is not None and not (
+        isinstance(full_lr, numbers.Real) and not isinstance(full_lr, bool) and full_lr > 0
+    ):
+        raise PruningError(f"{where}.full_lr: must be > 0 (got {full_lr!r})")
+
+
+def validate_healing_settings(values: dict, where: str = "pruning.healing") -> None:
+    """Config-time check (ValueError naming the key) of every method's settings (methods,
+    absent: [method]); QLoRA needs bitsandbytes installed."""
+    _check_methods(values, where)
+    for method in healing_methods(values):
+        _check_method_settings(method_settings(values, method), where)
+
+
+def _check_method_settings(values: dict, where: str) -> None:
+    settings = HealSettings.from_dict(values, where)
+    for key in ("rank", "steps", "batch_size", "seq_len"):
+        value = getattr(settings, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PruningError(f"{where}.{key}: must be an integer >= 1 (got {value!r})")
+    for key in ("alpha", "lr"):
+        if not getattr(settings, key) > 0:
+            raise PruningError(f"{where}.{key}: must be > 0 (got {getattr(settings, key)!r})")
+    if not 0 <= settings.dropout < 1:
+        raise PruningError(f"{where}.dropout: must be in [0, 1) (got {settings.dropout!r})")
+    if not 0 <= settings.min_lr_ratio <= 1:
+        raise PruningError(f"{where}.min_lr_ratio: must be in [0, 1]")
+    if not isinstance(settings.warmup_steps, int) or settings.warmup_steps < 0:
+        raise PruningError(f"{where}.warmup_steps: must be an integer >= 0")
+    if settings.method == "qlora":
+        import importlib.util
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise PruningError(f"{where}.method: qlora needs the bitsandbytes package")
+    if not settings.target_modules:
+        raise PruningError(f"{where}.target_modules: name at least one module")
+    micro = settings.micro_batch_size
+    if micro is not None and (not isinstance(micro, int) or isinstance(micro, bool) or micro < 1):
+        raise PruningError(f"{where}.micro_batch_size: must be an integer >= 1 (got {micro!r})")
