@@ -60,7 +60,6 @@ from depthlab.config.models import (
     declared_models,
     expand_sweeps,
     figure_facts,
-    mix_ln_post_layers,
     model_layers,
     model_location,
     reads_special_tokens,
@@ -80,6 +79,7 @@ from depthlab.config.stages.pruning import PRUNING_FIGURES, resolve_pruning
 from depthlab.config.stages.scaling import merge_fit_spec, resolve_scaling
 from depthlab.config.stages.toy import resolve_toy, temperature_grid
 from depthlab.core.errors import ConfigError
+from depthlab.core.norm_schemes import mix_ln_post_layers
 from depthlab.plan.resource_plan import plan_resources
 
 __all__ = [

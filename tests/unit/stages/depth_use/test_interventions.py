@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from depthlab.models.architectures import adapt
-from depthlab.plan.stage_settings import VARIANTS, validate_intervention_settings
+from depthlab.settings.depth_use import VARIANTS, validate_intervention_settings
 from depthlab.stages.depth_use.depth_score import depth_score, depth_scores_by_group
 from depthlab.stages.depth_use.interventions import SkipSettings, future_positions, skip_effects
 from depthlab.stages.depth_use.reference_loop import reference_skip_effects

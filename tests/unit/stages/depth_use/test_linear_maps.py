@@ -14,7 +14,7 @@ import pytest
 import torch
 from depthlab.models.architectures import adapt
 from depthlab.models.decoders import build_model, make_config
-from depthlab.plan.stage_settings import check_same_tokenizer, validate_linear_map_settings
+from depthlab.settings.depth_use import check_same_tokenizer, validate_linear_map_settings
 from depthlab.stages.depth_use.linear_maps import (
     AffineRidgeMaps,
     aligned_states,

@@ -20,7 +20,7 @@ import transformers as tf
 import yaml
 from depthlab.core.errors import PruningError
 from depthlab.models.architectures import adapt
-from depthlab.plan.stage_settings import (
+from depthlab.settings.pruning import (
     grid,
     validate_auto_depth_settings,
     validate_pruning_settings,
@@ -604,6 +604,10 @@ def test_auto_depth_on_a_hand_made_table():
 
 
 def test_validation_names_the_key(pruning_spec, test_config):
+    import copy
+
+    from depthlab.config import ConfigError, resolve
+
     def settings(**overrides):
         return {**pruning_spec, **overrides}
 
@@ -626,8 +630,12 @@ def test_validation_names_the_key(pruning_spec, test_config):
                 "export": [{"strategy": "angular", "metric": "mean_acc"}],
             }
         )
-    with pytest.raises(ValueError, match=r"pruning\.healing\.rank"):
-        validate_pruning_settings(settings(healing={**healing, "enabled": True, "rank": 0}), 12)
+    # healing's training settings are its family's check, which the resolver runs beside these
+    validate_pruning_settings(settings(healing={**healing, "enabled": True, "rank": 0}), 12)
+    config = copy.deepcopy(test_config)
+    config["pruning"]["healing"] = {**healing, "enabled": True, "rank": 0}
+    with pytest.raises(ConfigError, match=r"^pruning\.healing\.rank: must be an integer >= 1"):
+        resolve(config)
     with pytest.raises(ValueError, match=r"pruning\.n_grid: block size 3 is outside"):
         grid([3], 3)
 

@@ -8,11 +8,9 @@ from pathlib import Path
 from depthlab.config.models import local_file
 from depthlab.config.resolved import Resolved
 from depthlab.core.errors import ConfigError
+from depthlab.settings.defaults import default
 
 NESTED_FIT_KEYS = ("start_grid", "bootstrap", "validation", "columns")
-# FitSettings.exponent_bounds, for a fit that sets none (not imported: the fitter needs scipy,
-# and this package is imported while Snakemake builds the DAG)
-DEFAULT_EXPONENT_BOUNDS = (0.0, 5.0)
 
 
 def _set_by(fit: dict, *fields: str) -> str:
@@ -28,7 +26,7 @@ def merge_fit_spec(defaults: dict, fit: dict, name: str = "<name>") -> dict:
     for key in NESTED_FIT_KEYS:
         if isinstance(defaults.get(key), dict) and isinstance(fit.get(key), dict):
             merged[key] = {**defaults[key], **fit[key]}
-    lo, hi = merged.get("exponent_bounds", DEFAULT_EXPONENT_BOUNDS)
+    lo, hi = merged.get("exponent_bounds", default("scaling", "fit", "exponent_bounds"))
     if not lo < hi:
         raise ConfigError(
             f"scaling.fits.{name}.exponent_bounds: {[lo, hi]} is not an interval "

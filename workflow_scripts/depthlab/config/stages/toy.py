@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from depthlab.config.resolved import Resolved
 from depthlab.core.errors import ConfigError
+from depthlab.settings.defaults import default
 
 TOY_TRAIN_KEYS = (
     "width",
@@ -42,12 +43,12 @@ def resolve_toy(resolved: Resolved) -> None:
         return
     paths, config = resolved.paths, resolved.config
     temperatures = temperature_grid(toy["temperatures"])
-    lo, hi = toy.get("exponent_bounds", [0.0, 10.0])
+    lo, hi = toy.get("exponent_bounds", default("toy", "exponent_bounds"))
     if not lo < hi:
         raise ConfigError(f"toy.exponent_bounds: {[lo, hi]} is not an interval (low < high)")
     if toy["fit_form"] == "power_offset" and len(toy["student_depths"]) < 3:
         raise ConfigError("toy.student_depths: the power_offset form needs at least 3 depths")
-    protocol = toy.get("protocol", "embedding")
+    protocol = toy.get("protocol", default("toy", "protocol"))
     if protocol != "embedding" and toy.get("input_size") not in (None, toy["width"]):
         raise ConfigError(
             f"toy.input_size: {toy['input_size']} must equal toy.width "
