@@ -13,9 +13,10 @@ resolves the same spec), so a setting has one value however a stage is started.
                                cross-references and files checked; `.jobs(family)` gives
                                {job name: spec} for one rule / script
 
-One validation layer per fact: config/schema.yaml owns every type, range, enum and name pattern;
-the Python here checks only what the schema cannot (one key against another, facts read from
-model folders and files). The package:
+The job planner. One validation layer per fact: config/schema.yaml owns every type, range, enum,
+name pattern and the default of each optional key; what the schema cannot check (one key against
+another) is each stage's in depthlab.settings, and the Python here checks the facts read from
+model folders and files. The package:
 
     load.py          loading, merging, overrides, the schema check
     paths.py         safe names and RunPaths (every path a run writes)
