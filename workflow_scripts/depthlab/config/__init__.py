@@ -77,11 +77,13 @@ from depthlab.config.stages.finetune import resolve_finetune
 from depthlab.config.stages.lens_swaps import resolve_lens_swaps
 from depthlab.config.stages.pretrain import resolve_pretrain, tracking_settings
 from depthlab.config.stages.pruning import PRUNING_FIGURES, resolve_pruning
-from depthlab.config.stages.scaling import merge_fit_spec, resolve_scaling
-from depthlab.config.stages.toy import resolve_toy, temperature_grid
+from depthlab.config.stages.scaling import resolve_scaling
+from depthlab.config.stages.toy import resolve_toy
 from depthlab.core.errors import ConfigError
 from depthlab.core.norm_schemes import mix_ln_post_layers
 from depthlab.plan.resource_plan import plan_resources
+from depthlab.settings.scaling import merge_fit_spec
+from depthlab.settings.toy import temperature_grid
 
 __all__ = [
     "ANALYSIS_FIGURES",

@@ -59,8 +59,8 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
 
 def _check_pruning_section(config: dict, pruning: dict) -> None:
     """The checks of the section as a whole: its resources, task set and auto-depth choice."""
+    from depthlab.settings.lm_tasks import validate_task_names, validate_task_settings
     from depthlab.settings.pruning import validate_auto_depth_settings
-    from depthlab.stages.pruning.lm_tasks import validate_task_names, validate_task_settings
 
     require_resources(config, "pruning")
     tasks = pruning["tasks"]
@@ -207,7 +207,7 @@ def _overridden_key(message: str, name: str, overrides: ModelOverrides) -> str:
 
 def _check_task_length(tasks: dict, model: dict, name: str) -> None:
     """A model trained here must hold the longest task: its context plus the widest choice."""
-    from depthlab.stages.pruning.lm_tasks import MAX_TOKENS_PER_WORD
+    from depthlab.settings.lm_tasks import MAX_TOKENS_PER_WORD
 
     widest = max(tasks["kinds"], key=lambda kind: tasks["words"].get(kind, 1))
     words = tasks["words"].get(widest, 1)
