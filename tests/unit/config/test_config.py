@@ -64,7 +64,8 @@ def test_shipped_configs_build_the_dag(name, tmp_path):
 
 def test_resolving_the_shipped_configs_imports_no_model_code():
     """The Snakefile resolves every job's spec on each invocation (`-n` too): that must not
-    import torch or transformers (seconds each), only the config checks (depthlab.plan.stage_settings)."""
+    import torch or transformers (seconds each), only the settings checks
+    (depthlab.settings, depthlab.plan.stage_settings)."""
     from test_readme import real_lms_installed
 
     # real_lms.yaml reads its GGUF headers: resolved where requirements-real-lms.txt is installed
