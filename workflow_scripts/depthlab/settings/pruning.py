@@ -50,11 +50,9 @@ def grid(n_grid: Sequence[int] | None, num_layers: int, key: str = "pruning.n_gr
     return values
 
 
-RETOKENIZE_KEYS = ("val_tokens", "train_tokens")
-
-
 def retokenize_caps(retokenize: dict | None) -> dict:
-    """pruning.retokenize with the schema's default for each cap the config omits."""
+    """pruning.retokenize with the schema's default for each cap the config omits (the schema
+    gives every cap one: its keys are the caps there are)."""
     return {**defaults("pruning", "retokenize"), **(retokenize or {})}
 
 
@@ -151,11 +149,10 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
     _check_grid(settings["n_grid"], num_layers, f"{where}.n_grid")
     _positive_ints(settings["val"], ("windows", "seq_len", "batch_size"), f"{where}.val")
     check_loss_tokens(settings["val"], f"{where}.val.loss_tokens", f"{where}.val.seq_len")
+    caps = tuple(retokenize_caps(None))
     for key, value in (settings.get("retokenize") or {}).items():  # absent: a pretrain model
-        if key not in RETOKENIZE_KEYS:
-            raise PruningError(
-                f"{where}.retokenize.{key}: unknown key (known: {', '.join(RETOKENIZE_KEYS)})"
-            )
+        if key not in caps:
+            raise PruningError(f"{where}.retokenize.{key}: unknown key (known: {', '.join(caps)})")
         if value is not None and (
             not isinstance(value, int) or isinstance(value, bool) or value < 1
         ):
