@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Cost of the pruning stage's block-ranking criteria (those depthlab.plan.block_criteria declares
+"""Cost of the pruning stage's block-ranking criteria (those depthlab.settings.block_criteria declares
 to run before the validation sweep: ppl, taylor, taylor_plus, magnitude, magnitude_plus, sleb,
 ...), each run alone as prune_model runs it
 (rank_blocks on calibration windows of the train split), beside the validation-loss greedy path

@@ -80,7 +80,7 @@ Example: {"model_name": "pre_ln", "model_kind": "pretrain",
 """
 
 from depthlab.cli import finish_lm_eval_job, main_guard, start_lm_eval_job
-from depthlab.plan.block_criteria import help_text
+from depthlab.settings.block_criteria import help_text
 
 
 def main() -> None:

@@ -63,6 +63,8 @@ def _allowed(node: dict) -> list[str]:
             found.append(f"`{sign} {node[key]}`")
     if "pattern" in node:
         found.append(f"matches `{node['pattern']}`")
+    if "default" in node:  # the value the code uses when a config omits the key
+        found.append(f"omitted: `{json.dumps(node['default'])}`")
     return found
 
 

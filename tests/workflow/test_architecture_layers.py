@@ -108,12 +108,13 @@ def test_a_planted_import_cycle_is_found(tmp_path):
 
 
 def test_planning_and_config_load_no_torch():
-    """What the Snakefile imports to plan a DAG (config resolution, the resource plan, the
-    preflight checks) must not import torch: planning a run stays seconds, also on a login node."""
+    """What the Snakefile imports to plan a DAG (config resolution, the stages' settings checks,
+    the resource plan, the preflight checks) must not import torch: planning a run stays seconds, also on a login node."""
     code = (
-        "import sys, pkgutil, importlib, depthlab.plan, depthlab.config\n"
-        "for m in pkgutil.walk_packages(depthlab.plan.__path__, 'depthlab.plan.'):\n"
-        "    importlib.import_module(m.name)\n"
+        "import sys, pkgutil, importlib, depthlab.plan, depthlab.settings, depthlab.config\n"
+        "for package in (depthlab.settings, depthlab.plan):\n"
+        "    for m in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        importlib.import_module(m.name)\n"
         "import depthlab.config.stages\n"
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
         "sorted(m for m in sys.modules if m.startswith(('torch', 'transformers')))[:5]\n"

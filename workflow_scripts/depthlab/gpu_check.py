@@ -338,8 +338,8 @@ def measure_families(device, sizes: Sizes, peak: float, training_rows: list, log
     import numpy as np
     import torch
 
-    from depthlab.core.training_settings import HealSettings
     from depthlab.plan.job_costs import LM_EVAL_CONTEXT, forward_flops
+    from depthlab.settings.training import HealSettings
     from depthlab.stages.pretrain.throughput import SHAPES
     from depthlab.stages.pruning.healing import heal
 

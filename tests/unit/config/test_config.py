@@ -64,7 +64,8 @@ def test_shipped_configs_build_the_dag(name, tmp_path):
 
 def test_resolving_the_shipped_configs_imports_no_model_code():
     """The Snakefile resolves every job's spec on each invocation (`-n` too): that must not
-    import torch or transformers (seconds each), only the config checks (depthlab.plan.stage_settings)."""
+    import torch or transformers (seconds each), only the settings checks
+    (depthlab.settings)."""
     from test_readme import real_lms_installed
 
     # real_lms.yaml reads its GGUF headers: resolved where requirements-real-lms.txt is installed
@@ -576,7 +577,7 @@ def test_healing_methods_are_one_heal_job_each_and_the_first_keeps_todays_job():
     methods resolves to exactly that job), the others are `<strategy>_n<n>_<method>`, `full`
     with full_lr as its lr; the gather job lists the first method's parts first; a bad method
     names pruning.healing.methods; per_model overrides the methods of its model only."""
-    from depthlab.core.training_settings import validate_healing_settings
+    from depthlab.settings.training import validate_healing_settings
 
     config = load("test.yaml")
     healing = config["pruning"]["healing"]

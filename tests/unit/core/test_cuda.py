@@ -65,7 +65,7 @@ def test_the_pretraining_loop_on_cuda_follows_the_cpu():
 def test_qlora_healing_runs_on_cuda():
     """Two QLoRA steps (bitsandbytes' CUDA NF4 kernels) on a model on the GPU: finite losses,
     and the healed model back on the GPU with its full-precision weights changed."""
-    from depthlab.core.training_settings import HealSettings
+    from depthlab.settings.training import HealSettings
     from depthlab.stages.pruning.healing import heal
 
     model = build_model(make_config(ARCH, "pre_ln", vocab_size=VOCAB, max_positions=64), seed=0)

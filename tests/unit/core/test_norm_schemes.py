@@ -81,3 +81,41 @@ def test_a_table_is_read_from_a_planted_file_and_a_missing_one_is_named(tmp_path
     without.write_text("SCHEMES = {}\n")
     with pytest.raises(ValueError, match="no module-level NORM_SCHEMES"):
         norm_schemes.schemes(without)
+
+
+def test_the_deepnorm_variants_are_the_model_codes_and_the_schemas():
+    assert norm_schemes.deepnorm_variants() == modeling_depthlab.DEEPNORM_VARIANTS
+    variant = schema_document()["definitions"]["architecture"]["properties"]["deepnorm_variant"]
+    assert variant["enum"] == list(modeling_depthlab.DEEPNORM_VARIANTS)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "keys", "message"),
+    [
+        ("mix_ln", {}, "mix_ln_post_fraction: required for norm_scheme mix_ln"),
+        ("mix_ln", {"mix_ln_post_fraction": 0.1}, "0.1 of 4 layers rounds to no Post-LN"),
+        ("deepnorm", {"deepnorm_variant": "deepnorm"}, "unknown variant 'deepnorm'"),
+        ("pre_ln", {"deepnorm_variant": "deepnet"}, "has no effect for norm_scheme pre_ln"),
+    ],
+)
+def test_the_model_builder_and_the_config_share_one_architecture_check(scheme, keys, message):
+    """Mix-LN's rounding and the deepnorm_variant check are written once (check_architecture):
+    the model builder and the config's model check refuse the same blocks with the same words."""
+    arch = dict(ARCH, **keys)
+    with pytest.raises(ValueError) as built:
+        decoders.make_config(arch, scheme, 50, 32)
+    with pytest.raises(ValueError) as checked:
+        norm_schemes.check_architecture(arch, scheme, "models.m.architecture")
+    assert message in str(built.value) and str(built.value).startswith("architecture.")
+    assert str(checked.value) == "models.m." + str(built.value)
+
+
+def test_mix_ln_rounds_half_up_in_the_model_and_the_config():
+    # 0.125 of 4 layers is 0.5: round half up gives 1 Post-LN layer (Python's round gives 0)
+    assert (
+        norm_schemes.mix_ln_post_layers(0.125, 4) == 1
+        and norm_schemes.mix_ln_post_layers(0.25, 12) == 3
+    )
+    arch = dict(ARCH, mix_ln_post_fraction=0.125)
+    assert decoders.make_config(arch, "mix_ln", 50, 32).mix_ln_post_layers == 1
+    assert norm_schemes.check_architecture(arch, "mix_ln") == 1

@@ -14,8 +14,8 @@ import pytest
 import torch
 from depthlab.core import placement
 from depthlab.core.errors import DeviceError, PruningError
-from depthlab.core.training_settings import HealSettings
 from depthlab.models.architectures import adapt, load_model
+from depthlab.settings.training import HealSettings
 from depthlab.stages.analysis.residual_stream import iter_token_batches
 from depthlab.stages.analysis.stage import run as run_analysis
 from depthlab.stages.depth_use.interventions import SkipSettings, skip_effects

@@ -11,7 +11,7 @@ import pytest
 from depthlab.config import ConfigError, load_config, resolve
 from depthlab.plan.plan_tables import parallel_wall_hours
 from depthlab.plan.resource_plan import JobPlan
-from depthlab.plan.stage_settings import grid
+from depthlab.settings.pruning import grid
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -13,9 +13,10 @@ resolves the same spec), so a setting has one value however a stage is started.
                                cross-references and files checked; `.jobs(family)` gives
                                {job name: spec} for one rule / script
 
-One validation layer per fact: config/schema.yaml owns every type, range, enum and name pattern;
-the Python here checks only what the schema cannot (one key against another, facts read from
-model folders and files). The package:
+The job planner. One validation layer per fact: config/schema.yaml owns every type, range, enum,
+name pattern and the default of each optional key; what the schema cannot check (one key against
+another) is each stage's in depthlab.settings, and the Python here checks the facts read from
+model folders and files. The package:
 
     load.py          loading, merging, overrides, the schema check
     paths.py         safe names and RunPaths (every path a run writes)
@@ -60,7 +61,6 @@ from depthlab.config.models import (
     declared_models,
     expand_sweeps,
     figure_facts,
-    mix_ln_post_layers,
     model_layers,
     model_location,
     reads_special_tokens,
@@ -77,10 +77,13 @@ from depthlab.config.stages.finetune import resolve_finetune
 from depthlab.config.stages.lens_swaps import resolve_lens_swaps
 from depthlab.config.stages.pretrain import resolve_pretrain, tracking_settings
 from depthlab.config.stages.pruning import PRUNING_FIGURES, resolve_pruning
-from depthlab.config.stages.scaling import merge_fit_spec, resolve_scaling
-from depthlab.config.stages.toy import resolve_toy, temperature_grid
+from depthlab.config.stages.scaling import resolve_scaling
+from depthlab.config.stages.toy import resolve_toy
 from depthlab.core.errors import ConfigError
+from depthlab.core.norm_schemes import mix_ln_post_layers
 from depthlab.plan.resource_plan import plan_resources
+from depthlab.settings.scaling import merge_fit_spec
+from depthlab.settings.toy import temperature_grid
 
 __all__ = [
     "ANALYSIS_FIGURES",

@@ -18,11 +18,9 @@ from pathlib import Path
 import yaml
 
 from depthlab.core.errors import ConfigError
+from depthlab.settings.defaults import SCHEMA_PATH, schema
 
 REPO_ROOT = Path(__file__).resolve().parents[3]  # workflow_scripts/depthlab/config/load.py
-
-
-SCHEMA_PATH = REPO_ROOT / "config" / "schema.yaml"
 
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
@@ -179,16 +177,18 @@ def drop_removed_entries(config: dict) -> dict:
 
 
 def schema_document(path: Path = SCHEMA_PATH) -> dict:
-    """config/schema.yaml with the enums declared elsewhere filled in: `norm_scheme` from the
-    norm-scheme registry (depthlab.core.norm_schemes), `strategy` from the block-ranking
-    criteria (depthlab.plan.block_criteria)."""
+    """config/schema.yaml with the enums declared elsewhere filled in: `norm_scheme` and
+    `architecture.deepnorm_variant` from the norm-scheme registry (depthlab.core.norm_schemes),
+    `strategy` from the block-ranking criteria (depthlab.settings.block_criteria)."""
     from depthlab.core import norm_schemes
-    from depthlab.plan.block_criteria import STRATEGIES
+    from depthlab.settings.block_criteria import STRATEGIES
 
-    schema = yaml.safe_load(path.read_text())
-    schema["definitions"]["norm_scheme"]["enum"] = list(norm_schemes.names())
-    schema["definitions"]["strategy"]["enum"] = list(STRATEGIES)
-    return schema
+    document = schema() if path == SCHEMA_PATH else yaml.safe_load(path.read_text())
+    document["definitions"]["norm_scheme"]["enum"] = list(norm_schemes.names())
+    variant = document["definitions"]["architecture"]["properties"]["deepnorm_variant"]
+    variant["enum"] = list(norm_schemes.deepnorm_variants())
+    document["definitions"]["strategy"]["enum"] = list(STRATEGIES)
+    return document
 
 
 @functools.lru_cache(maxsize=1)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import os
 import re
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING
 from depthlab.config.load import REPO_ROOT
 from depthlab.config.paths import check_name, seed_model_name, sweep_model_name
 from depthlab.core.errors import CheckpointError, ConfigError
+from depthlab.core.norm_schemes import check_architecture
 from depthlab.models.architectures import config_layer_count, is_causal_lm, resolve_model_path
 
 if TYPE_CHECKING:
@@ -22,11 +22,6 @@ if TYPE_CHECKING:
 
 SHA256 = re.compile(r"[0-9a-fA-F]{64}\Z")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
-
-
-def mix_ln_post_layers(fraction: float, num_layers: int) -> int:
-    """Post-LN layers of a Mix-LN model: round half up (the paper's 25% of 12 layers = 3)."""
-    return math.floor(fraction * num_layers + 0.5)
 
 
 def _expand_seeds(name: str, model: dict, key: str, declared) -> dict:
@@ -182,29 +177,15 @@ def check_pretrain_model(name: str, model: dict, defaults: dict, processes: int)
             f"{key}.architecture.num_kv_heads: {kv_heads} does not divide "
             f"num_heads {arch['num_heads']}"
         )
-    if model["norm_scheme"] == "mix_ln":
-        fraction = arch.get("mix_ln_post_fraction")
-        if fraction is None:
-            raise ConfigError(
-                f"{key}.architecture.mix_ln_post_fraction: required for "
-                f"norm_scheme mix_ln (the paper uses 0.25)"
-            )
-        if mix_ln_post_layers(fraction, arch["num_layers"]) < 1:
-            raise ConfigError(
-                f"{key}.architecture.mix_ln_post_fraction: {fraction} of "
-                f"{arch['num_layers']} layers rounds to no Post-LN layer "
-                f"(that is pre_ln)"
-            )
-    elif "mix_ln_post_fraction" in arch:
+    if "mix_ln_post_fraction" in arch and model["norm_scheme"] != "mix_ln":
         raise ConfigError(
             f"{key}.architecture.mix_ln_post_fraction: has no effect for "
             f"norm_scheme {model['norm_scheme']} (only mix_ln)"
         )
-    if "deepnorm_variant" in arch and model["norm_scheme"] != "deepnorm":
-        raise ConfigError(
-            f"{key}.architecture.deepnorm_variant: has no effect for "
-            f"norm_scheme {model['norm_scheme']} (only deepnorm)"
-        )
+    try:
+        check_architecture(arch, model["norm_scheme"], f"{key}.architecture")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     own = model.get("train") or {}
     model["train"] = {**defaults, **own}
     train = model["train"]

@@ -1,6 +1,9 @@
 """The norm schemes of the models trained here, without torch: the planner sizes them and the
 figures colour them from the one declaration per scheme, `NORM_SCHEMES` in
-depthlab/models/modeling_depthlab.py.
+depthlab/models/modeling_depthlab.py (and its `DEEPNORM_VARIANTS`). The scheme keys of an
+`architecture:` block (Mix-LN's share of Post-LN layers and its rounding, the DeepNorm variant)
+are checked here once, for the config (depthlab.config.models) and the model builder
+(depthlab.models.decoders) alike.
 
 That file must stay self-contained (it is copied beside every custom-code checkpoint and imports
 torch and transformers), and this layer must not import torch, so the table is read from its
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,18 +32,22 @@ class NormScheme:
 
 
 @functools.cache
-def schemes(path: Path = MODELING_FILE) -> dict[str, NormScheme]:
-    """{scheme name: NormScheme}, in declaration order."""
+def _literal(name: str, path: Path = MODELING_FILE):
+    """The value of the module-level `name = <literal>` of modeling_depthlab.py."""
     tree = ast.parse(path.read_text(), filename=str(path))
     for node in tree.body:
         target = node.target if isinstance(node, ast.AnnAssign) else None
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = node.targets[0]
-        if isinstance(target, ast.Name) and target.id == TABLE_NAME:
-            table = ast.literal_eval(node.value)
-            break
-    else:
-        raise ValueError(f"{path}: no module-level {TABLE_NAME} = {{...}} table")
+        if isinstance(target, ast.Name) and target.id == name:
+            return ast.literal_eval(node.value)
+    raise ValueError(f"{path}: no module-level {name} = <literal>")
+
+
+@functools.cache
+def schemes(path: Path = MODELING_FILE) -> dict[str, NormScheme]:
+    """{scheme name: NormScheme}, in declaration order."""
+    table = _literal(TABLE_NAME, path)
     out = {}
     for name, fields in table.items():
         out[name] = NormScheme(name=name, **fields)
@@ -52,3 +60,45 @@ def names() -> tuple[str, ...]:
 
 def plain_llama_schemes() -> tuple[str, ...]:
     return tuple(name for name, scheme in schemes().items() if scheme.plain_llama)
+
+
+def deepnorm_variants() -> tuple[str, ...]:
+    """architecture.deepnorm_variant's choices, the first the default."""
+    return tuple(_literal("DEEPNORM_VARIANTS"))
+
+
+def mix_ln_post_layers(fraction: float, num_layers: int) -> int:
+    """Post-LN layers of a Mix-LN model: round half up (the paper's 25% of 12 layers = 3)."""
+    return math.floor(fraction * num_layers + 0.5)
+
+
+def check_architecture(architecture: dict, norm_scheme: str, where: str = "architecture") -> int:
+    """The scheme keys of an `architecture:` block against its norm scheme; returns the Mix-LN
+    model's Post-LN layers (0 for the other schemes). ValueError naming the key (`where`: the
+    block's own key) when mix_ln has no mix_ln_post_fraction or it rounds to no Post-LN layer,
+    or deepnorm_variant is unknown or set for a scheme other than deepnorm."""
+    post_layers = 0
+    if norm_scheme == "mix_ln":
+        fraction = architecture.get("mix_ln_post_fraction")
+        if fraction is None:
+            raise ValueError(
+                f"{where}.mix_ln_post_fraction: required for norm_scheme mix_ln (the paper "
+                f"uses 0.25)"
+            )
+        post_layers = mix_ln_post_layers(fraction, architecture["num_layers"])
+        if post_layers < 1:
+            raise ValueError(
+                f"{where}.mix_ln_post_fraction: {fraction} of {architecture['num_layers']} "
+                f"layers rounds to no Post-LN layer (that is pre_ln)"
+            )
+    variant = architecture.get("deepnorm_variant", deepnorm_variants()[0])
+    if variant not in deepnorm_variants():
+        raise ValueError(
+            f"{where}.deepnorm_variant: unknown variant '{variant}' "
+            f"(known: {', '.join(deepnorm_variants())})"
+        )
+    if "deepnorm_variant" in architecture and norm_scheme != "deepnorm":
+        raise ValueError(
+            f"{where}.deepnorm_variant: has no effect for norm_scheme {norm_scheme} (only deepnorm)"
+        )
+    return post_layers

@@ -13,12 +13,12 @@ workflow loads them with its own copy of the code.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
+from depthlab.core.norm_schemes import check_architecture, deepnorm_variants
 from depthlab.models.modeling_depthlab import (  # noqa: F401
     DEEPNORM_VARIANTS,
     LNS_REFERENCE_ALPHA,
@@ -61,28 +61,8 @@ def make_config(
             f"norm_scheme: unknown scheme '{norm_scheme}' (known: {', '.join(NORM_SCHEMES)})"
         )
     num_layers = architecture["num_layers"]
-    mix_ln_post_layers = 0
-    if norm_scheme == "mix_ln":
-        post_fraction = architecture.get("mix_ln_post_fraction")
-        if post_fraction is None:
-            raise ValueError("architecture.mix_ln_post_fraction: required for norm_scheme mix_ln")
-        mix_ln_post_layers = math.floor(post_fraction * num_layers + 0.5)  # round half up
-        if mix_ln_post_layers == 0:
-            raise ValueError(
-                f"architecture.mix_ln_post_fraction: {post_fraction} of "
-                f"{num_layers} layers rounds to no Post-LN layer (that is pre_ln)"
-            )
-    deepnorm_variant = architecture.get("deepnorm_variant", "deepnet")
-    if deepnorm_variant not in DEEPNORM_VARIANTS:
-        raise ValueError(
-            f"architecture.deepnorm_variant: unknown variant '{deepnorm_variant}' "
-            f"(known: {', '.join(DEEPNORM_VARIANTS)})"
-        )
-    if "deepnorm_variant" in architecture and norm_scheme != "deepnorm":
-        raise ValueError(
-            f"architecture.deepnorm_variant: has no effect for norm_scheme "
-            f"{norm_scheme} (only deepnorm)"
-        )
+    mix_ln_post_layers = check_architecture(architecture, norm_scheme)
+    deepnorm_variant = architecture.get("deepnorm_variant", deepnorm_variants()[0])
     return DepthlabConfig(
         vocab_size=vocab_size,
         hidden_size=architecture["hidden_size"],

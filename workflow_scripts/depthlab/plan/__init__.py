@@ -1,1 +1,1 @@
-"""Planning without torch: stage settings checks, model shapes, the per-job resource plan and its tables, the preflight checks. Importing this package loads no torch."""
+"""The resource planner, without torch: model shapes, the per-stage cost model, the per-job resource plan and its tables, the engines' memory budgets, the preflight checks, the calibration overlay from a node check. (Each stage's settings and their checks live in depthlab.settings.) Importing this package loads no torch."""

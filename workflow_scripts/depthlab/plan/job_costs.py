@@ -21,6 +21,7 @@ from depthlab.plan.model_shapes import (
     layer_matrix_parameters,
     matmul_parameters,
 )
+from depthlab.settings.pruning import block_sizes
 
 MiB, GiB = 2**20, 2**30  # Slurm's (and Snakemake's) MB are MiB; a GPU's "80 GB" is 80 GiB
 
@@ -307,11 +308,6 @@ def _lora_parameters(shape: Shape, healing: dict) -> int:
     return shape.num_layers * per_layer
 
 
-def _grid(n_grid, num_layers: int) -> list[int]:
-    """pruning's block sizes (null: every n from 1 to L-1; stage_settings.grid checks them)."""
-    return list(range(1, num_layers)) if n_grid is None else sorted(set(n_grid))
-
-
 def _lm_eval_tokens(spec: dict, tasks_config: dict) -> float:
     """Tokens one lm-eval evaluation of one model variant reads."""
     lm = spec["lm_eval"]
@@ -364,11 +360,11 @@ def _lm_eval_flops(shape: Shape, spec: dict, tasks_config: dict) -> float:
 def _criteria_work(shape: Shape, spec: dict, b: int, n_values: list[int]):
     """(FLOPs, memory phase) of the block-ranking criteria on pruning.calibration's windows
     (depthlab.stages.pruning.criteria), or None when no strategy reads them: each criterion's
-    declared cost (depthlab.plan.block_criteria): loss-sweep sets on the calibration windows
+    declared cost (depthlab.settings.block_criteria): loss-sweep sets on the calibration windows
     (ppl: L single blocks, SLEB's path with its barrier), half the model a set after one full
     pass; a gradient pass (Taylor) one forward and backward pass per batch (3 forward passes'
     FLOPs), holding the blocks' gradient sums in float64 and a batch's training activations."""
-    from depthlab.plan.block_criteria import CALIBRATED_STRATEGIES, CRITERIA
+    from depthlab.settings.block_criteria import CALIBRATED_STRATEGIES, CRITERIA
 
     strategies, calibration = spec["strategies"], spec.get("calibration")
     if calibration is None or not set(strategies) & set(CALIBRATED_STRATEGIES):
@@ -399,7 +395,7 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
     dtype, b = spec["dtype"], DTYPE_BYTES[spec["dtype"]]
     L = shape.num_layers
     weights = shape.parameters * b
-    n_values = _grid(spec["n_grid"], L)
+    n_values = block_sizes(spec["n_grid"], L)
     val = spec["val"]
     seq = _context(val["seq_len"], shape)
     val_tokens = val["windows"] * seq
@@ -420,7 +416,7 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
     lm = spec["lm_eval"]
     variants = 0
     if lm["enabled"] and not lm.get("per_set_jobs"):
-        lm_n = n_values if lm["n_grid"] is None else _grid(lm["n_grid"], L)
+        lm_n = n_values if lm["n_grid"] is None else block_sizes(lm["n_grid"], L)
         variants = 1 + len({(s, n) for s in strategies for n in lm_n if has_set(s, n)})
         variants += L if lm["single_layer"] else 0
     flops = {("analysis", dtype): sweep_passes * val_tokens * forward_flops(shape, seq)}
@@ -436,7 +432,7 @@ def pruning_work(name: str, spec: dict, shape: Shape, tasks_config: dict, downlo
     disk = download
     speed = spec["speed"]
     if speed["enabled"]:
-        speed_n = _grid(speed["n_grid"], L)
+        speed_n = block_sizes(speed["n_grid"], L)
         length = speed["prompt_length"] + speed["new_tokens"]
         speed_tokens = (1 + len(speed_n)) * speed["repeats"] * speed["batch_size"] * length
         flops[("analysis", dtype)] += speed_tokens * forward_flops(shape, length)

@@ -1,6 +1,6 @@
 """The training loop that pretraining (depthlab.stages.pretrain.training), fine-tuning
 (depthlab.stages.finetune.finetuning) and healing (depthlab.stages.pruning.healing) share, each
-with settings of one family (depthlab.core.training_settings): step iteration, gradient
+with settings of one family (depthlab.settings.training): step iteration, gradient
 clipping, the AdamW and schedule steps, the train log and its TensorBoard / W&B scalars,
 periodic evaluation, the resumable state and the run record.
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from depthlab.models.architectures import adapt
-from depthlab.plan.stage_settings import VARIANTS, validate_intervention_settings
+from depthlab.settings.depth_use import VARIANTS
 from depthlab.stages.depth_use.depth_score import depth_score, depth_scores_by_group
 from depthlab.stages.depth_use.interventions import SkipSettings, future_positions, skip_effects
 from depthlab.stages.depth_use.reference_loop import reference_skip_effects
@@ -199,25 +199,7 @@ def test_depth_score():
     assert frame["depth_score"].iloc[0] < 1.5 < 2.5 < frame["depth_score"].iloc[1]
 
 
-def test_settings_are_validated_naming_the_key():
-    good = dict(
-        variants=["layer_all"],
-        layers=None,
-        no_skip_front=1,
-        future_positions=4,
-        future_min_position=8,
-        max_rows=64,
-        depth_score_variant="layer_all",
-    )
-    validate_intervention_settings(good, num_layers=4)
-    with pytest.raises(ValueError, match=r"depth_use\.skip\.variants: unknown intervention kind"):
-        validate_intervention_settings({**good, "variants": ["layer_all", "neuron_all"]})
-    with pytest.raises(ValueError, match=r"depth_use\.skip\.layers: layer index 4 is out of range"):
-        validate_intervention_settings({**good, "layers": [0, 4]}, num_layers=4)
-    with pytest.raises(ValueError, match=r"depth_use\.skip\.max_rows"):
-        validate_intervention_settings({**good, "max_rows": 0})
-    with pytest.raises(ValueError, match=r"depth_score_variant"):
-        validate_intervention_settings({**good, "depth_score_variant": "mlp_future"})
+def test_the_engine_refuses_a_layer_beyond_the_model():
     model = build("depthlab_pre_ln")
     with pytest.raises(ValueError, match="layers: layer index 3 is out of range"):
         skip_effects(

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from depthlab.core.errors import ConfigError, PruningError
 from depthlab.models.architectures import adapt
-from depthlab.plan.stage_settings import (
+from depthlab.settings.pruning import (
     protected_layers,
     strategy_max_n,
     validate_pruning_settings,

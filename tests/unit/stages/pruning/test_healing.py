@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from depthlab.core.errors import PruningError
-from depthlab.core.training_settings import HealSettings, lr_multiplier, validate_healing_settings
+from depthlab.settings.training import HealSettings, lr_multiplier, validate_healing_settings
 from depthlab.stages.pruning.healing import heal
 from depthlab.stages.pruning.layer_removal import model_loss, prune_copy
 from depthlab.stages.pruning.lm_tasks import TaskEvaluator

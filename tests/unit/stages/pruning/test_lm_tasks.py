@@ -31,8 +31,6 @@ from depthlab.stages.pruning.lm_tasks import (
     TaskFileError,
     build_examples,
     check_task_folder,
-    validate_task_names,
-    validate_task_settings,
     write_task_folder,
 )
 
@@ -348,21 +346,6 @@ def test_missing_task_file_and_bad_settings_are_named(run, tmp_path):
         check_task_folder(copy)
     with pytest.raises(TaskFileError, match="'depthlab_nope' is not in"):
         check_task_folder(run["tasks"], ["depthlab_nope"])
-    good = {
-        "kinds": ["word_order"],
-        "examples": 8,
-        "words": {"word_order": 4},
-        "context_tokens": 8,
-        "max_per_document": 1,
-    }
-    validate_task_settings(good)
-    with pytest.raises(ValueError, match=r"pruning\.tasks\.kinds: unknown task 'cloze'"):
-        validate_task_settings({**good, "kinds": ["cloze"]})
-    with pytest.raises(ValueError, match=r"pruning\.tasks\.words\.word_order: at least 3"):
-        validate_task_settings({**good, "words": {"word_order": 2}})
-    validate_task_names(["depthlab_word_order"], ["word_order", "continuation"])
-    with pytest.raises(ValueError, match=r"pruning\.lm_eval\.tasks: task 'depthlab_cont"):
-        validate_task_names(["depthlab_continuation"], ["word_order"])
 
 
 def test_results_rows_read_lm_eval_metrics():

@@ -20,9 +20,7 @@ import transformers as tf
 import yaml
 from depthlab.core.errors import PruningError
 from depthlab.models.architectures import adapt
-from depthlab.plan.stage_settings import (
-    grid,
-    validate_auto_depth_settings,
+from depthlab.settings.pruning import (
     validate_pruning_settings,
 )
 from depthlab.stages.pruning.layer_removal import (
@@ -603,42 +601,12 @@ def test_auto_depth_on_a_hand_made_table():
 # ------------------------------------------------------------------ bad input
 
 
-def test_validation_names_the_key(pruning_spec, test_config):
-    def settings(**overrides):
-        return {**pruning_spec, **overrides}
-
-    healing = test_config["pruning"]["healing"]  # the config's section (a heal job's spec)
-    validate_pruning_settings(settings(), 12)
-    with pytest.raises(ValueError, match=r"pruning\.n_grid: block size 12 >= "):
-        validate_pruning_settings(settings(n_grid=[1, 12]), 12)
-    with pytest.raises(ValueError, match=r"pruning\.strategies: unknown strategy 'random'"):
-        validate_pruning_settings(settings(strategies=["angular", "random"]), 12)
-    with pytest.raises(ValueError, match=r"pruning\.speed\.n_grid"):
-        validate_pruning_settings(
-            settings(speed={**pruning_spec["speed"], "strategy": "angular", "n_grid": [20]}), 12
-        )
-    with pytest.raises(ValueError, match=r"pruning\.export\[0\]\.metric"):
-        validate_auto_depth_settings(
-            {
-                **pruning_spec,
-                "lm_eval": {**pruning_spec["lm_eval"], "metric": "acc"},
-                "auto_depth": {"tolerances": {"val_loss": 0.5}},
-                "export": [{"strategy": "angular", "metric": "mean_acc"}],
-            }
-        )
-    with pytest.raises(ValueError, match=r"pruning\.healing\.rank"):
-        validate_pruning_settings(settings(healing={**healing, "enabled": True, "rank": 0}), 12)
-    with pytest.raises(ValueError, match=r"pruning\.n_grid: block size 3 is outside"):
-        grid([3], 3)
-
-
 def test_resolver_hands_the_kind_and_the_caps_to_models_not_pretrained_here(test_config):
     """A declared hub model gets its kind and the re-encoding caps (schema default when the
     config omits them); a model pretrained here gets no caps, which cannot change its job."""
     import copy
 
     from depthlab.config import resolve
-    from depthlab.config.stages.pruning import RETOKENIZE_DEFAULT
     from depthlab.core.errors import ConfigError
 
     config = copy.deepcopy(test_config)
@@ -649,7 +617,8 @@ def test_resolver_hands_the_kind_and_the_caps_to_models_not_pretrained_here(test
     jobs = resolve(config).jobs("prune_model")
     assert (jobs["lns"]["model_kind"], jobs["hub_lm"]["model_kind"]) == ("pretrain", "hf")
     assert "retokenize" not in jobs["lns"]
-    assert jobs["hub_lm"]["retokenize"] == RETOKENIZE_DEFAULT
+    # config/schema.yaml's default
+    assert jobs["hub_lm"]["retokenize"] == {"val_tokens": 1_000_000, "train_tokens": 1_000_000}
     assert jobs["hub_lm"]["strategies"][-1] == "block_influence"
     config["pruning"]["retokenize"] = {"val_tokens": 5000, "train_tokens": None}
     jobs = resolve(config).jobs("prune_model")

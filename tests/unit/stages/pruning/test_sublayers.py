@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from depthlab.core.errors import ConfigError, PruningError
 from depthlab.models.architectures import adapt
-from depthlab.plan.stage_settings import check_sublayer_settings, validate_pruning_settings
+from depthlab.settings.pruning import check_sublayer_settings, validate_pruning_settings
 from depthlab.stages.pruning.layer_removal import pruned_view
 from depthlab.stages.pruning.sublayers import (
     candidate_losses,

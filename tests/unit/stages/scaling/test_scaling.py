@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 from depthlab.config import ConfigError, load_config, merge_fit_spec, resolve
-from depthlab.config.stages.scaling import DEFAULT_EXPONENT_BOUNDS
 from depthlab.data.pretrain_runs import non_embedding_params
+from depthlab.settings.defaults import default
 from depthlab.stages.scaling.fits import (
     architecture_ids,
     bootstrap,
@@ -432,10 +432,11 @@ def test_scaling_config_errors_name_the_key():
         resolve(config, ROOT)
 
 
-def test_the_config_default_exponent_bounds_are_the_fitters():
-    # written twice (the config package does not import scipy): a fit that sets no bounds is
-    # fitted and judged within the same ones
-    assert DEFAULT_EXPONENT_BOUNDS == FitSettings().exponent_bounds
+def test_a_fit_without_exponent_bounds_takes_the_schemas_default():
+    # written once, in config/schema.yaml: the fitter, the resolver's interval check and the
+    # claims read it, so a fit that sets no bounds is fitted and judged within the same ones
+    assert FitSettings.from_config({}).exponent_bounds == (0.0, 5.0)
+    assert default("scaling", "fit", "exponent_bounds") == [0.0, 5.0]
 
 
 torch.set_num_threads(1)

@@ -12,7 +12,7 @@ from depthlab.config.models import (
 from depthlab.config.resolved import Resolved
 from depthlab.config.stages.depth_use import seeded_pairs
 from depthlab.config.stages.finetune import finetune_claim_inputs
-from depthlab.config.stages.scaling import DEFAULT_EXPONENT_BOUNDS
+from depthlab.settings.defaults import default
 
 
 def resolve_claims(resolved: Resolved) -> None:
@@ -327,7 +327,9 @@ def _fits(resolved: Resolved) -> dict:
     return {
         name: {
             "fit": spec["out_json"],
-            "exponent_bounds": list(spec["fit"].get("exponent_bounds", DEFAULT_EXPONENT_BOUNDS)),
+            "exponent_bounds": list(
+                spec["fit"].get("exponent_bounds", default("scaling", "fit", "exponent_bounds"))
+            ),
             # a fit of the project's own sweep is about models trained here: seeds gate it
             **(
                 {"trained_here": True, "seeds": len(sweep.get("seeds") or [0])}

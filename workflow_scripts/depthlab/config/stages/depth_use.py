@@ -93,7 +93,7 @@ def _add_skip_interventions(
     resolved: Resolved, depth_use: dict, has_problems: bool, base_dir: Path
 ) -> list:
     """One skip_interventions job per skipped or depth-scored model; returns their folders."""
-    from depthlab.plan.stage_settings import validate_intervention_settings
+    from depthlab.settings.depth_use import validate_intervention_settings
 
     skip, score = depth_use["skip"], depth_use["depth_score"]
     skip_models = declared_models(resolved, skip["models"], "depth_use.skip.models")
@@ -215,7 +215,7 @@ def _add_skip_job(
 
 def _add_linear_maps(resolved: Resolved, depth_use: dict, base_dir: Path) -> list:
     """One linear_maps job per (seeded) pair; returns their folders."""
-    from depthlab.plan.stage_settings import validate_linear_map_settings
+    from depthlab.settings.depth_use import validate_linear_map_settings
 
     maps = depth_use["linear_maps"]
     library_check(validate_linear_map_settings, maps, "depth_use.linear_maps")
@@ -357,7 +357,7 @@ def check_same_tokens(resolved: Resolved, source: str, target: str, key: str) ->
             f"{key}: '{source}' and '{target}' do not share a tokenizer (one is "
             f"trained here on the run's BPE, the other is a declared checkpoint)"
         )
-    from depthlab.plan.stage_settings import check_same_tokenizer
+    from depthlab.settings.depth_use import check_same_tokenizer
 
     locations = [declared_checkpoint_folder(resolved, n) for n in (source, target)]
     if all(locations):

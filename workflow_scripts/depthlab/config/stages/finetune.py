@@ -92,7 +92,7 @@ def _check_finetune_data(resolved: Resolved, settings: dict) -> str | None:
 
 def _check_task_data(tasks: dict, lm_eval: dict, train: dict) -> None:
     """The task source's settings, its task names and its longest task against train.seq_len."""
-    from depthlab.stages.pruning.lm_tasks import (
+    from depthlab.settings.lm_tasks import (
         MAX_TOKENS_PER_WORD,
         validate_task_names,
         validate_task_settings,

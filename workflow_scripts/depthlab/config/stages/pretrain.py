@@ -7,21 +7,16 @@ from depthlab.config.load import REPO_ROOT
 from depthlab.config.models import corpus_models, data_folder, figure_facts, gguf_sources
 from depthlab.config.paths import RunPaths
 from depthlab.config.resolved import Resolved, require_resources
+from depthlab.settings.defaults import defaults
 
 
 def tracking_settings(config: dict) -> dict:
-    """The `tracking:` section with its defaults: TensorBoard on, progress lines every ~5%, no
-    W&B; a W&B run (offline unless `mode: online`) keeps its files in the run folder."""
-    settings = {
-        "tensorboard": True,
-        "progress_every": None,
-        "wandb": None,
-        **(config.get("tracking") or {}),
-    }
+    """The `tracking:` section with the schema's defaults (TensorBoard on, progress lines every
+    ~5%, no W&B); a W&B run (offline unless `mode: online`) keeps its files in the run folder."""
+    settings = {**defaults("tracking"), **(config.get("tracking") or {})}
     if settings["wandb"] is not None:
         settings["wandb"] = {
-            "mode": "offline",
-            "entity": None,
+            **defaults("tracking", "wandb"),
             **settings["wandb"],
             "dir": RunPaths(config["run_name"]).root,
         }

@@ -18,6 +18,7 @@ from depthlab.config.models import (
 from depthlab.config.resolved import Resolved, library_check, named_model, require_resources
 from depthlab.config.stages.pretrain import tracking_settings
 from depthlab.core.errors import ConfigError
+from depthlab.settings.pruning import retokenize_caps
 
 PRUNING_FIGURES = ("delta_p", "sweep", "speedup")
 
@@ -35,8 +36,6 @@ PRUNING_SETTINGS = (
     "device",
     "dtype",
 )
-# pruning.retokenize when the config omits it (config/schema.yaml states the same default)
-RETOKENIZE_DEFAULT = {"val_tokens": 1_000_000, "train_tokens": 1_000_000}
 
 
 def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
@@ -60,8 +59,8 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
 
 def _check_pruning_section(config: dict, pruning: dict) -> None:
     """The checks of the section as a whole: its resources, task set and auto-depth choice."""
-    from depthlab.plan.stage_settings import validate_auto_depth_settings
-    from depthlab.stages.pruning.lm_tasks import validate_task_names, validate_task_settings
+    from depthlab.settings.lm_tasks import validate_task_names, validate_task_settings
+    from depthlab.settings.pruning import validate_auto_depth_settings
 
     require_resources(config, "pruning")
     tasks = pruning["tasks"]
@@ -108,7 +107,7 @@ def _shared_settings(pruning: dict) -> dict:
         shared["calibration"] = pruning["calibration"]
     if "sublayer" in pruning:  # optional like greedy_max_n: absent, no sub-layer search
         shared["sublayer"] = pruning["sublayer"]
-    shared["retokenize"] = {**RETOKENIZE_DEFAULT, **(pruning.get("retokenize") or {})}
+    shared["retokenize"] = retokenize_caps(pruning.get("retokenize"))
     return shared
 
 
@@ -127,7 +126,8 @@ def _check_pruned_model(
     """One pruned model's checks: an LM head, the run's corpus, positions for every sequence
     its measurements score, the grids against its depth and the analysis the angular choice
     reads."""
-    from depthlab.plan.stage_settings import check_loss_tokens, validate_pruning_settings
+    from depthlab.settings.pruning import check_loss_tokens, validate_pruning_settings
+    from depthlab.settings.training import validate_healing_settings
 
     if not has_lm_head(resolved, name):
         raise ConfigError(
@@ -178,6 +178,8 @@ def _check_pruned_model(
     if layers is not None:
         try:
             validate_pruning_settings(settings, layers, "pruning")
+            if settings["healing"]["enabled"]:
+                validate_healing_settings(settings["healing"], "pruning.healing")
         except ValueError as error:
             raise ConfigError(
                 named_model(_overridden_key(str(error), name, overrides), name)
@@ -205,7 +207,7 @@ def _overridden_key(message: str, name: str, overrides: ModelOverrides) -> str:
 
 def _check_task_length(tasks: dict, model: dict, name: str) -> None:
     """A model trained here must hold the longest task: its context plus the widest choice."""
-    from depthlab.stages.pruning.lm_tasks import MAX_TOKENS_PER_WORD
+    from depthlab.settings.lm_tasks import MAX_TOKENS_PER_WORD
 
     widest = max(tasks["kinds"], key=lambda kind: tasks["words"].get(kind, 1))
     words = tasks["words"].get(widest, 1)
@@ -302,7 +304,7 @@ def _known_layers(resolved: Resolved, name: str, settings: dict, base_dir: Path)
 
 
 def _job_grid(n_grid, layers: int | None, key: str) -> list[int]:
-    from depthlab.plan.stage_settings import grid
+    from depthlab.settings.pruning import grid
 
     if n_grid is None and layers is None:
         raise ConfigError(
@@ -325,7 +327,7 @@ def _has_set(
     """Whether prune_model measures a (strategy, n) set: n of its grid (None: every n), greedy
     up to its cap, a criterion up to the n it has a set for in a model of `layers` layers
     (strategy_max_n; a depth not known yet: assumed to exist, the job names a missing set)."""
-    from depthlab.plan.stage_settings import strategy_max_n
+    from depthlab.settings.pruning import strategy_max_n
 
     if strategy not in settings["strategies"] or (n_values is not None and n not in n_values):
         return False
@@ -341,7 +343,7 @@ def _add_heal_jobs(
     """heal_pruned: one job per healing method and healed (strategy, n); returns their folders
     in row order (the first method's jobs, named `<strategy>_n<n>`, then each further method's,
     `<strategy>_n<n>_<method>`)."""
-    from depthlab.core.training_settings import healing_methods, method_settings
+    from depthlab.settings.training import healing_methods, method_settings
 
     healing = settings["healing"]
     if not healing["enabled"]:

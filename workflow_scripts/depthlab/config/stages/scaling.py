@@ -8,39 +8,7 @@ from pathlib import Path
 from depthlab.config.models import local_file
 from depthlab.config.resolved import Resolved
 from depthlab.core.errors import ConfigError
-
-NESTED_FIT_KEYS = ("start_grid", "bootstrap", "validation", "columns")
-# FitSettings.exponent_bounds, for a fit that sets none (not imported: the fitter needs scipy,
-# and this package is imported while Snakemake builds the DAG)
-DEFAULT_EXPONENT_BOUNDS = (0.0, 5.0)
-
-
-def _set_by(fit: dict, *fields: str) -> str:
-    """' (set by scaling.fit.<field>)' for the fields the fit takes from the defaults, so an
-    error about a fit also names the key to edit."""
-    inherited = [f"scaling.fit.{field}" for field in fields if field not in fit]
-    return f" (set by {', '.join(inherited)})" if inherited else ""
-
-
-def merge_fit_spec(defaults: dict, fit: dict, name: str = "<name>") -> dict:
-    """`scaling.fit` defaults overridden by one `scaling.fits` entry (nested mappings merged)."""
-    merged = {**defaults, **fit}
-    for key in NESTED_FIT_KEYS:
-        if isinstance(defaults.get(key), dict) and isinstance(fit.get(key), dict):
-            merged[key] = {**defaults[key], **fit[key]}
-    lo, hi = merged.get("exponent_bounds", DEFAULT_EXPONENT_BOUNDS)
-    if not lo < hi:
-        raise ConfigError(
-            f"scaling.fits.{name}.exponent_bounds: {[lo, hi]} is not an interval "
-            f"(low < high); check scaling.fit.exponent_bounds too"
-        )
-    if merged.get("law") != "decomposed" and merged.get("depth_offset"):
-        raise ConfigError(
-            f"scaling.fits.{name}.depth_offset: only applies to the decomposed law, not "
-            f"{merged.get('law')!r}" + _set_by(fit, "depth_offset", "law")
-        )
-    return merged
-
+from depthlab.settings.scaling import merge_fit_spec, set_by
 
 LAW_COLUMNS = {
     "decomposed": ("width", "depth", "tokens", "loss"),
@@ -97,7 +65,7 @@ def resolve_scaling(resolved: Resolved, base_dir: Path) -> None:
             if not sweep_models:
                 raise ConfigError(
                     f"scaling.fits.{name}.source: 'sweep' needs scaling.sweep to "
-                    f"name a declared sweep with models" + _set_by(fit, "source")
+                    f"name a declared sweep with models" + set_by(fit, "source")
                 )
             points = paths.sweep_points
         else:
@@ -105,7 +73,7 @@ def resolve_scaling(resolved: Resolved, base_dir: Path) -> None:
             try:
                 points = local_file(spec["source"], base_dir, key)
             except ConfigError as error:
-                raise ConfigError(f"{error}{_set_by(fit, 'source')}") from None
+                raise ConfigError(f"{error}{set_by(fit, 'source')}") from None
             _check_points_csv(
                 points, spec.get("columns"), spec["law"], key, fit.get("columns") or {}
             )

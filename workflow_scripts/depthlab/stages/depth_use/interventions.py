@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from depthlab.models.architectures import ModelAdapter, first_output, with_first_output
-from depthlab.plan.stage_settings import (
+from depthlab.settings.depth_use import (
     KINDS,
     SCOPES,
     check_layer_indices,

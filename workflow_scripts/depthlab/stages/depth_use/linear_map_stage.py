@@ -31,7 +31,7 @@ def _check_hub_tokenizers(spec: dict) -> None:
     local checkpoints (config: _check_same_tokens); a hub model's tokenizer is known only once
     it is downloaded, so such a pair is compared here."""
     from depthlab.models.architectures import resolve_model_path
-    from depthlab.plan.stage_settings import check_same_tokenizer
+    from depthlab.settings.depth_use import check_same_tokenizer
 
     if all(os.path.isdir(resolve_model_path(spec[k])) for k in ("source_path", "target_path")):
         return
@@ -138,7 +138,7 @@ def _alignment(spec: dict, source_tokenizer, target_tokenizer) -> str:
     """The pairing the job runs: spec["alignment"], with auto decided on the loaded tokenizers
     (positions only when both give the same ids for the same text: same vocabulary, bos/eos
     and the same special tokens added)."""
-    from depthlab.plan.stage_settings import tokenizer_difference
+    from depthlab.settings.depth_use import tokenizer_difference
 
     if spec["alignment"] != "auto":
         return spec["alignment"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from depthlab.models.architectures import ModelAdapter, first_output, with_first_output
-from depthlab.plan.stage_settings import parse_variant
+from depthlab.settings.depth_use import parse_variant
 from depthlab.stages.depth_use.interventions import _backbone_kwargs, _relative_change, _softmax
 
 

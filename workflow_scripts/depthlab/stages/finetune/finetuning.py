@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from depthlab.core.atomic_files import atomic_path
 from depthlab.core.provenance import Provenance, sha256_path
-from depthlab.core.training_settings import RunSettings
+from depthlab.settings.training import RunSettings
 from depthlab.stages.finetune.data import FinetuneError, read_pairs
 from depthlab.stages.pretrain.training import (
     IGNORE,
@@ -54,7 +54,7 @@ FINETUNE_METHODS = ("full", "lora")
 @dataclass(frozen=True, kw_only=True)
 class FinetuneSettings(RunSettings):
     """`finetune.train`: a resumable run of the training settings family
-    (depthlab.core.training_settings), with the method and the prompt's part in the loss."""
+    (depthlab.settings.training), with the method and the prompt's part in the loss."""
 
     section: ClassVar[str] = "finetune.train"
     error: ClassVar[type[Exception]] = FinetuneError

@@ -1,5 +1,5 @@
 """Pretraining's settings (`pretrain:` and each model's `train:` in the config), a member of the
-training settings family (depthlab.core.training_settings), and what follows from them alone:
+training settings family (depthlab.settings.training), and what follows from them alone:
 the learning-rate schedule (the family's lr_multiplier) and the evaluation steps. Its own module
 so that the batches (depthlab.stages.pretrain.batches) and the loop (training) both import it and
 neither imports the other."""
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from depthlab.core.training_settings import RunSettings, lr_multiplier  # noqa: F401 (re-exported)
+from depthlab.settings.training import RunSettings, lr_multiplier  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True, kw_only=True)

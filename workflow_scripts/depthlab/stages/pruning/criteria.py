@@ -17,7 +17,7 @@ depthlab.stages.pruning.strategies (angular, deepest, greedy, block_influence):
                   power 1, summed per weight and per block); no calibration data
   taylor_plus,    the same rankings with Shortened LLaMA's "+" heuristic: the first 4 and the
   magnitude_plus  last 2 blocks are never removed (src/block_prune.py, keep_block_info =
-                  [0, 1, 2, 3, L-2, L-1]; depthlab.plan.stage_settings.protected_layers). That
+                  [0, 1, 2, 3, L-2, L-1]; depthlab.settings.pruning.protected_layers). That
                   script applies the heuristic unless --no_plus_heuristic, to its PPL runs too;
                   the paper reports PPL without it, as `ppl` here.
   random_blocks   a baseline: blocks in the order of a permutation drawn from the job's seed
@@ -51,15 +51,15 @@ from torch import nn
 
 from depthlab.core.errors import PruningError
 from depthlab.models.architectures import adapt, first_output
-from depthlab.plan.block_criteria import CRITERIA as DECLARED
-from depthlab.plan.stage_settings import (
+from depthlab.settings.block_criteria import CRITERIA as DECLARED
+from depthlab.settings.pruning import (
     CALIBRATED_STRATEGIES,
     protected_layers,
     strategy_max_n,
 )
 from depthlab.stages.pruning.strategies import LossSweep, greedy_path
 
-# what rank_blocks runs before the validation sweep (depthlab.plan.block_criteria's `reads`); the
+# what rank_blocks runs before the validation sweep (depthlab.settings.block_criteria's `reads`); the
 # strategies reading the analysis tables or the validation sweep run in the stage after it
 BEFORE_VALIDATION = ("calibration", "weights", "seed")
 CRITERIA = tuple(name for name, c in DECLARED.items() if c.reads in BEFORE_VALIDATION)
@@ -213,7 +213,7 @@ class _Meter:
 
 @dataclass
 class Ranking:
-    """What a ranking function (depthlab.plan.block_criteria: `rank(ranking, name)`) reads, by
+    """What a ranking function (depthlab.settings.block_criteria: `rank(ranking, name)`) reads, by
     the criterion's `reads`, and the result it adds its removal sets, rows and cost to."""
 
     model: nn.Module

@@ -41,8 +41,8 @@ import torch
 from depthlab.core.errors import PruningError
 from depthlab.core.placement import gpu_budget, has_offloaded_weights, input_device, is_dispatched
 from depthlab.core.tracking import Tracker
-from depthlab.core.training_settings import ADAPTER_METHODS, HealSettings
 from depthlab.models.architectures import _register_depthlab_models
+from depthlab.settings.training import ADAPTER_METHODS, HealSettings
 from depthlab.stages.pretrain.training import (
     IGNORE,
     language_model_loss,

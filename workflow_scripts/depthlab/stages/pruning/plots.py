@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from depthlab.core.paper_values import PAPER_VALUES
-from depthlab.plan.block_criteria import CRITERIA
+from depthlab.settings.block_criteria import CRITERIA
 
 STRATEGY_COLORS = {name: c.colour for name, c in CRITERIA.items()}  # declared with each
 

@@ -72,8 +72,8 @@ from depthlab.core.placement import spec_placement
 from depthlab.core.provenance import Provenance
 from depthlab.data.model_tokens import model_tokens
 from depthlab.models.architectures import adapt, load_model, load_tokenizer
-from depthlab.plan.block_criteria import CRITERIA as BLOCK_CRITERIA
-from depthlab.plan.stage_settings import CALIBRATED_STRATEGIES, grid, validate_pruning_settings
+from depthlab.settings.block_criteria import CRITERIA as BLOCK_CRITERIA
+from depthlab.settings.pruning import CALIBRATED_STRATEGIES, grid, validate_pruning_settings
 from depthlab.stages.pruning.criteria import (
     CriteriaResult,
     Ranking,

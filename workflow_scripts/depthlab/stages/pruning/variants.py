@@ -18,8 +18,8 @@ from depthlab.core.atomic_files import atomic_path, write_json
 from depthlab.core.errors import PruningError
 from depthlab.core.placement import spec_placement
 from depthlab.core.provenance import Provenance
-from depthlab.core.training_settings import HealSettings
 from depthlab.models.architectures import adapt, load_model, load_tokenizer
+from depthlab.settings.training import HealSettings
 from depthlab.stages.pruning.healing import heal
 from depthlab.stages.pruning.layer_removal import model_losses, prune_copy
 from depthlab.stages.pruning.stage import split_tokens, task_evaluator

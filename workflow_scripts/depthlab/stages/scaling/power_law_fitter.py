@@ -41,6 +41,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
+from depthlab.settings.defaults import default
+
 # ---------------------------------------------------------------------------------------------
 # Laws and settings
 
@@ -72,12 +74,13 @@ LOG_TERM_RANGE = (-30.0, 10.0)
 
 @dataclasses.dataclass
 class FitSettings:
-    """How a law is fitted. Defaults mirror config/default.yaml `scaling.fit` (the source of truth)."""
+    """How a law is fitted. Defaults mirror config/default.yaml `scaling.fit` (the source of truth);
+    the exponent bounds of a fit that sets none are config/schema.yaml's default."""
 
     objective: str = "least_squares"  # least_squares | huber (on log loss)
     huber_delta: float = 1e-3
     optimizer: str = "least_squares"  # least_squares (TRF) | lbfgsb
-    exponent_bounds: tuple[float, float] = (0.0, 5.0)
+    exponent_bounds: tuple[float, float] = tuple(default("scaling", "fit", "exponent_bounds"))
     start_exponents: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
     start_term_fractions: tuple[float, ...] = (0.03, 0.3)  # term value / median loss at F_ref
     start_floor_fractions: tuple[float, ...] = (0.3, 0.8)  # floor / min loss

@@ -1,38 +1,46 @@
-"""Config-time checks of the model stages' settings (pruning, skip interventions, linear maps;
-healing's are depthlab.core.training_settings') and the names they check against. No torch or numpy here (transformers only to compare two
-local checkpoints' tokenizers): the Snakefile resolves every job's spec through these checks on
-each invocation, `snakemake -n` included, and importing the model code would add several seconds
-to each. The stage modules import what they need from here; tests/unit/config/test_config.py checks that
-resolving the shipped configs imports no torch.
+"""The pruning stage's settings (`pruning:` and each prune_model spec): the one rule for a
+block-size grid, the checks the schema cannot make (every grid against the model's depth, the
+greedy cap, the criteria's calibration windows and largest n, validation windows, re-encoding
+caps, lm-eval, healing's choice of sets, speed, the sub-layer search, the auto-depth choices) and
+the re-encoding caps' defaults (read from config/schema.yaml). The criteria themselves are
+declared in depthlab.settings.block_criteria. Healing's training settings are checked by
+depthlab.settings.training.validate_healing_settings, which the resolver calls beside
+validate_pruning_settings.
+
+Torch-free: the Snakefile resolves every job's spec through these checks on each invocation,
+`snakemake -n` included (tests/unit/config/test_config.py checks that resolving the shipped
+configs imports no torch).
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
 
 from depthlab.core.errors import PruningError, check_names
-from depthlab.core.training_settings import validate_healing_settings
 
 # The strategies, which read calibration windows, their protected layers and largest n: the
 # criteria registry (re-exported for the checks below and their callers).
-from depthlab.plan.block_criteria import (  # noqa: F401
+from depthlab.settings.block_criteria import (  # noqa: F401
     CALIBRATED_STRATEGIES,
     CRITERIA,
     STRATEGIES,
     protected_layers,
 )
-from depthlab.plan.block_criteria import max_n as strategy_max_n
+from depthlab.settings.block_criteria import max_n as strategy_max_n
+from depthlab.settings.defaults import defaults
 
-# --------------------------------------------------------------------------- pruning
+
+def block_sizes(n_grid: Sequence[int] | None, num_layers: int) -> list[int]:
+    """The one rule for a block-size grid: null is every n from 1 to L-1, a list its distinct
+    sizes in order (unchecked: the resource planner prices specs `grid` has checked)."""
+    if n_grid is None:
+        return list(range(1, num_layers))
+    return sorted({int(n) for n in n_grid})
 
 
 def grid(n_grid: Sequence[int] | None, num_layers: int, key: str = "pruning.n_grid") -> list[int]:
-    """The configured block sizes (null: every n from 1 to L-1), checked against L."""
-    if n_grid is None:
-        return list(range(1, num_layers))
-    values = sorted({int(n) for n in n_grid})
+    """The configured block sizes (block_sizes), checked against L."""
+    values = block_sizes(n_grid, num_layers)
     for n in values:
         if not 1 <= n < num_layers:
             raise PruningError(
@@ -42,10 +50,12 @@ def grid(n_grid: Sequence[int] | None, num_layers: int, key: str = "pruning.n_gr
     return values
 
 
-# --------------------------------------------------------------------------- pruning_stage
+def retokenize_caps(retokenize: dict | None) -> dict:
+    """pruning.retokenize with the schema's default for each cap the config omits (the schema
+    gives every cap one: its keys are the caps there are)."""
+    return {**defaults("pruning", "retokenize"), **(retokenize or {})}
 
 
-RETOKENIZE_KEYS = ("val_tokens", "train_tokens")
 NO_HEALING = {"enabled": False}
 
 
@@ -130,7 +140,8 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
     defaults applied) against a model of `num_layers` layers; raises ValueError naming the key.
     Checks the strategies, every block-size grid (1 <= n < L), the greedy cap, validation
     windows and their scored positions, the re-encoding caps, lm-eval, healing and speed keys
-    (the choices made on the measurements: validate_auto_depth_settings)."""
+    (the choices made on the measurements: validate_auto_depth_settings; the training settings
+    of healing: depthlab.settings.training.validate_healing_settings)."""
     if num_layers < 2:
         raise PruningError(f"{where}: a model of {num_layers} layer(s) has no layer to remove")
     strategies = settings["strategies"]
@@ -138,11 +149,10 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
     _check_grid(settings["n_grid"], num_layers, f"{where}.n_grid")
     _positive_ints(settings["val"], ("windows", "seq_len", "batch_size"), f"{where}.val")
     check_loss_tokens(settings["val"], f"{where}.val.loss_tokens", f"{where}.val.seq_len")
+    caps = tuple(retokenize_caps(None))
     for key, value in (settings.get("retokenize") or {}).items():  # absent: a pretrain model
-        if key not in RETOKENIZE_KEYS:
-            raise PruningError(
-                f"{where}.retokenize.{key}: unknown key (known: {', '.join(RETOKENIZE_KEYS)})"
-            )
+        if key not in caps:
+            raise PruningError(f"{where}.retokenize.{key}: unknown key (known: {', '.join(caps)})")
         if value is not None and (
             not isinstance(value, int) or isinstance(value, bool) or value < 1
         ):
@@ -160,7 +170,6 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
                     f"{where}.strategies ({', '.join(strategies)})"
                 )
         _check_grid(healing.get("n_grid"), num_layers, f"{where}.healing.n_grid")
-        validate_healing_settings(healing, f"{where}.healing")
     speed = settings["speed"]
     if speed["enabled"]:
         if speed.get("strategy") not in strategies:
@@ -269,129 +278,3 @@ def validate_auto_depth_settings(settings: dict, where: str = "pruning") -> None
                 f"{where}.export[{index}].metric: '{item['metric']}' has no "
                 f"tolerance in {where}.auto_depth.tolerances"
             )
-
-
-# --------------------------------------------------------------------------- interventions
-
-
-KINDS = ("layer", "attention", "mlp")
-
-
-SCOPES = ("all", "future")
-
-
-VARIANTS = tuple(f"{kind}_{scope}" for kind in KINDS for scope in SCOPES)
-
-
-def parse_variant(name: str, where: str = "variants") -> tuple[str, str]:
-    """`<kind>_<scope>` -> (kind, scope); ValueError naming `where` for an unknown one."""
-    if not isinstance(name, str) or name not in VARIANTS:
-        raise ValueError(
-            f"{where}: unknown intervention kind {name!r} (known: {', '.join(VARIANTS)})"
-        )
-    kind, scope = name.rsplit("_", 1)
-    return kind, scope
-
-
-def check_layer_indices(layers, num_layers: int, where: str = "layers") -> None:
-    """Every index an int in [0, num_layers); ValueError naming `where` otherwise."""
-    for index in layers:
-        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
-            raise ValueError(f"{where}: layer index {index!r} is not an integer")
-        if not 0 <= int(index) < num_layers:
-            raise ValueError(
-                f"{where}: layer index {index} is out of range for a model with "
-                f"{num_layers} layers (0..{num_layers - 1})"
-            )
-
-
-def validate_intervention_settings(
-    spec: dict, num_layers: int | None = None, where: str = "depth_use.skip"
-) -> None:
-    """Config-time check of a skip-intervention settings dict (keys as SkipSettings, plus an
-    optional `depth_score_variant`); raises ValueError whose message starts with the key."""
-    variants = spec.get("variants")
-    if not isinstance(variants, (list, tuple)) or not variants:
-        raise ValueError(f"{where}.variants: a non-empty list of {', '.join(VARIANTS)}")
-    for name in variants:
-        parse_variant(name, f"{where}.variants")
-    if len(set(variants)) != len(variants):
-        twice = sorted({v for v in variants if list(variants).count(v) > 1})
-        raise ValueError(f"{where}.variants: listed more than once: {', '.join(twice)}")
-    for key, low in (
-        ("no_skip_front", 0),
-        ("future_positions", 1),
-        ("future_min_position", 1),
-        ("max_rows", 1),
-    ):
-        value = spec.get(key)
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-            raise ValueError(f"{where}.{key}: an integer >= {low} (got {value!r})")
-    layers = spec.get("layers")
-    if layers is not None:
-        if not isinstance(layers, (list, tuple)) or not layers:
-            raise ValueError(f"{where}.layers: null (every layer) or a non-empty list of indices")
-        if num_layers is not None:
-            check_layer_indices(layers, num_layers, f"{where}.layers")
-        else:
-            for index in layers:
-                if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 0:
-                    raise ValueError(
-                        f"{where}.layers: layer index {index!r} is not an integer >= 0"
-                    )
-    score_variant = spec.get("depth_score_variant")
-    if score_variant is not None:
-        kind, scope = parse_variant(score_variant, f"{where}.depth_score_variant")
-        if scope != "all":
-            raise ValueError(
-                f"{where}.depth_score_variant: {score_variant!r} intervenes only "
-                f"before a sampled position; the depth score needs an '_all' "
-                f"variant (the effect at the answer positions)"
-            )
-
-
-# --------------------------------------------------------------------------- linear_maps
-
-
-def validate_linear_map_settings(spec: dict, where: str = "depth_use.linear_maps") -> None:
-    """Config-time check of what the schema cannot say about the linear-map settings (it owns
-    every type, range and enum): finite ridge strengths and fractions that leave documents to
-    fit on. ValueError naming the key."""
-    if not all(math.isfinite(a) for a in spec["alphas"]):
-        raise ValueError(f"{where}.alphas: ridge strengths must be finite")
-    if spec["val_fraction"] + spec["test_fraction"] >= 1:
-        raise ValueError(
-            f"{where}.test_fraction: val_fraction + test_fraction must leave documents to fit on"
-        )
-
-
-def tokenizer_difference(a, b) -> str | None:
-    """How two loaded tokenizers differ in the ids they give (vocabulary, bos/eos id), or None
-    when they map every token to the same id."""
-    if a.get_vocab() != b.get_vocab():
-        return f"different tokenizers (vocabularies of {len(a)} and {len(b)} tokens differ)"
-    for attr in ("bos_token_id", "eos_token_id"):
-        if getattr(a, attr) != getattr(b, attr):
-            return f"different {attr}"
-    return None
-
-
-def check_same_tokenizer(path_a: str, path_b: str, where: str = "depth_use.linear_maps") -> None:
-    """Raise ValueError (naming `where`) unless the two checkpoints' tokenizers map every token
-    to the same id (same vocabulary and special tokens); reads only tokenizer files."""
-    from depthlab.models.architectures import load_tokenizer
-
-    try:
-        a, b = load_tokenizer(path_a), load_tokenizer(path_b)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{where}: cannot load a tokenizer to compare ({error})") from None
-    difference = tokenizer_difference(a, b)
-    if difference is None:
-        return
-    if difference.startswith("different tokenizers"):
-        raise ValueError(
-            f"{where}: models {path_a} and {path_b} have {difference}; a linear map "
-            f"between their states position by position needs the same tokens "
-            f"(alignment: word_ends pairs the ends of words instead)"
-        )
-    raise ValueError(f"{where}: models {path_a} and {path_b} have {difference}")

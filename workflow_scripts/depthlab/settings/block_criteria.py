@@ -130,7 +130,7 @@ def max_n(strategy: str, num_layers: int) -> int:
 def help_text() -> str:
     """The criteria as prune_model.py's help lists them."""
     width = max(len(name) for name in CRITERIA)
-    lines = ["strategies (pruning.strategies; depthlab/plan/block_criteria.py declares them):"]
+    lines = ["strategies (pruning.strategies; depthlab/settings/block_criteria.py declares them):"]
     for name, criterion in CRITERIA.items():
         lines.append(f"  {name:<{width}}  {criterion.summary} [reads: {criterion.reads}]")
     return "\n".join(lines)

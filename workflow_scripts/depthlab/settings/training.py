@@ -11,7 +11,8 @@ precision): pretraining and fine-tuning. `HealSettings` adds healing's adapters 
 settings, and healing's config-time checks live beside it.
 
 No torch or numpy here: the Snakefile checks every heal job's settings on each invocation
-(depthlab.plan.stage_settings.validate_pruning_settings), and the stages import the same classes.
+(validate_healing_settings, called by the pruning resolver), and the stages import the same
+classes.
 """
 
 from __future__ import annotations

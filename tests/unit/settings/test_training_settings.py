@@ -6,7 +6,7 @@ import math
 
 import pytest
 from depthlab.core.errors import ConfigError, PruningError
-from depthlab.core.training_settings import (
+from depthlab.settings.training import (
     HealSettings,
     RunSettings,
     TrainingSettings,

@@ -1,4 +1,4 @@
-"""The block-ranking criteria registry (depthlab.plan.block_criteria): every declared ranking
+"""The block-ranking criteria registry (depthlab.settings.block_criteria): every declared ranking
 function exists, the schema's enum, prune_model.py's help and the figures' colours come from it,
 and each criterion's declared cost model counts the passes its ranking function runs."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from depthlab.config.load import schema_document
-from depthlab.plan import block_criteria
-from depthlab.plan.block_criteria import CRITERIA, READS, STRATEGIES
+from depthlab.settings import block_criteria
+from depthlab.settings.block_criteria import CRITERIA, READS, STRATEGIES
 
 REPO = Path(__file__).resolve().parents[3]
 
