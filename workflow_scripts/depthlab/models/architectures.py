@@ -21,7 +21,8 @@ still the raw sublayer outputs (for BERT the `dense` projection before dropout, 
 LayerNorm), so ||m_l|| / ||h_l + a_l|| compares the MLP output with the *un-normalised* residual
 sum; ||h_{l+1} - h_l|| / ||h_l|| is the block's whole update, norms included.
 
-Size: one adapter table for every supported family; the family rules must be read together.
+Size: one adapter for every supported family (their module paths: depthlab.core.model_types);
+the family rules must be read together.
 Model paths and checkpoint-folder checks live in depthlab.models.checkpoint_files, the loaders in
 depthlab.models.loading (both re-exported here: callers import them from either).
 """
@@ -32,71 +33,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from depthlab.core.errors import CheckpointError, UnsupportedModelError  # noqa: F401 (CheckpointError re-exported)
+from depthlab.core.model_types import STRUCTURAL_PATHS, ModulePaths, module_paths
 
 if TYPE_CHECKING:  # torch is imported where it is used: the folder checks below run without it
     import torch
     from torch import nn
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Module paths of one architecture family: `layers`/`final_norm`/`project_out` from the
-    base model, `attention`/`mlp` from inside one decoder layer."""
-
-    family: str
-    layers: str
-    final_norm: str | None
-    attention: str
-    mlp: str
-    project_out: str | None = None
-
-
-LLAMA = Layout("llama", layers="layers", final_norm="norm", attention="self_attn", mlp="mlp")
-OLMO2 = Layout(
-    "olmo2",
-    layers="layers",
-    final_norm="norm",
-    attention="post_attention_layernorm",
-    mlp="post_feedforward_layernorm",
-)
-GPT_NEOX = Layout(
-    "gpt_neox", layers="layers", final_norm="final_layer_norm", attention="attention", mlp="mlp"
-)
-GPT2 = Layout("gpt2", layers="h", final_norm="ln_f", attention="attn", mlp="mlp")
-OPT = Layout(
-    "opt",
-    layers="decoder.layers",
-    final_norm="decoder.final_layer_norm",
-    attention="self_attn",
-    mlp="fc2",
-    project_out="decoder.project_out",
-)
-BERT = Layout(
-    "bert",
-    layers="encoder.layer",
-    final_norm=None,
-    attention="attention.output.dense",
-    mlp="output.dense",
-)
-
-LAYOUTS_BY_MODEL_TYPE = {
-    "llama": LLAMA,
-    "mistral": LLAMA,
-    "qwen2": LLAMA,
-    "qwen3": LLAMA,
-    "olmo": LLAMA,
-    "depthlab_llama": LLAMA,
-    "olmo2": OLMO2,
-    "gpt_neox": GPT_NEOX,
-    "gpt2": GPT2,
-    "opt": OPT,
-    "bert": BERT,
-    "roberta": BERT,
-    "xlm-roberta": BERT,
-    "electra": BERT,
-}
-# Tried in this order for an unknown model_type whose modules look like a known family.
-STRUCTURAL_LAYOUTS = (OLMO2, LLAMA, GPT_NEOX, GPT2, OPT, BERT)
+# Each family's module paths are declared once, with its parameter layout, in
+# depthlab.core.model_types (the planner reads the same table).
+Layout = ModulePaths
+LAYOUTS_BY_MODEL_TYPE = module_paths()
+STRUCTURAL_LAYOUTS = STRUCTURAL_PATHS
 
 
 def _get_path(root: nn.Module, path: str | None):
@@ -201,9 +149,9 @@ def _layout_for(model: nn.Module, base: nn.Module) -> Layout:
 
 def _post_ln_layers(model: nn.Module, layout: Layout, layers) -> list[bool]:
     config = model.config
-    if layout is BERT:
+    if layout.family == "bert":
         return [True] * len(layers)
-    if layout is OPT:
+    if layout.family == "opt":
         return [not getattr(config, "do_layer_norm_before", True)] * len(layers)
     # depthlab's own blocks say which scheme they run (mix_ln: the first layers are Post-LN)
     return [bool(getattr(layer, "post_ln", False)) for layer in layers]
@@ -256,7 +204,7 @@ def adapt(model: nn.Module) -> ModelAdapter:
             sink.append(module)
     final_norm = _get_path(base, layout.final_norm)
     if (
-        layout.final_norm is not None and final_norm is None and layout is not OPT
+        layout.final_norm is not None and final_norm is None and layout.family != "opt"
     ):  # OPT-350m (Post-LN) has no final norm by design
         raise UnsupportedModelError(
             f"{type(model).__name__} ({layout.family} layout): final "
@@ -277,7 +225,7 @@ def adapt(model: nn.Module) -> ModelAdapter:
         project_out=_get_path(base, layout.project_out),
         lm_head=lm_head,
         parallel_residual=bool(getattr(model.config, "use_parallel_residual", False))
-        and layout is GPT_NEOX,
+        and layout.family == "gpt_neox",
         post_ln_layers=_post_ln_layers(model, layout, layers),
         notes=notes,
     )

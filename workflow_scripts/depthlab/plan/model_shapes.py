@@ -30,42 +30,12 @@ from pathlib import Path
 import yaml
 
 from depthlab.core import norm_schemes
+from depthlab.core.model_types import ParameterLayout, parameter_layout
 
 HUB_TABLE = Path(__file__).with_name("hub_architectures.yaml")
 # auto: bf16 on the GPUs the plan sizes for (depthlab.core.devices.resolve_dtype)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
 SAFETENSORS_DTYPES = {"F64": "float32", "F32": "float32", "BF16": "bfloat16", "F16": "float16"}
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a model family spends parameters beyond its matrices (config.json's model_type)."""
-
-    norm_params: int  # per norm and hidden unit: 1 (RMSNorm gain) or 2 (LayerNorm gain + bias)
-    norms_per_layer: int
-    gated_mlp: bool  # gate, up, down (SwiGLU) or two matrices
-    qkv_bias: bool
-    output_bias: bool  # attention output and both MLP matrices carry biases
-    qk_norm: str | None  # "head": a gain per head dim on q and k; "full": over all of q and k
-    learned_positions: int | None = None  # rows of a learned position table beyond max_positions
-
-
-LLAMA = Layout(norm_params=1, norms_per_layer=2, gated_mlp=True, qkv_bias=False,
-               output_bias=False, qk_norm=None)  # fmt: skip
-LAYER_NORM_MLP = Layout(norm_params=2, norms_per_layer=2, gated_mlp=False, qkv_bias=True,
-                        output_bias=True, qk_norm=None)  # fmt: skip
-LAYOUTS = {
-    "llama": LLAMA,
-    "mistral": LLAMA,
-    "depthlab_llama": LLAMA,  # the models trained here, every norm scheme
-    "qwen2": replace(LLAMA, qkv_bias=True),
-    "qwen3": replace(LLAMA, qk_norm="head"),
-    "olmo2": replace(LLAMA, qk_norm="full"),
-    "gemma3_text": replace(LLAMA, norms_per_layer=4, qk_norm="head"),
-    "gpt_neox": LAYER_NORM_MLP,
-    "opt": replace(LAYER_NORM_MLP, learned_positions=2),  # OPT's position table has 2 extra rows
-    "bert": replace(LAYER_NORM_MLP, learned_positions=0),
-}
 
 
 @dataclass(frozen=True)
@@ -103,8 +73,9 @@ class Shape:
         return self.parameters * DTYPE_BYTES[dtype or self.dtype]
 
 
-def _layout(shape: Shape) -> Layout:
-    return LAYOUTS.get(shape.model_type, LLAMA)
+def _layout(shape: Shape) -> ParameterLayout:
+    """The model family's parameter layout (depthlab.core.model_types; Llama's by default)."""
+    return parameter_layout(shape.model_type)
 
 
 def layer_matrix_parameters(shape: Shape) -> int:
