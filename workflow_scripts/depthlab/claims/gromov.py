@@ -223,16 +223,20 @@ def deep_block_position(measures: pd.DataFrame, max_fraction: float) -> float:
     layers with the smallest last-token d(x^l, x^(l+n)) (the pruning stage's angular choice: the
     first minimum) of an analysis measures.csv frame: 0 when every block sits at the front, 1
     when it ends at the last layer; NaN without the distances."""
+    from depthlab.stages.pruning.strategies import angular_block_choice
+
     rows = measures[measures["measure"] == "angular_distance_last"]
     if rows.empty:
         return math.nan
     layers = int((rows["layer"] + rows["n"]).max())
+    distance = np.full((layers + 1, layers + 1), np.nan)
+    starts, sizes = rows["layer"].to_numpy(dtype=int), rows["n"].to_numpy(dtype=int)
+    distance[starts, starts + sizes] = rows["value"].to_numpy(dtype=float)
     positions = []
     for n in range(1, block_range(layers, max_fraction) + 1):
-        block = rows[rows["n"] == n].sort_values("layer", kind="stable")
-        if block.empty:
+        if not (rows["n"] == n).any():
             return math.nan
-        start = int(block["layer"].iloc[int(np.argmin(block["value"].to_numpy()))])
+        start, _ = angular_block_choice(distance, n)
         positions.append(start / (layers - n))
     return float(np.mean(positions))
 
