@@ -184,26 +184,17 @@ def qa_math_rows(data: RunData) -> list[dict]:
         )
         if any(e is None for e in estimates):
             tasks = sorted({str(t) for s in sweeps for t in s["task"].dropna().unique()})
-            rows.append(
-                claim_row(
-                    f"gromov_qa_vs_math:{group}",
-                    GROMOV,
-                    claim,
-                    "gromov_qa_vs_math",
-                    Estimate(math.nan, n=len(members)),
-                    scale_of(data, members),
-                    (
-                        NOT_TESTABLE,
-                        f"needs a QA and a math task scored by lm-eval at n = 0 and at some n "
-                        f"<= {max_n} (scored: {', '.join(tasks)}; pruning.lm_eval.tasks, "
-                        f"n_grid)",
-                    ),
-                )
+            e = Estimate(math.nan, n=len(members))
+            decision = (
+                NOT_TESTABLE,
+                f"needs a QA and a math task scored by lm-eval at n = 0 and at some n <= {max_n} "
+                f"(scored: {', '.join(tasks)}; pruning.lm_eval.tasks, n_grid)",
             )
-            continue
-        blockers = not_learned(data, members)
-        e = over_seeds(estimates, sample_se=[e.se for e in estimates]) if trained else (
-            estimates[0])  # fmt: skip
+        else:
+            blockers = not_learned(data, members)
+            e = over_seeds(estimates, sample_se=[e.se for e in estimates]) if trained else (
+                estimates[0])  # fmt: skip
+            decision = decide(e, verdict_positive(e, blockers, threshold), trained, blockers)
         rows.append(
             claim_row(
                 f"gromov_qa_vs_math:{group}",
@@ -212,7 +203,7 @@ def qa_math_rows(data: RunData) -> list[dict]:
                 "gromov_qa_vs_math",
                 e,
                 scale_of(data, members),
-                decide(e, verdict_positive(e, blockers, threshold), trained, blockers),
+                decision,
             )
         )
     return rows
