@@ -38,6 +38,11 @@ SCRIPT = ROOT / "workflow_scripts" / "pretrain_model.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "workflow_scripts")}
 
 
+# two local gloo ranks of this interpreter's torchrun
+TORCHRUN_TWO_RANKS = (str(Path(sys.executable).with_name("torchrun")), "--standalone",
+                      "--nproc_per_node", "2")  # fmt: skip
+
+
 def tiny_model(test_config, **train) -> dict:
     return tiny_pretrain_model(test_config, "lns", 2, **train)
 
@@ -151,13 +156,7 @@ def test_resume_after_sigkill_ends_bit_identical(tmp_path, test_config, data_dir
 def test_two_gloo_ranks_match_one_process(tmp_path, test_config, data_dir):
     model = tiny_model(test_config, steps=12, eval_every=6)
     train_tiny(model, data_dir, tmp_path / "single", tmp_path / "s1")
-    torchrun = [
-        str(Path(sys.executable).with_name("torchrun")),
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-    ]
-    run_script(model, data_dir, tmp_path / "ddp", tmp_path / "s2", *torchrun)
+    run_script(model, data_dir, tmp_path / "ddp", tmp_path / "s2", *TORCHRUN_TWO_RANKS)
     single = pd.read_csv(tmp_path / "single" / "train_log.csv")
     ddp = pd.read_csv(tmp_path / "ddp" / "train_log.csv")
     assert len(single) == len(ddp) and (single.split == "train").sum() == 12
@@ -363,13 +362,7 @@ def test_compiled_training_matches_eager_also_under_ddp(tmp_path, test_config, d
     eager = tiny_model(test_config, steps=6, eval_every=3, compile=False)
     summary = train_tiny(eager, data_dir, tmp_path / "eager", tmp_path / "s1")
     compiled = tiny_model(test_config, steps=6, eval_every=3, compile=True, micro_batch_size=1)
-    torchrun = [
-        str(Path(sys.executable).with_name("torchrun")),
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-    ]
-    run_script(compiled, data_dir, tmp_path / "compiled", tmp_path / "s2", *torchrun)
+    run_script(compiled, data_dir, tmp_path / "compiled", tmp_path / "s2", *TORCHRUN_TWO_RANKS)
     losses = {
         name: pd.read_csv(tmp_path / name / "train_log.csv").loss.to_numpy()
         for name in ("eager", "compiled")
