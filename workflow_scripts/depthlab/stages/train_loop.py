@@ -249,7 +249,6 @@ class TrainingLoop:
     def run(self, progress: bool = True, progress_every: int | None = None, write=None) -> None:
         """Train from self.step to the last step; `write`: where the plain progress lines go
         (a log function; default: stderr)."""
-        self.started = time.perf_counter()
         self.wall = self.wall_offset
         bar = Progress(
             self.steps,
