@@ -2,7 +2,8 @@
 (depthlab.claims.table.CLAIMS: each paper's module declares its claims beside the code that
 writes their rows) at build time, so the page cannot drift from the code: a claim's paper,
 section, measure, replicate unit, rule (written from the named thresholds in
-depthlab.core.paper_values*) and whether the default suite's rows are a fair test.
+depthlab.core.paper_values*), what it is about (training or the architecture, which decides
+how the untrained twin counts) and whether the default suite's rows are a fair test.
 
 claims.md holds MARKER where the table goes; a page without it fails the build.
 `python docs/hooks/claims_table.py` prints the table.
@@ -17,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = "claims.md"
 MARKER = "<!-- the table of every claim: docs/hooks/claims_table.py writes it here -->"
 HEADER = (
-    "| claim | paper, where | what is measured | replicate unit | rule | "
-    "the toy rows: a fair test? |\n|---|---|---|---|---|---|"
+    "| claim | paper, where | about | what is measured | replicate unit | rule | "
+    "the toy rows: a fair test? |\n|---|---|---|---|---|---|---|"
 )
 
 
@@ -35,6 +36,7 @@ def render(claims) -> str:
         cells = (
             f"`{claim.id}`",
             f"{cited}, {value.source}",
+            claim.kind,
             claim.measure,
             claim.replicate,
             claim.rule,

@@ -234,12 +234,33 @@ def test_update_orthogonality_of_a_random_network_is_not_testable():
     data = RunData(cod_pairs=[("a", base, "b", treat)], trained=set(base + treat))
     for m in base + treat:
         data.measures[m] = _angle_frame(math.pi / 2, rng)
-        data.initial[m] = _twin(angle=math.pi / 2 + 0.01)
+        # twins exactly as orthogonal as the trained model: training did not move it
+        angles = data.measures[m].query("measure == 'angle_update'")["value"].to_numpy()
+        data.initial[m] = _twin()
+        data.initial[m].angle_update = pd.Series(angles)
     row = _table(data).loc["liu_update_orthogonal:a"]
     assert row["verdict"] == NOT_TESTABLE and INIT_SHOWS_IT in row["reason"]
     for m in base + treat:  # twins far from orthogonal: training made the updates orthogonal
         data.initial[m] = _twin(angle=1.0)
-    assert _table(data).loc["liu_update_orthogonal:a", "verdict"] == REPRODUCED
+    row = _table(data).loc["liu_update_orthogonal:a"]
+    assert row["verdict"] == REPRODUCED and row["training_moved"] == "towards the claim"
+
+
+@pytest.mark.parametrize("angle", [math.pi / 2, 1.0])
+def test_update_orthogonality_of_a_toy_below_the_llms_budget_is_no_test_either_way(angle):
+    rng = np.random.default_rng(0)
+    base, treat = ["a_s0", "a_s1", "a_s2"], ["b_s0", "b_s1", "b_s2"]
+    data = RunData(cod_pairs=[("a", base, "b", treat)], trained=set(base + treat))
+    for m in base + treat:
+        data.measures[m] = _angle_frame(angle, rng)
+        data.initial[m] = _twin(angle=1.3)
+        data.tokens_per_param[m] = 25.0
+    decided = _table(data).loc["liu_update_orthogonal:a", "verdict"]
+    assert decided == (REPRODUCED if angle == math.pi / 2 else NOT_REPRODUCED)
+    for m in base + treat:  # the default's toys: 0.22 tokens per parameter
+        data.tokens_per_param[m] = 0.22
+    row = _table(data).loc["liu_update_orthogonal:a"]
+    assert row["verdict"] == NOT_TESTABLE and "no fair test, pass or fail" in row["reason"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,8 +290,9 @@ def test_qa_holds_while_math_declines(qa_drop, math_drop, expected):
     )
     row = _table(data).loc["gromov_qa_vs_math:real"]
     assert row["verdict"] == expected, row["reason"]
-    # mean over n = 1..4 of (math - QA) drop: (math - qa) * mean(n) / L
-    assert row["measured"] == pytest.approx((math_drop - qa_drop) * 2.5 / LAYERS)
+    # mean over n = 1..4 of (math - QA) drop, each as a share of intact 0.8 - chance
+    # (GSM8K 0, BoolQ 0.622): (math / 0.8 - qa / 0.178) * mean(n) / L
+    assert row["measured"] == pytest.approx((math_drop / 0.8 - qa_drop / 0.178) * 2.5 / LAYERS)
 
 
 def test_qa_vs_math_without_a_math_task_says_which_tasks_ran():
@@ -285,7 +307,8 @@ def test_qa_vs_math_without_a_math_task_says_which_tasks_ran():
 # The untrained twin
 
 
-def test_untrained_twin_is_the_pretraining_stage_initial_model(tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "pure_bf16"])
+def test_untrained_twin_is_the_pretraining_stage_initial_model(tmp_path, precision):
     from depthlab.stages.pretrain.training import TrainSettings, pretraining_model
 
     decl = {
@@ -295,7 +318,7 @@ def test_untrained_twin_is_the_pretraining_stage_initial_model(tmp_path):
         "train": {"batch_size": 4, "beta1": 0.9, "beta2": 0.95, "checkpoint_every": 32,
                   "eval_batches": 1, "eval_every": 32, "grad_clip": 1.0, "init_std": 0.02,
                   "log_every": 10, "log_spaced_evals": 0, "lr": 0.003, "micro_batch_size": None,
-                  "min_lr_ratio": 0.1, "precision": "fp32", "seq_len": 16, "steps": 8,
+                  "min_lr_ratio": 0.1, "precision": precision, "seq_len": 16, "steps": 8,
                   "warmup_steps": 1, "weight_decay": 0.0},
     }  # fmt: skip
     meta = {"vocab_size": 50, "eos_id": 0, "pad_id": 0, "bos_id": None}
@@ -306,9 +329,11 @@ def test_untrained_twin_is_the_pretraining_stage_initial_model(tmp_path):
     twin = untrained_model(tmp_path / "model", tmp_path / "data")
     settings = TrainSettings.from_dict(decl["train"])
     torch.manual_seed(123)  # the twin's weights do not depend on the global generator's state
-    reference, _ = pretraining_model("m", decl, settings, meta, 7, "cpu")
+    reference, _ = pretraining_model("m", decl, settings, meta, 7, torch.device("cpu"))
+    # a pure_bf16 run starts from the bf16 rounding of the initialisation: so does its twin
+    assert reference.dtype == (torch.bfloat16 if precision == "pure_bf16" else torch.float32)
     for (name, a), (_, b) in zip(twin.state_dict().items(), reference.state_dict().items()):
-        assert torch.equal(a, b), name
+        assert a.dtype == torch.float32 and torch.equal(a, b.float()), name
     other = untrained_model(tmp_path / "model", tmp_path / "data")
     assert all(torch.equal(a, b) for a, b in zip(twin.parameters(), other.parameters()))
 

@@ -143,10 +143,13 @@ def test_lens_rows_of_models_trained_here_subtract_the_untrained_twin():
         [tuned_lens_gap(data.lens_swaps[m][0][0]) for m in data.lens_groups["pre_ln"]]
     )
     twin_value = tuned_lens_gap(lens_frame(np.full(LAYERS, twin_gap)))
-    assert rows["belrose_tuned_lens"].measured == pytest.approx(trained_gap - twin_value)
-    assert "trained - untrained" in rows["belrose_tuned_lens"].claim
+    # the row's value is the trained model's; trained - untrained beside it
+    assert rows["belrose_tuned_lens"].measured == pytest.approx(trained_gap)
+    assert rows["belrose_tuned_lens"].training_effect == pytest.approx(trained_gap - twin_value)
+    assert "untrained twins beside" in rows["belrose_tuned_lens"].claim
     # margin: trained min(0.4, 0.4) = 0.4 vs untrained min(0.49, -0.45) = -0.45
-    assert rows["lad_layer_swaps"].measured == pytest.approx(0.4 + 0.45, abs=0.05)
+    assert rows["lad_layer_swaps"].measured == pytest.approx(0.4, abs=0.05)
+    assert rows["lad_layer_swaps"].training_effect == pytest.approx(0.4 + 0.45, abs=0.05)
     assert rows["lad_layer_swaps"].verdict == REPRODUCED
     # twins with the trained lens gain already: not testable
     for m in data.lens_groups["pre_ln"]:

@@ -3,15 +3,24 @@ measured (with an interval), a verdict on the paper's statement and a verdict on
 
 Verdicts: `reproduced`, `not reproduced`, `not testable at this scale` (with the reason: a model
 that did not learn beyond the unigram loss, a fit parameter at its bound, an interval too wide to
-decide, the initialisation already showing the effect, removals that cost less than the
-threshold, too few training tokens for a final-loss claim), `not testable on these data` (the
+decide, the initialisation already showing (or contradicting) it unmoved by training, one layer
+deciding a per-layer profile, removals that cost less than the threshold, too few training
+tokens for a final-loss claim), `not testable on these data` (the
 same about published data points) and `one seed: indicative` (a claim about a model trained
 here, healing included, measured on fewer than MIN_SEEDS seeds: the row shows what the
 within-model interval says, and never decides).
 
-A claim about a model trained here is measured against its untrained twin (`initial`: the same
-seed's initial weights, measured on the same inputs): the row's value is trained - untrained,
-and a twin whose effect is as large, on the same side of zero, makes the row not testable.
+Every row is decided on the paper's statement about the trained model. A claim about a model
+trained here shows its untrained twin beside it (`initial`: the same seed's initial weights, in
+the training precision, measured on the same inputs): the twins' value and trained - untrained
+with its paired interval and where training moved it (columns untrained, training_effect*,
+training_moved). What the twin may block follows the claim's kind (Claim.kind, rows.TRAINING or
+rows.ARCHITECTURE): a claim about training is not testable when the twins already lie past the
+threshold on the trained verdict's side (the effect for a pass, the opposite effect for a fail)
+and training did not move it; a claim about the architecture is decided on the trained model,
+the twin a note (rows.against_initialisation). Every row read off a per-layer profile is
+recomputed with each layer left out; a layer that flips the verdict makes the row not decided
+(rows.layer_check; column layer_check).
 Loss thresholds of models trained here are a share of what the model learned
 (rows.learned_threshold); block choices average over n up to about half the layers. The rules,
 per claim kind (margins and bands are named constants in paper_values.py):

@@ -17,13 +17,17 @@ from depthlab.claims.measures import (
     no_room,
     over_shards,
     single_layer_drop,
+    states_without_layer,
+    without_layer,
 )
 from depthlab.claims.rows import (
+    ARCHITECTURE,
     AgainstInit,
     Claim,
     against_initialisation,
     claim_row,
     decide,
+    layer_check,
     learned_threshold,
     not_learned,
     scale_of,
@@ -67,6 +71,14 @@ class _Pair:
         blockers = self.blockers + list(extra)
         rule = verdict_positive(e, blockers, threshold)
         return decide(e, rule, self.trained, blockers)
+
+    def checked(self, e_of, layers, threshold: float, extra=()) -> tuple[Estimate, tuple, str]:
+        """(the row's Estimate over seeds, its verdict, layer_check words): `e_of(k)` the
+        Estimate with layer k left out of every seed's profile (None: every layer); a layer
+        whose removal flips the verdict makes the row not decided."""
+        e = e_of(None)
+        check = layer_check(e_of, layers, lambda x: self.positive(x, threshold, extra), threshold)
+        return e, self.positive(e, threshold, list(extra) + check.blockers), check.text
 
     def measured_in(self, table: dict) -> bool:
         """Whether every seed of both groups has an entry in `table` (a RunData field)."""
@@ -115,7 +127,10 @@ def _twin_slope(stats) -> float:
 
 
 def _shown(claim: str, compared: AgainstInit) -> str:
-    return f"{claim}; shown: {compared.text}" if compared.initial is not None else claim
+    """The claim's words with the twins' side of it (values, where training moved it, notes)."""
+    if compared.initial is None:
+        return claim
+    return "; ".join([claim, *compared.notes, f"untrained twins beside: {compared.text}"])
 
 
 def _variance_rows(data: RunData, pair: _Pair) -> list[dict]:
@@ -126,52 +141,76 @@ def _variance_rows(data: RunData, pair: _Pair) -> list[dict]:
     rows = []
     if not pair.measured_in(data.h_var):
         return rows
+    layers = range(int(data.h_var[pairs[0][0]].index.max()))
     growth = against_initialisation(
         [log_variance_slope(data.h_var[b]) for b, _ in pairs],
         [_twin_value(data, b, _twin_slope) for b, _ in pairs],
         threshold,
+        ARCHITECTURE,
+    )
+    value, verdict, check = pair.checked(
+        lambda k: over_seeds(
+            [log_variance_slope(states_without_layer(data.h_var[b], k)) for b, _ in pairs]
+        ),
+        layers,
+        threshold,
+        growth.blockers,
     )
     rows.append(
         pair.row(
             "cod_variance_growth",
             _shown(
-                f"{base}: ln Var(h_l) rises with depth l beyond its initialisation: slope "
-                f"(trained) - slope (same seed untrained) > {threshold:g}; a precondition of "
-                f"the paper's argument, which cod_lns_variance tests",
+                f"{base}: ln Var(h_l) rises with depth l: OLS slope over l >= 1 > "
+                f"{threshold:g} per layer, trained; a precondition of the paper's argument, "
+                f"which cod_lns_variance tests",
                 growth,
             ),
             "cod_variance_growth",
-            growth.delta,
-            pair.positive(growth.delta, threshold, growth.blockers),
+            value,
+            verdict,
+            against=growth,
+            layer_check=check,
         )
     )
 
     def gap(stats_b, stats_t):
         return _twin_slope(stats_b) - _twin_slope(stats_t)
 
-    less = against_initialisation(
-        [
-            difference(log_variance_slope(data.h_var[b]), log_variance_slope(data.h_var[t]))
+    def slope_gaps(k):
+        return [
+            difference(
+                log_variance_slope(states_without_layer(data.h_var[b], k)),
+                log_variance_slope(states_without_layer(data.h_var[t], k)),
+            )
             for b, t in pairs
-        ],
+        ]
+
+    less = against_initialisation(
+        slope_gaps(None),
         [
             None if twin(data, b) is None or twin(data, t) is None
             else gap(twin(data, b), twin(data, t))
             for b, t in pairs
         ],
         threshold,
+        ARCHITECTURE,
     )  # fmt: skip
+    value, verdict, check = pair.checked(
+        lambda k: over_seeds(slope_gaps(k)), layers, threshold, less.blockers
+    )
     rows.append(
         pair.row(
             "cod_lns_variance",
             _shown(
-                f"{treat}'s variance grows less, beyond the initialisation: [slope({base}) - "
-                f"slope({treat})] trained - untrained > {threshold:g}",
+                f"{treat}'s variance grows less: slope({base}) - slope({treat}) > "
+                f"{threshold:g}, trained",
                 less,
             ),
             "cod_variance_growth",
-            less.delta,
-            pair.positive(less.delta, threshold, less.blockers),
+            value,
+            verdict,
+            against=less,
+            layer_check=check,
         )
     )
     return rows
@@ -193,16 +232,17 @@ def _val_loss_row(data: RunData, pair: _Pair) -> dict | None:
         "cod_val_loss",
         _shown(
             f"{treat} reaches a lower validation loss after pretraining: loss({base}) - "
-            f"loss({treat}) > {threshold:g} nats (trained - untrained)",
+            f"loss({treat}) > {threshold:g} nats",
             gain,
         ),
         "cod_lns_gain",
-        gain.delta,
-        pair.positive(gain.delta, threshold, gain.blockers + _budget(data, pair.members)),
+        gain.trained,
+        pair.positive(gain.trained, threshold, gain.blockers + _budget(data, pair.members)),
         f"gain {PAPER_VALUES['cod_lns_gain'].describe()} nats = ln of "
         f"perplexity Pre-LN {PAPER_VALUES['cod_ppl_pre_ln'].describe()} / "
         f"LNS {PAPER_VALUES['cod_ppl_lns'].describe()}",
-        size=(band, band_text(band, " nats"), gain.delta),
+        size=(band, band_text(band, " nats"), gain.trained),
+        against=gain,
     )
 
 
@@ -213,8 +253,15 @@ def _angular_distance_row(data: RunData, pair: _Pair) -> dict | None:
         return None
     threshold = pv.COD_ANGULAR_NEGLIGIBLE
     tokens = sorted({data.distance_tokens.get(m, "last token") for m in pair.members})
+
+    def gaps(k):
+        return [
+            deep_layer_gap(without_layer(data.distance[b], k), without_layer(data.distance[t], k))
+            for b, t in pairs
+        ]
+
     distance = against_initialisation(
-        [deep_layer_gap(data.distance[b], data.distance[t]) for b, t in pairs],
+        gaps(None),
         [
             None if twin(data, b) is None or twin(data, t) is None
             else deep_layer_gap(twin(data, b).distance, twin(data, t).distance).value
@@ -228,17 +275,23 @@ def _angular_distance_row(data: RunData, pair: _Pair) -> dict | None:
             "the analysis measured the distance on the last token only; the paper's Eq. 1 "
             "averages all tokens (analysis.all_token_distance: true)"
         )
+    value, verdict, check = pair.checked(
+        lambda k: over_seeds(gaps(k)), sorted(data.distance[pairs[0][0]].index), threshold,
+        blockers,
+    )  # fmt: skip
     return pair.row(
         "cod_angular_distance",
         _shown(
             f"deep {base} layers are closer to identity than {treat}'s: mean over the "
-            f"deeper half of d(l, l+1)[{treat}] - d(l, l+1)[{base}] > {threshold:g}, "
-            f"trained - untrained ({' / '.join(tokens)})",
+            f"deeper half of d(l, l+1)[{treat}] - d(l, l+1)[{base}] > {threshold:g} "
+            f"({' / '.join(tokens)})",
             distance,
         ),
         "cod_angular_distance",
-        distance.delta,
-        pair.positive(distance.delta, threshold, blockers),
+        value,
+        verdict,
+        against=distance,
+        layer_check=check,
     )
 
 
@@ -259,22 +312,34 @@ def _delta_p_row(data: RunData, pair: _Pair) -> dict | None:
         max(float(d[0][d[0].index >= len(d[0]) // 2].mean()) for d in both) for both in drops
     ]
     room = no_room(deep_cost, threshold, "one deep layer, the costlier scheme's mean")
+
+    def gaps(k):
+        return [
+            deep_layer_gap(without_layer(db[0], k), without_layer(dt[0], k)) for db, dt in drops
+        ]
+
     removal = against_initialisation(
-        [deep_layer_gap(db[0], dt[0]) for db, dt in drops],
+        gaps(None),
         [_twin_drop_gap(data, b, t) if what == "val loss increase" else None for b, t in pairs],
         threshold,
     )
+    value, verdict, check = pair.checked(
+        lambda k: over_seeds(gaps(k)), sorted(drops[0][0][0].index), threshold,
+        removal.blockers + room,
+    )  # fmt: skip
     return pair.row(
         "cod_delta_p",
         _shown(
             f"removing one deep {base} layer hurts less than one deep {treat} layer: "
             f"mean over the deeper half of {what}[{treat}] - {what}[{base}] > "
-            f"{threshold_text}, trained - untrained",
+            f"{threshold_text}",
             removal,
         ),
         "cod_delta_p",
-        removal.delta,
-        pair.positive(removal.delta, threshold, removal.blockers + room),
+        value,
+        verdict,
+        against=removal,
+        layer_check=check,
     )
 
 
@@ -329,7 +394,12 @@ def lns_best_rows(data: RunData) -> list[dict]:
     the threshold, not reproduced when one lies wholly below it; a scheme with fewer than
     MIN_SEEDS seeds makes it indicative."""
     lns = [(g, m) for g, m, scheme in data.schemes if scheme == "lns"]
-    others = [(g, m) for g, m, scheme in data.schemes if scheme != "lns"]
+    # the schemes the paper compared LNS with (Peri-LN as Table 2's Sandwich-LN)
+    others = [
+        (g, m) for g, m, scheme in data.schemes if scheme in pv.COD_COMPARED_SCHEMES
+    ]
+    where = {g: pv.COD_COMPARED_SCHEMES[scheme] for g, _, scheme in data.schemes
+             if scheme in pv.COD_COMPARED_SCHEMES}  # fmt: skip
     if not lns or not others:
         return []
     group, lns_members = lns[0]
@@ -345,7 +415,7 @@ def lns_best_rows(data: RunData) -> list[dict]:
             [_twin_loss_gap(data, o, t) for o, t in paired],
             threshold,
         )
-        gaps[other] = compared.delta
+        gaps[other] = compared.trained
         blockers += compared.blockers
     blockers += not_learned(data, every) + _budget(data, every)
     closest = min(gaps, key=lambda k: gaps[k].value)
@@ -367,9 +437,10 @@ def lns_best_rows(data: RunData) -> list[dict]:
         claim_row(
             "cod_lns_best",
             COD,
-            f"{group} reaches a lower validation loss than every other scheme trained at its "
-            f"shape ({', '.join(gaps)}): loss(scheme) - loss({group}) > {threshold:g} nats for "
-            f"each, trained - untrained, seeds paired; shown: the closest scheme ({closest})",
+            f"{group} reaches a lower validation loss than every scheme the paper compared it "
+            f"with, trained at its shape ({', '.join(f'{g} ({where[g]})' for g in gaps)}): "
+            f"loss(scheme) - loss({group}) > {threshold:g} nats for each, seeds paired; shown: "
+            f"the closest scheme ({closest})",
             "cod_lns_best",
             e,
             scale_of(data, lns_members),
@@ -387,22 +458,37 @@ def post_ln_rows(data: RunData) -> list[dict]:
     for group, entry in data.post_ln.items():
         members, trained = entry["members"], entry["trained"]
         tokens = sorted({t for m in members for _, _, t in entry["replicates"][m]})
+        compared = None
+
+        def reverse(k, m, entry=entry):
+            return [-half_gap(without_layer(d, k)) for _, d, _ in entry["replicates"][m]]
+
         if trained:
             compared = against_initialisation(
-                [
-                    Estimate(float(np.mean([-half_gap(d) for _, d, _ in entry["replicates"][m]])))
-                    for m in members
-                ],
+                [Estimate(float(np.mean(reverse(None, m)))) for m in members],
                 [_twin_value(data, m, lambda s: -half_gap(s.distance)) for m in members],
                 threshold,
             )
-            e, blockers = compared.delta, compared.blockers + not_learned(data, members)
-            claim_extra = f"; shown: {compared.text}" if compared.initial is not None else ""
-        else:
-            e = over_shards(
-                [-half_gap(d) for _, d, _ in entry["replicates"][members[0]]], "half means each"
+            blockers = compared.blockers + not_learned(data, members)
+            claim_extra = (
+                f"; untrained twins beside: {compared.text}" if compared.initial is not None else ""
             )
+
+            def e_of(k, members=members):
+                return over_seeds([Estimate(float(np.mean(reverse(k, m)))) for m in members])
+        else:
             blockers, claim_extra = [], ""
+
+            def e_of(k, members=members):
+                return over_shards(reverse(k, members[0]), "half means each")
+
+        def rule(x, more=(), blockers=blockers, trained=trained):
+            both = blockers + list(more)
+            return decide(x, verdict_positive(x, both, threshold), trained, both)
+
+        e = e_of(None)
+        layers = sorted(entry["replicates"][members[0]][0][1].index)
+        check = layer_check(e_of, layers, rule, threshold)
         rows.append(
             claim_row(
                 f"cod_post_ln_reverse:{group}",
@@ -413,7 +499,9 @@ def post_ln_rows(data: RunData) -> list[dict]:
                 "cod_post_ln_reverse",
                 e,
                 data.scale.get(members[0], group),
-                decide(e, verdict_positive(e, blockers, threshold), trained, blockers),
+                rule(e, check.blockers),
+                against=compared,
+                layer_check=check.text,
             )
         )
     return rows
@@ -482,6 +570,7 @@ def finetune_claims(data: RunData) -> list[dict]:
                 gain,
                 scale,
                 decide(gain, verdict, True, blockers),
+                size=(pv.COD_SFT_GAIN_BAND, band_text(pv.COD_SFT_GAIN_BAND), gain),
             )
         )
     return rows
@@ -493,53 +582,59 @@ CLAIMS = (
     Claim(
         "cod_variance_growth",
         PAPER_VALUES["cod_variance_growth"],
-        "OLS slope of ln Var(h_l) over l ≥ 1 (Pre-LN), trained - untrained",
+        "OLS slope of ln Var(h_l) over l ≥ 1 (Pre-LN), trained; also with each layer's step left "
+        "out; the untrained twins beside",
         "pretraining seeds",
-        f"> {pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}",
-        "no: an untrained Pre-LN already has slope 0.23 (mean of three twins; trained 0.08)",
+        f"> {pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}, no single layer deciding",
+        "yes: a property of the architecture, decided on the trained models (the paper: "
+        "'regardless of training progress'); the twins' larger slope is a note",
         pair_claims,
+        ARCHITECTURE,
     ),
     Claim(
         "cod_lns_variance",
         PAPER_VALUES["cod_variance_growth"],
-        "slope(Pre-LN) - slope(LNS), trained - untrained",
+        "slope(Pre-LN) - slope(LNS), trained; the untrained twins beside",
         "seeds",
-        f"> {pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}",
-        "no: the untrained gap (~0.16) exceeds the trained",
+        f"> {pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}, no single layer deciding",
+        "yes: LNS's 1/sqrt(l) acts from initialisation on; decided on the trained models",
         pair_claims,
+        ARCHITECTURE,
     ),
     Claim(
         "cod_val_loss",
         PAPER_VALUES["cod_lns_gain"],
-        "loss(Pre-LN) - loss(LNS), trained - untrained; size against Table 1's gains",
+        "loss(Pre-LN) - loss(LNS), trained; size against Table 1's gains",
         "seeds",
         f"> {pv.COD_LNS_GAIN_NEGLIGIBLE:g} nats; size in {band_text(pv.COD_LNS_GAIN_BAND)}; "
         f"needs ≥ {pv.COD_MIN_TOKENS_PER_PARAM:g} tokens per parameter",
-        "no: 0.22 tokens per parameter; one_gpu: yes",
+        "no: the default trains far below the token budget; one_gpu: yes",
         pair_claims,
     ),
     Claim(
         "cod_angular_distance",
         PAPER_VALUES["cod_angular_distance"],
-        "deeper-half mean d(l, l+1), LNS - Pre-LN, all tokens, trained - untrained",
+        "deeper-half mean d(l, l+1), LNS - Pre-LN, all tokens, trained",
         "seeds",
-        f"> {pv.COD_ANGULAR_NEGLIGIBLE:g}",
-        "no: LNS's 1/sqrt(l) makes the untrained gap -0.06, larger than the trained",
+        f"> {pv.COD_ANGULAR_NEGLIGIBLE:g}, no single layer deciding",
+        "yes: decided on the trained models; LNS's 1/sqrt(l) gives the untrained twins the "
+        "opposite gap, so the trained - untrained column shows what training did",
         pair_claims,
     ),
     Claim(
         "cod_delta_p",
         PAPER_VALUES["cod_delta_p"],
-        "deeper-half single-layer loss increase, LNS - Pre-LN, trained - untrained",
+        "deeper-half single-layer loss increase, LNS - Pre-LN, trained",
         "seeds",
-        f"> {pv.LEARNED_SHARE_NEGLIGIBLE:.0%} of what Pre-LN learned",
-        "no: one deep layer costs < 0.005 nats, below the threshold; one_gpu: yes",
+        f"> {pv.LEARNED_SHARE_NEGLIGIBLE:.0%} of what Pre-LN learned, no single layer deciding",
+        "no: one deep layer costs less than the threshold; one_gpu: yes",
         pair_claims,
     ),
     Claim(
         "cod_lns_best",
         PAPER_VALUES["cod_lns_best"],
-        "loss(scheme) - loss(LNS) for every other scheme at the pair's shape, trained - untrained",
+        "loss(scheme) - loss(LNS) for every scheme the paper compared (Peri-LN as Table 2's "
+        "Sandwich-LN), trained",
         "seeds, paired",
         f"every scheme > {pv.COD_LNS_BEST_NEGLIGIBLE:g} nats",
         "no (budget; one seed of four schemes); one_gpu: yes",
@@ -549,10 +644,11 @@ CLAIMS = (
         "cod_post_ln_reverse:<model>",
         PAPER_VALUES["cod_post_ln_reverse"],
         "deeper-half - shallower-half mean d(l, l+1)",
-        "seeds (trained Post-LN, vs twin); document shards (a published encoder)",
-        f"> {pv.COD_POST_LN_NEGLIGIBLE:g}",
+        "seeds (trained Post-LN, twins beside); document shards (a published encoder)",
+        f"> {pv.COD_POST_LN_NEGLIGIBLE:g}, no single layer deciding",
         "trained Post-LN: no (did not learn); MiniLM: yes",
         post_ln_rows,
+        ARCHITECTURE,
     ),
 )
 
@@ -560,9 +656,9 @@ FINETUNE_CLAIMS = (
     Claim(
         "cod_sft_gain",
         PAPER_VALUES["cod_sft_gain"],
-        "fine-tuned LNS - fine-tuned Pre-LN mean task accuracy",
+        "fine-tuned LNS - fine-tuned Pre-LN mean task accuracy; size against Table 3's gains",
         "pretraining seeds (+ items)",
-        f"> {pv.COD_SFT_GAIN_NEGLIGIBLE:g}",
+        f"> {pv.COD_SFT_GAIN_NEGLIGIBLE:g}; size in {band_text(pv.COD_SFT_GAIN_BAND)}",
         "no: toy accuracies near chance; no twin (it would need fine-tuning, i.e. training)",
         finetune_claims,
     ),

@@ -41,7 +41,11 @@ class InitialStatistics:
 def untrained_model(model_dir: str | Path, data_folder: str | Path):
     """The model pretraining started from: its provenance record's architecture, norm scheme,
     init_std, seq_len and seed with the data's meta.json, through the pretraining stage's
-    construction (make_config + build_model, float32)."""
+    construction (make_config + build_model), in the precision the model trained in: a
+    pure_bf16 run starts from the bf16 rounding of the float32 initialisation, so the twin's
+    weights are rounded to bf16 too (and measured in float32, as the trained model is)."""
+    import torch
+
     from depthlab.data.tokens import read_meta
     from depthlab.models.decoders import build_model, make_config
 
@@ -58,7 +62,11 @@ def untrained_model(model_dir: str | Path, data_folder: str | Path):
         eos_token_id=meta.get("eos_id"),
         pad_token_id=meta.get("pad_id"),
     )
-    return build_model(config, int(record.get("seed", decl.get("seed", 0)))).eval()
+    model = build_model(config, int(record.get("seed", decl.get("seed", 0)))).eval()
+    precision = decl.get("precision_used") or decl["train"].get("precision")
+    if precision == "pure_bf16":
+        model = model.to(torch.bfloat16).to(torch.float32)
+    return model
 
 
 def _analysis_statistics(model, tokenizer, analysis: dict) -> dict:

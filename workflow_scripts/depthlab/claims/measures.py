@@ -63,7 +63,8 @@ def deep_layer_gap(base: pd.Series, treat: pd.Series) -> Estimate:
     """Mean over the deeper half of the layers of treat[l] - base[l] (per-layer series indexed
     by layer), with a t-interval over those layers."""
     layers = sorted(set(base.index) & set(treat.index))
-    deep = [l for l in layers if l in deep_layers(len(layers))]
+    # the model's deeper half, also when one layer is left out (layer_check)
+    deep = [l for l in layers if l in deep_layers(int(max(layers)) + 1)]
     return t_interval([float(treat[l] - base[l]) for l in deep], "deep layers")
 
 
@@ -273,14 +274,39 @@ def window_bootstrap(
     )
 
 
-def delta_p_half_gap(means: dict) -> float:
-    """half_gap of the single-layer loss increase (per layer: loss without it - full loss)."""
+def delta_p_half_gap(means: dict, without: int | None = None) -> float:
+    """half_gap of the single-layer loss increase (per layer: loss without it - full loss);
+    `without`: that layer left out of the comparison (layer_check)."""
     singles = {
         int(key.split(":", 1)[1]): loss - means["full"]
         for key, loss in means.items()
         if key.startswith("single:")
     }
-    return half_gap(pd.Series(singles))
+    series = pd.Series(singles)
+    return half_gap(series if without is None else without_layer(series, without))
+
+
+def without_layer(values: pd.Series, layer: int | None) -> pd.Series:
+    """A per-layer series (indexed by layer) with one layer left out (None: all layers); the
+    others keep their index, so the halves stay the model's."""
+    return values if layer is None else values.drop(index=layer, errors="ignore")
+
+
+def states_without_layer(h_var: pd.Series, layer: int | None) -> pd.Series:
+    """A per-state profile (h_l, l = 0..L, layer l maps state l to l + 1) as if layer `layer`
+    were an identity: the states after it lose its step (a factor Var(h_l) / Var(h_(l+1))) and
+    move up one index. Leaving out a layer's step, not its state, is what catches a profile
+    whose growth is one step: dropping one state of a staircase keeps the step."""
+    if layer is None:
+        return h_var
+    states = h_var.sort_index()
+    if layer + 1 not in states.index or layer not in states.index:
+        return states
+    step = float(states[layer + 1] / states[layer])
+    before = states[states.index <= layer]
+    after = states[states.index > layer + 1] / step
+    after.index = after.index - 1
+    return pd.concat([before, after])
 
 
 def block_gap_of_means(means: dict, max_n: int | None = None) -> float:
@@ -399,25 +425,103 @@ def depth_score_trend(
     return result
 
 
-def hardest_level_solved(accuracy: pd.DataFrame, family: str) -> str | None:
-    """None when the hardest level's accuracy is above chance (one-sided binomial test at 5%);
-    otherwise the reason the depth score there says nothing about using depth."""
+def binomial_interval(correct: int, trials: int, confidence: float = CONFIDENCE) -> tuple:
+    """The Clopper-Pearson (exact) interval of a binomial proportion, correct of trials: it never
+    covers less than `confidence`, so a gate on its lower bound is as strict as the level says
+    (the normal and Wilson intervals cover less near 0, where chance accuracies lie)."""
     from scipy import stats
 
-    rows = accuracy[accuracy["family"] == family].sort_values("level")
-    if rows.empty:
+    if trials <= 0:
+        return math.nan, math.nan
+    ci = stats.binomtest(int(correct), int(trials)).proportion_ci(confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def hardest_level_accuracy(accuracies, family: str, confidence: float = CONFIDENCE):
+    """(Estimate of the hardest level's accuracy, its chance, its level) over the models of one
+    row (accuracy.csv frames, one per seed; a single frame for one model), None without rows of
+    `family`. One model (or two: too few seeds for an interval over them): its accuracy with the
+    Clopper-Pearson interval over its answers. MIN_SEEDS seeds or more: their mean with a
+    t-interval over seeds widened by the problems' binomial standard error (the same problems
+    for every seed, verdicts.over_seeds), so one seed's accuracy cannot decide."""
+    from depthlab.claims.verdicts import MIN_SEEDS, over_seeds
+
+    frames = [accuracies] if isinstance(accuracies, pd.DataFrame) else list(accuracies)
+    hardest = []
+    for frame in frames:
+        rows = frame[frame["family"] == family].sort_values("level")
+        if rows.empty:
+            return None
+        hardest.append(rows.iloc[-1])
+    level, chance = hardest[0]["level"], float(hardest[0]["chance"])
+    if len(hardest) < MIN_SEEDS:
+        trials = sum(int(h["problems"]) for h in hardest)
+        correct = sum(int(round(float(h["accuracy"]) * int(h["problems"]))) for h in hardest)
+        low, high = binomial_interval(correct, trials, confidence)
+        pooled = f", pooled over {len(hardest)} models" if len(hardest) > 1 else ""
+        e = Estimate(
+            correct / trials if trials else math.nan,
+            low,
+            high,
+            f"{confidence:.0%} Clopper-Pearson interval over {trials} answers{pooled}",
+        )
+        return e, chance, level
+    values = [float(h["accuracy"]) for h in hardest]
+    se = [math.sqrt(v * (1 - v) / max(int(h["problems"]), 1)) for v, h in zip(values, hardest)]
+    return over_seeds([Estimate(v) for v in values], confidence, sample_se=se), chance, level
+
+
+def hardest_level_solved(accuracies, family: str) -> str | None:
+    """None when the hardest level's accuracy lies above chance on an interval (the whole
+    interval of hardest_level_accuracy above the level's chance); otherwise the reason the depth
+    score there says nothing about using depth. Decided on an interval, not the point accuracy:
+    the gate opens only for an accuracy clearly above chance, so a few answers more (another
+    CPU's rounding) or one lucky seed cannot open it; an accuracy at chance blocks, and so does
+    one just above chance whose interval reaches it."""
+    found = hardest_level_accuracy(accuracies, family)
+    if found is None:
         return f"no accuracy for family {family}"
-    hard = rows.iloc[-1]
-    correct = int(round(hard["accuracy"] * hard["problems"]))
-    test = stats.binomtest(
-        correct, int(hard["problems"]), float(hard["chance"]), alternative="greater"
-    )
-    if test.pvalue < 0.05:
+    e, chance, level = found
+    shown = f"level {level} accuracy {e.value:.2f}"
+    if not e.has_interval:
+        return f"{shown} has no interval ({e.method}): cannot tell it from chance {chance:.2f}"
+    interval = f"[{e.low:.3g}, {e.high:.3g}] ({e.method})"
+    if e.low > chance:
         return None
-    return (
-        f"level {hard['level']} accuracy {hard['accuracy']:.2f} is not above chance "
-        f"{hard['chance']:.2f}"
-    )
+    where = "reaches" if e.high > chance else "lies at or below"
+    return f"{shown} {interval} {where} chance {chance:.2f}: not above chance"
+
+
+def kl_drop_layer(kl: pd.Series) -> int | None:
+    """The layer l whose step h_l -> h_(l+1) lowers the logit-lens KL(p_l || p_L) most (nats),
+    over l = 0 .. L-2 (kl indexed by state 0..L). The last layer's step is left out: KL(p_L ||
+    p_L) is 0 by construction, so that step measures the readout's own layer, not a transition
+    inside the network. None with fewer than 3 states or a non-finite KL."""
+    states = kl.sort_index()
+    values = states.to_numpy(dtype=np.float64)
+    if values.size < 3 or not np.all(np.isfinite(values)):
+        return None
+    drops = values[:-2] - values[1:-1]
+    return int(states.index[int(np.argmax(drops))])
+
+
+def sign_flip_layer(cos: pd.Series) -> int | None:
+    """The layer k at which a per-layer cosine changes sign: the step function (one sign before k,
+    the other from k on) that agrees with the most layers' signs, the earliest k among equals; a
+    layer at exactly 0 agrees with neither. None when no step beats a constant sign (the cosine
+    does not change sign) or with fewer than 2 layers."""
+    series = cos.sort_index()
+    signs = np.sign(series.to_numpy(dtype=np.float64))
+    if signs.size < 2 or not np.all(np.isfinite(signs)):
+        return None
+    constant = max(int((signs > 0).sum()), int((signs < 0).sum()))
+    best, best_k = constant, None
+    for k in range(1, signs.size):
+        for first in (1.0, -1.0):
+            agree = int((signs[:k] == first).sum() + (signs[k:] == -first).sum())
+            if agree > best:
+                best, best_k = agree, k
+    return None if best_k is None else int(series.index[best_k])
 
 
 def map_error_advantage(errors: pd.DataFrame) -> Estimate:
@@ -519,3 +623,76 @@ def toy_exponent_gaps(fit: dict, bounds=None) -> dict:
         ]
         result[temperature] = (gaps, ratios, blockers)
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Gromov et al.: the n a block row covers, task scores against chance, a curve's steepness
+
+
+def block_ns(sweep: pd.DataFrame, max_n: int | None = None) -> list[int]:
+    """The removed-layer counts 1 <= n <= max_n at which both the angular and the deepest block
+    were measured unhealed: the n block_choice_gap averages over (the row names these, never the
+    range it asked for: a sweep may hold only a few n)."""
+    angular, deepest = _unhealed(sweep, "angular"), _unhealed(sweep, "deepest")
+    return sorted(
+        int(n)
+        for n in set(angular.index) & set(deepest.index)
+        if n >= 1 and (max_n is None or n <= max_n)
+    )
+
+
+def block_ns_of_means(means: dict, max_n: int | None = None) -> list[int]:
+    """block_ns on window-set means: the n block_gap_of_means averages over."""
+    ns = {int(k.split(":", 1)[1]) for k in means if k.startswith("angular:")}
+    return sorted(
+        n for n in ns if f"deepest:{n}" in means and n >= 1 and (max_n is None or n <= max_n)
+    )
+
+
+def n_text(ns) -> str:
+    """The n a row used, in words: "n = 1..6" when they run without a gap, else "n in {2, 4,
+    8}"; "no n" when empty."""
+    ns = sorted(int(n) for n in ns)
+    if not ns:
+        return "no n"
+    if len(ns) > 2 and ns == list(range(ns[0], ns[-1] + 1)):
+        return f"n = {ns[0]}..{ns[-1]}"
+    return f"n in {{{', '.join(str(n) for n in ns)}}}" if len(ns) > 1 else f"n = {ns[0]}"
+
+
+def task_chance(task: str, chances: dict) -> float | None:
+    """A task's chance accuracy from `chances` ({lm-eval name: chance}), matched by its name or
+    an lm-eval subtask `<name>_...`; None when unknown (never guessed)."""
+    name = str(task).lower()
+    for key, chance in chances.items():
+        if name == key or name.startswith(f"{key}_"):
+            return float(chance)
+    return None
+
+
+def normalised_score(intact: Estimate, pruned: Estimate, chance: float) -> Estimate:
+    """(pruned - chance) / (intact - chance): 1 at the intact model's score, 0 at chance, so
+    tasks far above and near chance are on one scale; the standard error by the delta method
+    from the two scores' standard errors, taken as independent (items scored at two removals
+    correlate positively: the error is not understated)."""
+    margin, above = intact.value - chance, pruned.value - chance
+    value = above / margin if margin != 0 else math.nan
+    se = math.nan
+    if margin != 0 and math.isfinite(intact.se) and math.isfinite(pruned.se):
+        se = math.sqrt(pruned.se**2 / margin**2 + above**2 * intact.se**2 / margin**4)
+    return Estimate(value, se=se)
+
+
+def steepness(ns, values) -> float:
+    """How sharply a degrading curve changes, over points sorted by n: the largest step's share
+    of the whole change (first to last point) divided by that step's share of the n span (1: a
+    straight line; a drop at one gap of k equal gaps: k); NaN with fewer than three points or
+    no change in the degrading direction (the whole change must be positive: pass a loss as it
+    is and a score negated)."""
+    order = np.argsort(np.asarray(ns, dtype=np.float64))
+    x = np.asarray(ns, dtype=np.float64)[order]
+    y = np.asarray(values, dtype=np.float64)[order]
+    total, span = y[-1] - y[0], x[-1] - x[0]
+    if len(x) < 3 or not total > 0 or not span > 0:
+        return math.nan
+    return float(np.max((np.diff(y) / total) / (np.diff(x) / span)))

@@ -14,12 +14,16 @@ from depthlab.claims.measures import (
     log_variance_slope,
     over_shards,
     single_layer_drop,
+    states_without_layer,
+    without_layer,
 )
 from depthlab.claims.rows import (
+    ARCHITECTURE,
     Claim,
     claim_row,
     decide,
     has_single_windows,
+    layer_check,
     over_windows,
 )
 from depthlab.claims.run_data import RunData
@@ -41,35 +45,63 @@ def half_margin(contribution) -> float:
     )
 
 
+def _checked(e_of, layers, threshold):
+    """(Estimate on every layer, verdict, layer_check words) of a published LM's row decided on
+    a per-layer profile: `e_of(k)` the row's Estimate without layer k (None: every layer); a
+    layer whose removal flips the verdict makes the row not decided (rows.layer_check)."""
+
+    def rule(e, blockers=()):
+        return decide(e, verdict_positive(e, list(blockers), threshold), False, list(blockers))
+
+    e = e_of(None)
+    check = layer_check(e_of, layers, rule, threshold)
+    return e, rule(e, check.blockers), check.text
+
+
 def pretrained_claims(data: RunData) -> list[dict]:
     """The papers' statements about pretrained LMs, tested on each model not trained here: its
     hidden-state measures per document shard (intervals over shards carry the sampling variance
-    of the documents) and, when pruned, its single-layer removal table."""
+    of the documents) and, when pruned, its single-layer removal table. Each row decided on a
+    per-layer profile is recomputed with every layer left out in turn: one layer may not decide
+    it (a massive activation's single step, an embedding-reading first layer)."""
     rows = []
     for name, replicates in data.pretrained.items():
         scale = data.pretrained_scale.get(name, name)
-
-        def positive(e, negligible):
-            return decide(e, verdict_positive(e, [], negligible), False, [])
-
         frames = [frame for frame, _, _ in replicates]
         h_var = [f[f["measure"] == "h_var"].set_index("layer")["value"] for f in frames]
-        growth = over_shards([log_variance_slope(v).value for v in h_var], "OLS slope each")
+        num_layers = int(max(v.index.max() for v in h_var))
+        threshold = pv.COD_VARIANCE_SLOPE_NEGLIGIBLE
+        growth, verdict, check = _checked(
+            lambda k, h_var=h_var: over_shards(
+                [log_variance_slope(states_without_layer(v, k)).value for v in h_var],
+                "OLS slope each",
+            ),
+            range(num_layers),
+            threshold,
+        )
         rows.append(
             claim_row(
                 f"cod_variance_growth:{name}",
                 COD,
-                f"{name}: ln Var(h_l) rises with depth l (slope > "
-                f"{pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g} per layer), the Pre-LN growth the paper "
-                f"describes in pretrained LLMs",
+                f"{name}: ln Var(h_l) rises with depth l (slope > {threshold:g} per layer), "
+                f"the Pre-LN growth the paper describes in pretrained LLMs; no single layer's "
+                f"step may decide it",
                 "cod_variance_growth",
                 growth,
                 scale,
-                positive(growth, pv.COD_VARIANCE_SLOPE_NEGLIGIBLE),
+                verdict,
+                layer_check=check,
             )
         )
         tokens = sorted({t for _, _, t in replicates})
-        closer = over_shards([half_gap(d) for _, d, _ in replicates], "half means each")
+        distances = [d for _, d, _ in replicates]
+        closer, verdict, check = _checked(
+            lambda k, distances=distances: over_shards(
+                [half_gap(without_layer(d, k)) for d in distances], "half means each"
+            ),
+            sorted(distances[0].index),
+            pv.COD_ANGULAR_NEGLIGIBLE,
+        )
         rows.append(
             claim_row(
                 f"cod_deep_identity:{name}",
@@ -80,16 +112,23 @@ def pretrained_claims(data: RunData) -> list[dict]:
                 "cod_deep_identity",
                 closer,
                 scale,
-                positive(closer, pv.COD_ANGULAR_NEGLIGIBLE),
+                verdict,
+                layer_check=check,
             )
         )
         # layer 0 reads the embedding, whose small norm makes its ratio unbounded (17 in
-        # SmolLM2-135M): one such layer would decide the comparison alone
+        # SmolLM2-135M): the ratio is no measure of that layer's contribution
         contribution = [
             f[(f["measure"] == "block_rel_norm") & (f["layer"] >= 1)].set_index("layer")["value"]
             for f in frames
         ]
-        less = over_shards([half_gap(c) for c in contribution], "half means each")
+        less, verdict, check = _checked(
+            lambda k, contribution=contribution: over_shards(
+                [half_gap(without_layer(c, k)) for c in contribution], "half means each"
+            ),
+            sorted(contribution[0].index),
+            pv.CSORDAS_HALF_CONTRIBUTION_NEGLIGIBLE,
+        )
         size = over_shards([half_margin(c) for c in contribution], "half means each")
         rows.append(
             claim_row(
@@ -101,7 +140,7 @@ def pretrained_claims(data: RunData) -> list[dict]:
                 "csordas_second_half",
                 less,
                 scale,
-                positive(less, pv.CSORDAS_HALF_CONTRIBUTION_NEGLIGIBLE),
+                verdict,
                 size=(
                     (0.0, math.inf),
                     f"first half > {pv.CSORDAS_FIRST_HALF_ABOVE:g} and second half < "
@@ -110,46 +149,59 @@ def pretrained_claims(data: RunData) -> list[dict]:
                     f"second) > 0",
                     size,
                 ),
+                layer_check=check,
             )
         )
         if name in data.single_layer:
-            # the documents' sampling variance, paired window by window: the validation loss
-            # increase of every single-layer removal (lm-eval's task scores, when the stage ran
-            # it, carry no per-item replicates here); the layers of a half are no samples
-            if has_single_windows(data, name):
-                gap, what = over_windows(data, name, delta_p_half_gap), "val loss increase"
-            else:
-                drop, what = single_layer_drop(data.single_layer[name])
-                gap = Estimate(
-                    half_gap(drop),
-                    method="no interval: needs the pruning stage's window_losses.csv (the "
-                    "layers of each half are not independent samples)",
-                )
-            rows.append(
-                claim_row(
-                    f"cod_delta_p_depth:{name}",
-                    COD,
-                    f"{name}: removing one deep layer hurts less than removing a shallow one: "
-                    f"mean {what} over the shallower half - over the deeper half > "
-                    f"{pv.COD_DELTA_P_NEGLIGIBLE:g}",
-                    "cod_delta_p_depth",
-                    gap,
-                    scale,
-                    positive(gap, pv.COD_DELTA_P_NEGLIGIBLE),
-                )
-            )
+            rows.append(_delta_p_depth_row(data, name, scale))
     return rows
+
+
+def _delta_p_depth_row(data: RunData, name: str, scale: str) -> dict:
+    """cod_delta_p_depth of a pruned published LM: the documents' sampling variance, paired
+    window by window (the validation loss increase of every single-layer removal; lm-eval's task
+    scores, when the stage ran it, carry no per-item replicates here); the layers of a half are
+    no samples. Checked with each layer left out."""
+    threshold = pv.COD_DELTA_P_NEGLIGIBLE
+    layers = sorted(single_layer_drop(data.single_layer[name])[0].index)
+    if has_single_windows(data, name):
+        what = "val loss increase"
+        gap, verdict, check = _checked(
+            lambda k: over_windows(data, name, lambda means: delta_p_half_gap(means, k)),
+            layers,
+            threshold,
+        )
+    else:
+        drop, what = single_layer_drop(data.single_layer[name])
+        gap = Estimate(
+            half_gap(drop),
+            method="no interval: needs the pruning stage's window_losses.csv (the layers of "
+            "each half are not independent samples)",
+        )
+        verdict, check = decide(gap, verdict_positive(gap, [], threshold), False, []), ""
+    return claim_row(
+        f"cod_delta_p_depth:{name}",
+        COD,
+        f"{name}: removing one deep layer hurts less than removing a shallow one: mean {what} "
+        f"over the shallower half - over the deeper half > {threshold:g}",
+        "cod_delta_p_depth",
+        gap,
+        scale,
+        verdict,
+        layer_check=check,
+    )
 
 
 CLAIMS = (
     Claim(
         "cod_variance_growth:<LM>",
         PAPER_VALUES["cod_variance_growth"],
-        "OLS slope of ln Var(h_l) over l ≥ 1",
+        "OLS slope of ln Var(h_l) over l ≥ 1; also with each layer's step left out",
         "document shards",
-        f"> {pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}",
+        f"> {pv.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}, and no single layer's step decides it",
         "published LMs: yes",
         pretrained_claims,
+        ARCHITECTURE,
     ),
     Claim(
         "cod_deep_identity:<LM>",

@@ -160,7 +160,18 @@ def read_claims(path: str | os.PathLike) -> list[dict]:
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     for row in rows:
-        for key in ("measured", "low", "high", "size_measured", "size_low", "size_high"):
+        for key in (
+            "measured",
+            "low",
+            "high",
+            "size_measured",
+            "size_low",
+            "size_high",
+            "untrained",
+            "training_effect",
+            "training_effect_low",
+            "training_effect_high",
+        ):
             row[key] = _number(row.get(key, ""))
     return rows
 
@@ -197,13 +208,29 @@ def _claim_id(claim_id: str) -> str:
     return '<code class="claim-id">' + escaped.replace(":", ":<wbr>") + "</code>"
 
 
+def training_moved_text(row: dict) -> str:
+    """trained - untrained with its paired interval and where training moved it ("-" for a row
+    without untrained twins)."""
+    effect = _value(
+        row.get("training_effect", math.nan),
+        row.get("training_effect_low", math.nan),
+        row.get("training_effect_high", math.nan),
+    )
+    if effect == "-":
+        return "-"
+    moved = row.get("training_moved") or ""
+    return f"{effect}: {moved}" if moved else effect
+
+
 def claims_table(rows: list[dict]) -> str:
     """The claims as a table narrow enough for the site's column (id, value, seeds, the two
-    verdicts), then one details line per claim: its statement, how the interval was made, the
-    scale, the verdict's reason and the size comparison."""
+    verdicts, and trained - untrained where the row has twins), then one details line per claim:
+    its statement, how the interval was made, the scale, the verdict's reason, the size
+    comparison, the twins and what leaving out one layer did."""
     lines = [
-        "| claim | measured [95% interval] | seeds | verdict | size verdict |",
-        "|---|---|---|---|---|",
+        "| claim | measured [95% interval] | seeds | verdict | size verdict | "
+        "trained - untrained: training moved it |",
+        "|---|---|---|---|---|---|",
     ]
     details = ["### Claim details", ""]
     for row in rows:
@@ -211,7 +238,8 @@ def claims_table(rows: list[dict]) -> str:
         size = row.get("size_verdict") or ""
         shown_size = "-" if size in ("", "no size stated") else f"**{size}**"
         cells = [_claim_id(row["claim_id"]), measured, row.get("seeds"), f"**{row['verdict']}**"]
-        lines.append("| " + " | ".join(_cell(c) for c in [*cells, shown_size]) + " |")
+        moved = training_moved_text(row)
+        lines.append("| " + " | ".join(_cell(c) for c in [*cells, shown_size, moved]) + " |")
         statement = row.get("claim") or "(no statement)"
         parts = [statement if statement.endswith(".") else f"{statement}."]
         if row.get("interval") and measured != "-":
@@ -223,6 +251,15 @@ def claims_table(rows: list[dict]) -> str:
         )
         if row.get("size_band"):
             parts.append(f"Size: {_size_text(row)}.")
+        if row.get("kind"):
+            parts.append(f"About: {row['kind']}.")
+        if moved != "-":
+            parts.append(
+                f"Untrained twins: {_value(row['untrained'], math.nan, math.nan)}; trained - "
+                f"untrained {moved}."
+            )
+        if row.get("layer_check"):
+            parts.append(f"One layer left out: {row['layer_check']}.")
         text = " ".join(part.replace("\n", " ") for part in parts)
         details.append(f"- `{row['claim_id']}`: {text}")
     return "\n".join(lines) + "\n\n" + "\n".join(details) + "\n"

@@ -41,6 +41,9 @@ def build_claims(data: RunData, claims=CLAIMS) -> pd.DataFrame:
         raise ValueError(
             f"claim rows without a declaration (a Claim in their module's CLAIMS): {missing}"
         )
+    kinds = {claim.base: claim.kind for claim in claims}
+    for row in rows:
+        row["kind"] = kinds[str(row["claim_id"]).split(":", 1)[0]]
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -55,6 +58,17 @@ def render_markdown(claims: pd.DataFrame, title: str) -> str:
         if math.isfinite(row.low) and math.isfinite(row.high):
             text += f" [{row.low:.4g}, {row.high:.4g}]"
         return text + (f" ({row.interval})" if row.interval else "")
+
+    def twins(row):
+        if not math.isfinite(row.training_effect):
+            return "-"
+        text = f"{row.training_effect:.4g}"
+        if math.isfinite(row.training_effect_low) and math.isfinite(row.training_effect_high):
+            text += f" [{row.training_effect_low:.4g}, {row.training_effect_high:.4g}]"
+        moved = row.training_moved if isinstance(row.training_moved, str) else ""
+        return f"untrained {row.untrained:.4g}; trained - untrained {text}" + (
+            f": training moved it {moved}" if moved else ""
+        )
 
     def size(row):
         if not row.size_band:
@@ -81,6 +95,9 @@ def render_markdown(claims: pd.DataFrame, title: str) -> str:
             "scale": claims["scale"],
             "verdict": [f"**{r.verdict}**: {r.reason}" for r in claims.itertuples()],
             "size": [size(r) for r in claims.itertuples()],
+            "about": claims["kind"],
+            "untrained twins": [twins(r) for r in claims.itertuples()],
+            "one layer left out": claims["layer_check"].fillna("").replace("", "-"),
         }
     )
     # a bare | would end the cell (claims such as |gap before| - |gap after|)

@@ -24,6 +24,10 @@ NOT_TESTABLE_DATA = "not testable on these data"
 TOO_WIDE = "too wide to decide"
 # the reason of a row about a model trained here whose untrained twin already shows the effect
 INIT_SHOWS_IT = "the initialisation already shows it"
+# the same about a fail: the twins already lie on the failing side and training did not move them
+INIT_CONTRADICTS_IT = "the initialisation already contradicts it"
+# the reason of a row decided from a per-layer profile that one left-out layer flips
+ONE_LAYER_DECIDES = "one layer decides it"
 INDICATIVE = "one seed: indicative"
 SIZE_REPRODUCED = "size reproduced"
 SIZE_NOT_REPRODUCED = "size not reproduced"
