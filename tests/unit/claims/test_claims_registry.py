@@ -119,10 +119,14 @@ def test_the_docs_table_is_rendered_from_the_declarations():
         assert claim.paper_value.source in row
     # a threshold reaches the page from paper_values, not typed into it
     variance = next(row for row in rows if row.startswith("| `cod_variance_growth` |"))
-    assert f"| > {paper_values.COD_VARIANCE_SLOPE_NEGLIGIBLE:g} |" in variance
+    assert f"| > {paper_values.COD_VARIANCE_SLOPE_NEGLIGIBLE:g}, no single layer" in variance
+    # what the claim is about, which decides how its untrained twin counts
+    assert "| architecture |" in variance
+    assert all(f"| {claim.kind} |" in row for claim, row in zip(CLAIMS, rows))
     planted = hook.render([_claim("planted_claim", _planted("planted_claim"))])
     assert "| `planted_claim` | Sun et al. 2025, Sec. 5 (" in planted
     assert "| > 0.5 \\| the rule | no |" in planted  # a bare | would split the cell
+    assert "| training |" in planted  # a claim's kind is training unless declared otherwise
 
 
 def test_the_claims_page_holds_the_marker_once():

@@ -171,12 +171,15 @@ def test_page_lists_every_claim_with_its_interval_seeds_and_verdicts(tmp_path):
     before, the statements and reasons made it 830 px and hid the size verdict), and one
     details line per claim with its statement, interval, scale and reasons."""
     text = planted_page(plant_run(tmp_path / "run"))
-    assert "| claim | measured [95% interval] | seeds | verdict | size verdict |" in text
-    rows = {row[0]: row for row in table_rows(text, "## Claims") if len(row) == 5}
+    assert (
+        "| claim | measured [95% interval] | seeds | verdict | size verdict | trained - "
+        "untrained: training moved it |" in text
+    )
+    rows = {row[0]: row for row in table_rows(text, "## Claims") if len(row) == 6}
     code = '<code class="claim-id">{}</code>'
     assert set(rows) == {code.format(c["claim_id"].replace(":", ":<wbr>")) for c in CLAIMS}
     val_loss = rows[code.format("cod_val_loss")]
-    assert val_loss[1:] == ["0.2142 [0.0246, 0.3371]", "3", "**reproduced**", "-"]
+    assert val_loss[1:] == ["0.2142 [0.0246, 0.3371]", "3", "**reproduced**", "-", "-"]
     assert rows[code.format("gromov_healing_gap:<wbr>lns")][1] == "-"
     assert rows[code.format("liu_a_m:<wbr>chinchilla_liu")][4] == "**size reproduced**"
     assert (
@@ -381,3 +384,39 @@ def test_record_results_shows_every_figure_of_the_run_with_its_caption_by_stage(
     )
     assert "fit `chinchilla_liu`" in text
     assert "`results/test/figures/pruning/sweep.png`: Validation loss and lm-eval accuracy" in text
+
+
+def test_page_shows_the_twins_and_the_real_lms_side_by_side(tmp_path):
+    """A row with untrained twins shows trained - untrained and where training moved it; claims
+    decided on two published LMs get a side-by-side table that says whether they agree."""
+    lm_row = {**CLAIMS[0], "verdict": "reproduced", "reason": "above", "seeds": "1"}
+    rows = [
+        {**CLAIMS[0], "untrained": "0.05", "training_effect": "0.16417",
+         "training_effect_low": "0.01", "training_effect_high": "0.3",
+         "training_moved": "towards the claim", "layer_check": "holds without any one of 12 layers"},
+        {**lm_row, "claim_id": "cod_deep_identity:smollm2",
+         "scale": "smollm2 (pretrained, 30 layers)"},
+        {**lm_row, "claim_id": "cod_deep_identity:gemma3", "verdict": "not reproduced",
+         "scale": "gemma3 (pretrained, 18 layers; a norm before and after each sub-layer)"},
+        {**lm_row, "claim_id": "csordas_second_half:smollm2",
+         "scale": "smollm2 (pretrained, 30 layers)"},
+        {**lm_row, "claim_id": "csordas_second_half:gemma3",
+         "scale": "gemma3 (pretrained, 18 layers)"},
+    ]  # fmt: skip
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with open(run_dir / "claims.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    text = planted_page(run_dir, jobs=[], records=page.read_records(run_dir))
+    claims = {row[0]: row for row in table_rows(text, "## Claims") if len(row) == 6}
+    assert claims['<code class="claim-id">cod_val_loss</code>'][5] == (
+        "0.1642 [0.01, 0.3]: towards the claim"
+    )
+    assert "One layer left out: holds without any one of 12 layers." in text
+    side = {row[0]: row for row in table_rows(text, "### The real LMs side by side")}
+    deep = side['<code class="claim-id">cod_deep_identity:<wbr>&lt;LM&gt;</code>']
+    assert deep[1:] == ["**reproduced**", "**not reproduced**", "differ"]
+    half = side['<code class="claim-id">csordas_second_half:<wbr>&lt;LM&gt;</code>']
+    assert half[-1] == "agree"

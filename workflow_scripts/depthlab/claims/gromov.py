@@ -111,7 +111,7 @@ def gromov_claims(data: RunData) -> list[dict]:
         blockers = blockers + no_room(
             [removal_damage(data.sweeps[m], "deepest", max_n) for m in members],
             negligible,
-            f"mean over {n_words} of the deepest block's",
+            f"mean over {n_text(ns)} of the deepest block's",
         )
         compared = None
         if windows:

@@ -32,6 +32,7 @@ from depthlab.claims.verdicts import (
     verdict_positive,
 )
 from depthlab.core import paper_values as pv
+from depthlab.core.model_types import NORM_PLACEMENTS
 from depthlab.core.paper_values import COD, CSORDAS, PAPER_VALUES
 
 
@@ -67,6 +68,7 @@ def pretrained_claims(data: RunData) -> list[dict]:
     rows = []
     for name, replicates in data.pretrained.items():
         scale = data.pretrained_scale.get(name, name)
+        other = _other_architecture(data, name)
         frames = [frame for frame, _, _ in replicates]
         h_var = [f[f["measure"] == "h_var"].set_index("layer")["value"] for f in frames]
         num_layers = int(max(v.index.max() for v in h_var))
@@ -85,7 +87,7 @@ def pretrained_claims(data: RunData) -> list[dict]:
                 COD,
                 f"{name}: ln Var(h_l) rises with depth l (slope > {threshold:g} per layer), "
                 f"the Pre-LN growth the paper describes in pretrained LLMs; no single layer's "
-                f"step may decide it",
+                f"step may decide it{other}",
                 "cod_variance_growth",
                 growth,
                 scale,
@@ -108,7 +110,7 @@ def pretrained_claims(data: RunData) -> list[dict]:
                 COD,
                 f"{name}: deep layers are closer to identity: mean d(l, l+1) over the "
                 f"shallower half - over the deeper half > {pv.COD_ANGULAR_NEGLIGIBLE:g} "
-                f"({' / '.join(tokens)})",
+                f"({' / '.join(tokens)}){other}",
                 "cod_deep_identity",
                 closer,
                 scale,
@@ -153,11 +155,23 @@ def pretrained_claims(data: RunData) -> list[dict]:
             )
         )
         if name in data.single_layer:
-            rows.append(_delta_p_depth_row(data, name, scale))
+            rows.append(_delta_p_depth_row(data, name, scale, other))
     return rows
 
 
-def _delta_p_depth_row(data: RunData, name: str, scale: str) -> dict:
+def _other_architecture(data: RunData, name: str) -> str:
+    """Words for a Curse-of-Depth row (a Pre-LN statement) decided on a published LM whose norms
+    sit elsewhere: it tests another architecture, and says so."""
+    placement = data.pretrained_placement.get(name)
+    if placement in (None, "pre"):
+        return ""
+    return (
+        f"; {name} is not Pre-LN ({NORM_PLACEMENTS[placement]}): the paper's Pre-LN statement "
+        f"tested on another architecture"
+    )
+
+
+def _delta_p_depth_row(data: RunData, name: str, scale: str, other: str = "") -> dict:
     """cod_delta_p_depth of a pruned published LM: the documents' sampling variance, paired
     window by window (the validation loss increase of every single-layer removal; lm-eval's task
     scores, when the stage ran it, carry no per-item replicates here); the layers of a half are
@@ -183,7 +197,7 @@ def _delta_p_depth_row(data: RunData, name: str, scale: str) -> dict:
         f"cod_delta_p_depth:{name}",
         COD,
         f"{name}: removing one deep layer hurts less than removing a shallow one: mean {what} "
-        f"over the shallower half - over the deeper half > {threshold:g}",
+        f"over the shallower half - over the deeper half > {threshold:g}{other}",
         "cod_delta_p_depth",
         gap,
         scale,

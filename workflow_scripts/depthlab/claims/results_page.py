@@ -265,6 +265,47 @@ def claims_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(details) + "\n"
 
 
+def _published_lm(row: dict) -> str | None:
+    """The published LM a row is about (its scale reads "<name> (pretrained, ..."), or None."""
+    scale = str(row.get("scale") or "")
+    name = scale.split(" (pretrained", 1)[0]
+    return name if " (pretrained" in scale and f":{name}" in row["claim_id"] else None
+
+
+def real_lm_table(rows: list[dict]) -> str:
+    """The claims decided on more than one published LM, one line per claim and a column per LM:
+    whether the families agree (the same verdict on each) and, where a family's norms are not
+    Pre-LN, its rows apart in their own column ("" when no claim has two LMs)."""
+    by_claim, models = {}, []
+    for row in rows:
+        model = _published_lm(row)
+        if model is None:
+            continue
+        key = row["claim_id"].replace(f":{model}", ":<LM>", 1)
+        by_claim.setdefault(key, {})[model] = row
+        models += [model] if model not in models else []
+    shared = {k: v for k, v in by_claim.items() if len(v) > 1}
+    if not shared:
+        return ""
+    lines = [
+        "### The real LMs side by side",
+        "",
+        "Each claim decided on more than one published LM, one column per model family (the "
+        "scale in each row's details says where its norms sit: a Curse-of-Depth row on a "
+        "family that is not Pre-LN tests another architecture).",
+        "",
+        "| claim | " + " | ".join(models) + " | the families |",
+        "|---|" + "---|" * len(models) + "---|",
+    ]
+    for key, per_model in shared.items():
+        verdicts = [per_model[m]["verdict"] if m in per_model else "-" for m in models]
+        decided = {v for v in verdicts if v != "-"}
+        agree = "agree" if len(decided) == 1 else "differ"
+        cells = [_claim_id(key), *(f"**{v}**" if v != "-" else v for v in verdicts), agree]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def verdict_counts(rows: list[dict]) -> Counter:
     return Counter(row["verdict"] for row in rows)
 
@@ -478,6 +519,7 @@ def render_page(run: Run) -> str:
         + "). The run's `claims.md` also gives each claim's paper and the paper's value.",
         "",
         claims_table(run.claims) if run.claims else "No claims table in this run.\n",
+        *([real_lm_table(run.claims)] if real_lm_table(run.claims) else []),
         "## Job time per rule",
         "",
         f"From Snakemake's benchmark files (`{run.run_dir}/benchmarks/<rule>/`, the `s` column: "

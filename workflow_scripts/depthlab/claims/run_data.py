@@ -13,6 +13,7 @@ from depthlab.claims.measures import (
     next_layer_distance,
     unigram_entropy,
 )
+from depthlab.core.model_types import NORM_PLACEMENTS, norm_placement
 
 # ---------------------------------------------------------------------------------------------
 # The run's data and the claims
@@ -58,6 +59,8 @@ class RunData:
     # shard) as (measures.csv frame, d(l, l+1) Series, "all tokens" | "last token")
     pretrained: dict = field(default_factory=dict)
     pretrained_scale: dict = field(default_factory=dict)
+    # where each published LM's norms sit (core.model_types.NORM_PLACEMENTS; None: unknown)
+    pretrained_placement: dict = field(default_factory=dict)
     window_losses: dict = field(default_factory=dict)  # pruning window_losses.csv frames
     # supervised fine-tuning: (base group, members, treatment group, members) of Pre-LN vs LNS
     # parents, and each parent's evaluate_finetuned scores.csv frame
@@ -140,6 +143,16 @@ def _read_analysis(folder) -> tuple[pd.DataFrame, pd.Series, str]:
     return measures, distance.set_index("layer")["value"], "last token"
 
 
+def _norm_placement(folder) -> str | None:
+    """Where the analysed model's norms sit (core.model_types), from the model_type its analysis
+    summary records; None when unknown."""
+    summary = Path(folder, "summary.json")
+    if not summary.exists():
+        return None
+    architecture = json.loads(summary.read_text()).get("architecture") or {}
+    return norm_placement(architecture.get("model_type"))
+
+
 def read_run_data(spec: dict) -> RunData:
     """Read every table the claims need (the `make_claims` spec names the files). Every model in
     spec["models"] was trained here; one whose data folder holds the depth problems
@@ -187,6 +200,10 @@ def read_run_data(spec: dict) -> RunData:
     for name, model in spec.get("pretrained", {}).items():
         data.pretrained[name] = [_read_analysis(folder) for folder in model["analysis"]]
         data.pretrained_scale[name] = model["scale"]
+        placement = _norm_placement(model["analysis"][0])
+        data.pretrained_placement[name] = placement
+        if placement not in (None, "pre"):
+            data.pretrained_scale[name] += f"; {NORM_PLACEMENTS[placement]}"
     for name, folder in spec["pruning"].items():
         data.sweeps[name] = pd.read_csv(f"{folder}/sweep.csv")
         data.single_layer[name] = pd.read_csv(f"{folder}/single_layer.csv")

@@ -43,6 +43,17 @@ class ModelType:
 
     paths: ModulePaths | None
     parameters: ParameterLayout | None
+    placement: str = "pre"  # where its norms sit: a key of NORM_PLACEMENTS
+
+
+# Where a family's norms sit around its sub-layers. The Curse of Depth's claims are about Pre-LN:
+# decided on a family of another placement they test another architecture, and its rows say so.
+NORM_PLACEMENTS = {
+    "pre": "Pre-LN: a norm before each sub-layer",
+    "peri": "a norm before and after each sub-layer (Peri-LN's placement), not Pre-LN",
+    "output": "a norm after each sub-layer's output only (OLMo-2's placement), not Pre-LN",
+    "post": "Post-LN: a norm after each residual add",
+}
 
 
 LLAMA_PATHS = ModulePaths("llama", layers="layers", final_norm="norm", attention="self_attn",
@@ -72,16 +83,18 @@ MODEL_TYPES = {
     "qwen2": ModelType(LLAMA_PATHS, replace(LLAMA_PARAMETERS, qkv_bias=True)),
     "qwen3": ModelType(LLAMA_PATHS, replace(LLAMA_PARAMETERS, qk_norm="head")),
     "olmo": ModelType(LLAMA_PATHS, None),
-    "olmo2": ModelType(OLMO2_PATHS, replace(LLAMA_PARAMETERS, qk_norm="full")),
-    "gemma3_text": ModelType(None, replace(LLAMA_PARAMETERS, norms_per_layer=4, qk_norm="head")),
+    "olmo2": ModelType(OLMO2_PATHS, replace(LLAMA_PARAMETERS, qk_norm="full"), "output"),
+    "gemma3_text": ModelType(
+        None, replace(LLAMA_PARAMETERS, norms_per_layer=4, qk_norm="head"), "peri"
+    ),
     "gpt_neox": ModelType(GPT_NEOX_PATHS, LAYER_NORM_MLP_PARAMETERS),
     "gpt2": ModelType(GPT2_PATHS, None),
     # OPT's position table has 2 extra rows
     "opt": ModelType(OPT_PATHS, replace(LAYER_NORM_MLP_PARAMETERS, learned_positions=2)),
-    "bert": ModelType(BERT_PATHS, replace(LAYER_NORM_MLP_PARAMETERS, learned_positions=0)),
-    "roberta": ModelType(BERT_PATHS, None),
-    "xlm-roberta": ModelType(BERT_PATHS, None),
-    "electra": ModelType(BERT_PATHS, None),
+    "bert": ModelType(BERT_PATHS, replace(LAYER_NORM_MLP_PARAMETERS, learned_positions=0), "post"),
+    "roberta": ModelType(BERT_PATHS, None, "post"),
+    "xlm-roberta": ModelType(BERT_PATHS, None, "post"),
+    "electra": ModelType(BERT_PATHS, None, "post"),
 }
 
 
@@ -94,3 +107,9 @@ def parameter_layout(model_type: str) -> ParameterLayout:
     """The planner's parameter layout of `model_type` (Llama's where none is declared)."""
     declared = MODEL_TYPES.get(model_type)
     return declared.parameters if declared and declared.parameters else LLAMA_PARAMETERS
+
+
+def norm_placement(model_type: str | None) -> str | None:
+    """Where `model_type`'s norms sit (a key of NORM_PLACEMENTS; None for an undeclared type)."""
+    declared = MODEL_TYPES.get(model_type or "")
+    return declared.placement if declared else None
