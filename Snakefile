@@ -18,11 +18,19 @@ from depthlab.config import (  # noqa: E402
     ConfigError,
     apply_overrides,
     load_config,
+    repeated_configfile,
     resolve,
 )
 from depthlab.core.provenance import export_config_source  # noqa: E402
 
 CONFIG_FILES = workflow.overwrite_configfiles or [DEFAULT_CONFIG]
+# `--configfile=a.yaml --configfile=b.yaml`: Snakemake keeps b.yaml alone, without a word. Only
+# on snakemake's own command line (`snakemake ...`, `python -m snakemake ...`).
+LAUNCHER = Path(sys.argv[0]) if sys.argv else Path()
+if workflow.is_main_process and "snakemake" in (LAUNCHER.name, LAUNCHER.parent.name):
+    problem = repeated_configfile(sys.argv)
+    if problem:
+        raise WorkflowError(f"invalid command line: {problem}")
 try:
     RESOLVED = resolve(
         apply_overrides(load_config(*CONFIG_FILES), dict(workflow.config_settings.config)),

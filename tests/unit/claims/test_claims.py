@@ -966,9 +966,9 @@ def test_config_reads_pretrained_models_over_their_shards(tmp_path):
     assert analyses["val_1/llm"]["texts"]["shard"] == [1, 3]
     assert not analyses["val_1/llm"]["logit_lens"] and analyses["val/llm"]["logit_lens"]
     # the MiniLM encoder has no LM head: not a pretrained LM the papers speak of; the default
-    # suite's SmolLM2 is one
-    assert set(spec["pretrained"]) == {"llm", "smollm2"}
-    for name in ("llm", "smollm2"):
+    # suite's SmolLM2 and Gemma-3 are
+    assert set(spec["pretrained"]) == {"llm", "smollm2", "gemma3"}
+    for name in ("llm", "smollm2", "gemma3"):
         assert spec["pretrained"][name]["analysis"] == [
             f"results/default/analysis/val_{i}/{name}" for i in range(3)
         ]
@@ -1055,7 +1055,7 @@ def test_cod_delta_p_where_no_layer_costs_the_threshold_is_not_testable():
     for name in data.single_layer:
         data.single_layer[name]["delta_loss"] *= 0.1  # deep layers cost 0.01-0.015 nats
     row = build_claims(data).set_index("claim_id").loc["cod_delta_p"]
-    assert row["verdict"] == NOT_TESTABLE and "costs only" in row["reason"]
+    assert row["verdict"] == NOT_TESTABLE and "not shown to reach the threshold" in row["reason"]
 
 
 def test_gromov_block_choice_where_removals_cost_nothing_is_not_testable():
@@ -1071,4 +1071,4 @@ def test_gromov_block_choice_where_removals_cost_nothing_is_not_testable():
     data.val_loss = {m: 5.0 for m in members}
     data.unigram = {m: 6.0 for m in members}  # learned 1 nat: threshold 0.05
     row = build_claims(data).set_index("claim_id").loc["gromov_block_choice:m"]
-    assert row["verdict"] == NOT_TESTABLE and "costs only" in row["reason"]
+    assert row["verdict"] == NOT_TESTABLE and "not shown to reach the threshold" in row["reason"]

@@ -10,8 +10,9 @@ import math
 import pandas as pd
 import pytest
 from depthlab.claims import RunData, build_claims
+from depthlab.claims.gromov_tasks import normalised_score, steepness, task_chance
 from depthlab.claims.initial import InitialStatistics
-from depthlab.claims.measures import n_text, normalised_score, steepness, task_chance
+from depthlab.claims.measures import n_text
 from depthlab.claims.verdicts import (
     INDICATIVE,
     INIT_SHOWS_IT,

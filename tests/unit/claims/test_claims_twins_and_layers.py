@@ -175,3 +175,61 @@ def test_deep_identity_decided_by_the_first_layer_alone_is_not_decided():
     assert honest.set_index("claim_id").loc["cod_deep_identity:lm", "verdict"] == REPRODUCED
     reversed_ = build_claims(_published(h_var, flat)).set_index("claim_id")
     assert reversed_.loc["cod_deep_identity:lm", "verdict"] == NOT_REPRODUCED
+
+
+def test_the_room_gate_decides_on_the_seeds_interval_not_on_their_mean():
+    from depthlab.claims.measures import no_room
+
+    # three seeds whose mean damage reaches the threshold but whose interval does not: room is
+    # not shown (another CPU could put the mean below), so a fail would be forced: blocked
+    blocked = no_room([0.015, 0.03, 0.025], 0.02, "deepest")
+    assert "costs 0.0233 nats [" in blocked[0] and "over 3 seeds" in blocked[0]
+    # the whole interval at or above it: room shown, the gate stays open
+    assert no_room([0.03, 0.031, 0.032], 0.02, "deepest") == []
+    # one model (an indicative row anyway): its value
+    assert no_room([0.01], 0.02, "deepest") and not no_room([0.03], 0.02, "deepest")
+
+
+def _pruned_lm(layers: int, layer_params: int, cost_per_layer: float, seed: int):
+    """A pruned published LM's window losses and sweep: the angular block of n layers costs
+    cost_per_layer * n nats on every window (plus noise), one single-layer removal each."""
+    rng = np.random.default_rng(seed)
+    base = rng.normal(3.0, 0.5, 40)
+    rows = [("", "full", 0, False, w, base[w]) for w in range(40)]
+    rows += [("0", "single", 1, False, w, base[w] + 0.01) for w in range(40)]
+    sweep = [{"strategy": "angular", "n": 0, "removed_params": 0, "healed": False}]
+    for n in range(1, layers // 2 + 1):
+        loss = base + cost_per_layer * n + rng.normal(0, 0.002, 40)
+        rows += [(f"{layers - n}-{layers - 1}", "angular", n, False, w, loss[w]) for w in range(40)]
+        sweep.append({"strategy": "angular", "n": n, "removed_params": n * layer_params,
+                      "healed": False})  # fmt: skip
+    windows = pd.DataFrame(rows, columns=["removed", "strategy", "n", "healed", "window", "loss"])
+    sweep = pd.DataFrame(sweep).assign(val_loss=np.nan, fraction=lambda f: f["n"] / layers)
+    return windows, sweep
+
+
+@pytest.mark.parametrize(
+    "large_cost, expected", [(0.01, REPRODUCED), (0.05, NOT_REPRODUCED)]
+)  # the larger model removes 10 of 20 layers within 0.1 nats, or 2 of 20 (the smaller: 5 of 20)
+def test_removable_share_grows_with_size_on_two_published_lms(large_cost, expected):
+    data = RunData(bootstrap={"resamples": 200, "seed": 0})
+    for name, layers, params, cost in (
+        ("small", 20, 1_000, 0.019),
+        ("large", 20, 5_000, large_cost),
+    ):
+        data.window_losses[name], data.sweeps[name] = _pruned_lm(layers, params, cost, 1)
+        data.pruning_groups[name] = [name]
+        data.single_layer[name] = pd.DataFrame({"layer": [0], "delta_loss": [0.01]})
+    row = build_claims(data).set_index("claim_id").loc["cod_removable_grows:small-vs-large"]
+    assert row["verdict"] == expected
+    share = {0.01: 10 / 20, 0.05: 2 / 20}[large_cost]
+    assert row["measured"] == pytest.approx(share - 5 / 20)
+    one = RunData(bootstrap={"resamples": 200, "seed": 0})
+    one.window_losses["small"], one.sweeps["small"] = (
+        data.window_losses["small"],
+        data.sweeps["small"],
+    )
+    one.pruning_groups["small"] = ["small"]
+    one.single_layer["small"] = data.single_layer["small"]
+    alone = build_claims(one).set_index("claim_id").loc["cod_removable_grows:published"]
+    assert alone["verdict"] == NOT_TESTABLE and "two sizes" in alone["reason"]

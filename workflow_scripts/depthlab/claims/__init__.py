@@ -33,11 +33,14 @@ per claim kind (margins and bands are named constants in paper_values.py):
       test over every level: each level-k - easiest-level difference (normalised depth score,
       Bonferroni-adjusted intervals) must lie wholly inside [-margin, margin] to reproduce; one
       lying wholly outside is not reproduced; otherwise not testable (too wide)
-  paper value ("a_l = 1.2 +- 0.3"), an equivalence test: reproduced when the whole interval
-      lies inside the paper's band (its stated uncertainty, or a tolerance stated in
-      paper_values.py where it gives none), not reproduced when it lies wholly outside, not
-      testable when it crosses a band edge (too wide) or the estimate or interval touches a
-      fit bound; an interval merely containing the paper's value decides nothing
+  paper value ("a_l = 1.2 +- 0.3", liu.verdict_consistent): reproduced when the two agree both
+      ways (the paper's value inside the interval and the estimate inside the paper's band: its
+      stated uncertainty, or a tolerance stated in paper_values.py where it gives none) or the
+      whole interval lies inside the band; not reproduced when the interval lies wholly
+      outside the band; not testable otherwise, when the interval is more than
+      LIU_FIT_MAX_INTERVAL_WIDTH band widths wide, or when the estimate or interval touches a
+      fit bound (a refit as uncertain as the paper's own fit could never lie wholly inside its
+      band)
   size (`size_verdict`, where the paper states a size: the band each claim's declaration names
       in its rule): size reproduced when the interval lies inside the paper's band, size not
       reproduced when it lies wholly outside, not testable otherwise; decided whenever it is
@@ -65,20 +68,14 @@ of a claim (`Claim`) and the helpers every builder shares; one module per paper 
 each claim's declaration, measurement and rule side by side in its `CLAIMS`, so a reviewer reads
 one claim's test in one place and adding a claim touches its module, its test and, for a new
 paper value or threshold, paper_values; `table` lists the modules' declarations (`CLAIMS`, the
-table's order), runs their builders and renders the table (the docs' table of every claim is
-generated from the same declarations), `run_data` reads a run, `compare` compares two tables.
+table's order), runs their builders, renders the table (the docs' table of every claim is
+generated from the same declarations) and compares two tables; `run_data` reads a run.
 """
 
 from __future__ import annotations
 
 from depthlab.claims.cod import (
     sft_gains,
-)
-from depthlab.claims.compare import (
-    claims_table_path,
-    compare_claims,
-    render_comparison,
-    verdicts_changed,
 )
 from depthlab.claims.liu import (
     SIZE_BANDS,
@@ -117,7 +114,11 @@ from depthlab.claims.run_data import (
 )
 from depthlab.claims.table import (
     build_claims,
+    claims_table_path,
+    compare_claims,
+    render_comparison,
     render_markdown,
+    verdicts_changed,
 )
 from depthlab.core import paper_values as pv
 

@@ -395,9 +395,7 @@ def lns_best_rows(data: RunData) -> list[dict]:
     MIN_SEEDS seeds makes it indicative."""
     lns = [(g, m) for g, m, scheme in data.schemes if scheme == "lns"]
     # the schemes the paper compared LNS with (Peri-LN as Table 2's Sandwich-LN)
-    others = [
-        (g, m) for g, m, scheme in data.schemes if scheme in pv.COD_COMPARED_SCHEMES
-    ]
+    others = [(g, m) for g, m, scheme in data.schemes if scheme in pv.COD_COMPARED_SCHEMES]
     where = {g: pv.COD_COMPARED_SCHEMES[scheme] for g, _, scheme in data.schemes
              if scheme in pv.COD_COMPARED_SCHEMES}  # fmt: skip
     if not lns or not others:

@@ -198,6 +198,93 @@ def undertrained(data: RunData, members, minimum: float, statement: str) -> list
     ]
 
 
+_ORTHOGONAL_WORDS = (
+    f"adjacent updates are nearly orthogonal: mean over layer pairs l >= 1 of "
+    f"angle(dh_l, dh_(l+1)) - pi/2 inside ±{pv.LIU_ORTHOGONAL_MARGIN:g} rad (mean angle over "
+    f"tokens; the paper counts tokens near pi/2)"
+)
+
+
+def _orthogonal_checked(e_of, layers, trained: bool, blockers) -> tuple:
+    """(the row's Estimate, its verdict, layer_check words) of an update-angle row: the
+    equivalence test on angle - pi/2, rechecked with each layer pair left out (seen as the
+    distance inside the band's edge, margin - |angle - pi/2| > 0)."""
+    margin = pv.LIU_ORTHOGONAL_MARGIN
+
+    def gate(x, more=()):
+        both = [*blockers, *more]
+        return decide(x, verdict_equivalent({"angle - pi/2": x}, margin, both), trained, both)
+
+    e = e_of(None)
+    check = layer_check(
+        lambda k: _with_edge_distance(e_of(k), margin), layers, lambda x: gate(x.original), 0.0
+    )
+    return e, gate(e, check.blockers), check.text
+
+
+def _published_orthogonal_row(data: RunData, name: str, replicates) -> dict:
+    series = [_angle_series(frame) for frame, _, _ in replicates]
+    e, verdict, check = _orthogonal_checked(
+        lambda k: over_shards(
+            [_mean_update_angle(without_layer(a, k)) for a in series], "mean angle each"
+        ),
+        sorted(series[0].index[series[0].index >= 1]),
+        False,
+        [],
+    )
+    return claim_row(
+        f"liu_update_orthogonal:{name}",
+        LIU,
+        f"{name}: {_ORTHOGONAL_WORDS}",
+        "liu_update_orthogonal",
+        e,
+        data.pretrained_scale.get(name, name),
+        verdict,
+        layer_check=check,
+    )
+
+
+def _trained_orthogonal_row(data: RunData, group: str, members) -> dict:
+    series = [_angle_series(data.measures[m]) for m in members]
+    initial = [
+        None
+        if (stats := data.initial.get(m)) is None or stats.angle_update is None
+        else _mean_update_angle(stats.angle_update)
+        for m in members
+    ]
+    # closeness to orthogonal, larger on the claim's side: -|angle - pi/2| against -margin
+    compared = against_initialisation(
+        [Estimate(-abs(_mean_update_angle(a))) for a in series],
+        [None if v is None else -abs(v) for v in initial],
+        -pv.LIU_ORTHOGONAL_MARGIN,
+    )
+    budget = undertrained(
+        data, members, pv.COD_MIN_TOKENS_PER_PARAM, "the paper measures pretrained LLMs"
+    )
+    e, verdict, check = _orthogonal_checked(
+        lambda k: over_seeds([Estimate(_mean_update_angle(without_layer(a, k))) for a in series]),
+        sorted(series[0].index[series[0].index >= 1]),
+        True,
+        not_learned(data, members) + budget + compared.blockers,
+    )
+    text = (
+        f"; untrained twins beside (closeness -|angle - pi/2|): {compared.text}"
+        if compared.initial is not None
+        else ""
+    )
+    return claim_row(
+        f"liu_update_orthogonal:{group}",
+        LIU,
+        f"{group}: {_ORTHOGONAL_WORDS}{text}",
+        "liu_update_orthogonal",
+        e,
+        data.scale.get(members[0], group),
+        verdict,
+        against=compared,
+        layer_check=check,
+    )
+
+
 def orthogonal_rows(data: RunData) -> list[dict]:
     """liu_update_orthogonal: the mean angle between successive updates dh_l, dh_(l+1) within
     LIU_ORTHOGONAL_MARGIN of pi/2 (an equivalence test on angle - pi/2). A published LM over its
@@ -206,110 +293,18 @@ def orthogonal_rows(data: RunData) -> list[dict]:
     training, block a pass, and twins as far, unmoved, block a fail) and decided only when
     trained to the token budget of the LLMs the paper measured. Every row is checked with each
     layer pair left out."""
-    rows = []
-    margin = pv.LIU_ORTHOGONAL_MARGIN
-    words = (
-        f"adjacent updates are nearly orthogonal: mean over layer pairs l >= 1 of "
-        f"angle(dh_l, dh_(l+1)) - pi/2 inside ±{margin:g} rad (mean angle over tokens; the "
-        f"paper counts tokens near pi/2)"
-    )
-
-    def rule(e, blockers=()):
-        return verdict_equivalent({"angle - pi/2": e}, margin, list(blockers))
-
-    def checked(e_of, layers, trained, blockers):
-        """The row's Estimate, its verdict and layer_check words (the equivalence as a
-        distance from the band's edge: margin - |angle - pi/2| > 0)."""
-        e = e_of(None)
-
-        def gate(x, more=()):
-            return decide(x, rule(x, [*blockers, *more]), trained, [*blockers, *more])
-
-        check = layer_check(
-            lambda k: _with_edge_distance(e_of(k), margin),
-            layers,
-            lambda x: gate(x.original),
-            0.0,
-        )
-        return e, gate(e, check.blockers), check.text
-
-    for name, replicates in data.pretrained.items():
-        series = [_angle_series(frame) for frame, _, _ in replicates]
-        e, verdict, check = checked(
-            lambda k, series=series: over_shards(
-                [_mean_update_angle(without_layer(a, k)) for a in series], "mean angle each"
-            ),
-            sorted(series[0].index[series[0].index >= 1]),
-            False,
-            [],
-        )
-        rows.append(
-            claim_row(
-                f"liu_update_orthogonal:{name}",
-                LIU,
-                f"{name}: {words}",
-                "liu_update_orthogonal",
-                e,
-                data.pretrained_scale.get(name, name),
-                verdict,
-                layer_check=check,
-            )
-        )
+    rows = [
+        _published_orthogonal_row(data, name, replicates)
+        for name, replicates in data.pretrained.items()
+    ]
     groups = {}
     for base, base_members, treat, treat_members in data.cod_pairs:
         groups[base], groups[treat] = base_members, treat_members
-    for group, members in groups.items():
-        if not all(m in data.measures for m in members):
-            continue
-        series = [_angle_series(data.measures[m]) for m in members]
-        initial = [
-            None
-            if (stats := data.initial.get(m)) is None or stats.angle_update is None
-            else _mean_update_angle(stats.angle_update)
-            for m in members
-        ]
-        # closeness to orthogonal, larger on the claim's side: -|angle - pi/2| against -margin
-        compared = against_initialisation(
-            [Estimate(-abs(_mean_update_angle(a))) for a in series],
-            [None if v is None else -abs(v) for v in initial],
-            -margin,
-        )
-        blockers = (
-            not_learned(data, members)
-            + undertrained(
-                data,
-                members,
-                pv.COD_MIN_TOKENS_PER_PARAM,
-                "the paper measures pretrained LLMs",
-            )
-            + compared.blockers
-        )
-        e, verdict, check = checked(
-            lambda k, series=series: over_seeds(
-                [Estimate(_mean_update_angle(without_layer(a, k))) for a in series]
-            ),
-            sorted(series[0].index[series[0].index >= 1]),
-            True,
-            blockers,
-        )
-        text = (
-            f"; untrained twins beside (closeness -|angle - pi/2|): {compared.text}"
-            if compared.initial is not None
-            else ""
-        )
-        rows.append(
-            claim_row(
-                f"liu_update_orthogonal:{group}",
-                LIU,
-                f"{group}: {words}{text}",
-                "liu_update_orthogonal",
-                e,
-                data.scale.get(members[0], group),
-                verdict,
-                against=compared,
-                layer_check=check,
-            )
-        )
+    rows += [
+        _trained_orthogonal_row(data, group, members)
+        for group, members in groups.items()
+        if all(m in data.measures for m in members)
+    ]
     return rows
 
 

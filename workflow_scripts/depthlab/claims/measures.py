@@ -91,6 +91,13 @@ def _unhealed(sweep: pd.DataFrame, strategy: str, healed: bool = False) -> pd.Se
     return rows.groupby("n")["val_loss"].first()
 
 
+def healed_ns(sweep: pd.DataFrame, strategy: str = "angular") -> tuple[int, ...]:
+    """The n at which a strategy's block was healed."""
+    flags = sweep["healed"].astype(str)
+    rows = sweep[(sweep["strategy"] == strategy) & (flags == "True") & (sweep["n"] > 0)]
+    return tuple(sorted(int(n) for n in rows["n"].unique()))
+
+
 def sweep_layers(sweep: pd.DataFrame) -> int | None:
     """The model's layer count from a sweep.csv (n / fraction of a removal row), None without
     one."""
@@ -118,15 +125,23 @@ def removal_damage(sweep: pd.DataFrame, strategy: str, max_n: int | None = None)
 
 
 def no_room(damages: list[float], threshold: float, what: str) -> list[str]:
-    """[reason] when removing layers costs less than `threshold` at all (mean over the models of
-    `damages`, each the loss a removal adds): two choices of layers cannot then differ by the
-    threshold, and the comparison tests nothing; [] otherwise."""
+    """[reason] when removing layers is not shown to cost the threshold at all (`damages`: per
+    model, the loss a removal adds): two choices of layers could then not differ by it, and a
+    fail would be forced, not measured; [] otherwise. Over >= 3 models (seeds) the gate decides
+    on the t-interval of their mean, whose lower end must reach the threshold (an interval, so
+    that another CPU's rounding cannot flip it); over fewer (an indicative row anyway) on the
+    mean."""
     finite = [d for d in damages if math.isfinite(d)]
-    if not finite or float(np.mean(finite)) >= threshold:
+    if not finite:
         return []
+    e = t_interval(finite, "models")
+    seeds = len(finite) >= 3 and e.has_interval
+    if (e.low if seeds else e.value) >= threshold:
+        return []
+    spread = f" [{e.low:.3g}, {e.high:.3g}] over {len(finite)} seeds" if seeds else ""
     return [
-        f"removing layers here costs only {float(np.mean(finite)):.3g} nats ({what}), less "
-        f"than the threshold {threshold:.3g}: two choices cannot differ by it"
+        f"removing layers here costs {e.value:.3g} nats{spread} ({what}), not shown to reach "
+        f"the threshold {threshold:.3g}: two choices cannot be shown to differ by it"
     ]
 
 
@@ -658,41 +673,3 @@ def n_text(ns) -> str:
     if len(ns) > 2 and ns == list(range(ns[0], ns[-1] + 1)):
         return f"n = {ns[0]}..{ns[-1]}"
     return f"n in {{{', '.join(str(n) for n in ns)}}}" if len(ns) > 1 else f"n = {ns[0]}"
-
-
-def task_chance(task: str, chances: dict) -> float | None:
-    """A task's chance accuracy from `chances` ({lm-eval name: chance}), matched by its name or
-    an lm-eval subtask `<name>_...`; None when unknown (never guessed)."""
-    name = str(task).lower()
-    for key, chance in chances.items():
-        if name == key or name.startswith(f"{key}_"):
-            return float(chance)
-    return None
-
-
-def normalised_score(intact: Estimate, pruned: Estimate, chance: float) -> Estimate:
-    """(pruned - chance) / (intact - chance): 1 at the intact model's score, 0 at chance, so
-    tasks far above and near chance are on one scale; the standard error by the delta method
-    from the two scores' standard errors, taken as independent (items scored at two removals
-    correlate positively: the error is not understated)."""
-    margin, above = intact.value - chance, pruned.value - chance
-    value = above / margin if margin != 0 else math.nan
-    se = math.nan
-    if margin != 0 and math.isfinite(intact.se) and math.isfinite(pruned.se):
-        se = math.sqrt(pruned.se**2 / margin**2 + above**2 * intact.se**2 / margin**4)
-    return Estimate(value, se=se)
-
-
-def steepness(ns, values) -> float:
-    """How sharply a degrading curve changes, over points sorted by n: the largest step's share
-    of the whole change (first to last point) divided by that step's share of the n span (1: a
-    straight line; a drop at one gap of k equal gaps: k); NaN with fewer than three points or
-    no change in the degrading direction (the whole change must be positive: pass a loss as it
-    is and a score negated)."""
-    order = np.argsort(np.asarray(ns, dtype=np.float64))
-    x = np.asarray(ns, dtype=np.float64)[order]
-    y = np.asarray(values, dtype=np.float64)[order]
-    total, span = y[-1] - y[0], x[-1] - x[0]
-    if len(x) < 3 or not total > 0 or not span > 0:
-        return math.nan
-    return float(np.max((np.diff(y) / total) / (np.diff(x) / span)))

@@ -15,6 +15,7 @@ from depthlab.claims.measures import (
     over_shards,
     single_layer_drop,
     states_without_layer,
+    sweep_layers,
     without_layer,
 )
 from depthlab.claims.rows import (
@@ -28,7 +29,9 @@ from depthlab.claims.rows import (
 )
 from depthlab.claims.run_data import RunData
 from depthlab.claims.verdicts import (
+    NOT_TESTABLE,
     Estimate,
+    difference,
     verdict_positive,
 )
 from depthlab.core import paper_values as pv
@@ -206,6 +209,99 @@ def _delta_p_depth_row(data: RunData, name: str, scale: str, other: str = "") ->
     )
 
 
+def removable_share(means: dict, num_layers: int, tolerance: float) -> float:
+    """The largest share n / L of the layers whose angular block costs at most `tolerance` nats
+    of validation loss over the intact model (window_means keys "angular:<n>", "full"), scanned
+    from the smallest n: a block past the first that costs more ends the scan (0 when the
+    smallest already does)."""
+    ns = sorted(int(k.split(":", 1)[1]) for k in means if k.startswith("angular:"))
+    share = 0.0
+    for n in ns:
+        if n < 1:
+            continue
+        if means[f"angular:{n}"] - means["full"] > tolerance:
+            break
+        share = n / num_layers
+    return share
+
+
+def _removable_share(data: RunData, name: str, tolerance: float) -> Estimate:
+    """removable_share of a pruned model, bootstrapped over its validation windows."""
+    layers = sweep_layers(data.sweeps[name])
+    return over_windows(data, name, lambda means: removable_share(means, layers, tolerance))
+
+
+def _layer_params(sweep) -> float:
+    """Non-embedding parameters of a pruned model's decoder layers, from its sweep's
+    removed_params (the parameters of n removed layers) scaled to all of them."""
+    if "removed_params" not in sweep:
+        return math.nan
+    rows = sweep[(sweep["n"] >= 1) & (sweep["removed_params"] > 0)]
+    if rows.empty:
+        return math.nan
+    per_layer = float((rows["removed_params"] / rows["n"]).median())
+    return per_layer * sweep_layers(sweep)
+
+
+def removable_rows(data: RunData) -> list[dict]:
+    """cod_removable_grows: for each pair of pruned published LMs in order of their decoder
+    parameters, the larger's removable share of layers (removable_share at COD_REMOVABLE_LOSS)
+    - the smaller's, each bootstrapped over its own validation windows (independent documents
+    per model: a normal interval from the two bootstrap errors). One row saying why when one
+    published LM was pruned with window losses; none when none was."""
+    tolerance, negligible = pv.COD_REMOVABLE_LOSS, pv.COD_REMOVABLE_SHARE_NEGLIGIBLE
+    pruned = [
+        name
+        for name in data.pruning_groups
+        if name not in data.trained and has_single_windows(data, name) and name in data.sweeps
+    ]
+    # by size (a model whose sweep records no removed parameters cannot be placed: left out)
+    sizes = {name: _layer_params(data.sweeps[name]) for name in pruned}
+    pruned = sorted((n for n in pruned if math.isfinite(sizes[n])), key=sizes.get)
+    claim = (
+        f"the larger published LM can lose a larger share of its layers at a fixed loss: "
+        f"largest n / L whose angular block costs <= {tolerance:g} nats, larger model - smaller "
+        f"> {negligible:g}"
+    )
+    if not pruned:
+        return []
+    if len(pruned) < 2:
+        return [
+            claim_row(
+                "cod_removable_grows:published",
+                COD,
+                claim,
+                "cod_removable_grows",
+                Estimate(math.nan),
+                ", ".join(pruned) or "no published LM pruned",
+                (
+                    NOT_TESTABLE,
+                    f"needs pruned published LMs of two sizes (pruned: {', '.join(pruned) or 'none'}"
+                    f"; pruning.models; config/real_lms.yaml prunes SmolLM2 and Gemma-3)",
+                ),
+            )
+        ]
+    rows = []
+    for small, large in zip(pruned, pruned[1:]):
+        shares = [_removable_share(data, name, tolerance) for name in (small, large)]
+        gap = difference(shares[1], shares[0])
+        params = [_layer_params(data.sweeps[name]) / 1e6 for name in (small, large)]
+        sizes = f"{params[0]:.0f}M vs {params[1]:.0f}M decoder parameters"
+        rows.append(
+            claim_row(
+                f"cod_removable_grows:{small}-vs-{large}",
+                COD,
+                f"{large} vs {small}: {claim} (shares {shares[1].value:.3g} vs "
+                f"{shares[0].value:.3g})",
+                "cod_removable_grows",
+                gap,
+                f"{small} and {large} ({sizes})",
+                decide(gap, verdict_positive(gap, [], negligible), False, []),
+            )
+        )
+    return rows
+
+
 CLAIMS = (
     Claim(
         "cod_variance_growth:<LM>",
@@ -222,7 +318,7 @@ CLAIMS = (
         PAPER_VALUES["cod_deep_identity"],
         "shallower-half - deeper-half mean d(l, l+1)",
         "document shards",
-        f"> {pv.COD_ANGULAR_NEGLIGIBLE:g}",
+        f"> {pv.COD_ANGULAR_NEGLIGIBLE:g}, no single layer deciding",
         "published LMs: yes",
         pretrained_claims,
     ),
@@ -233,7 +329,7 @@ CLAIMS = (
         f"l ≥ 1; size min(first - {pv.CSORDAS_FIRST_HALF_ABOVE:g}, "
         f"{pv.CSORDAS_SECOND_HALF_BELOW:g} - second)",
         "document shards",
-        f"> {pv.CSORDAS_HALF_CONTRIBUTION_NEGLIGIBLE:g}; size > 0",
+        f"> {pv.CSORDAS_HALF_CONTRIBUTION_NEGLIGIBLE:g}, no single layer deciding; size > 0",
         "published LMs: yes",
         pretrained_claims,
     ),
@@ -242,8 +338,18 @@ CLAIMS = (
         PAPER_VALUES["cod_delta_p_depth"],
         "shallower-half - deeper-half mean single-layer loss increase",
         "validation windows (paired bootstrap)",
-        f"> {pv.COD_DELTA_P_NEGLIGIBLE:g} nats",
+        f"> {pv.COD_DELTA_P_NEGLIGIBLE:g} nats, no single layer deciding",
         "published LMs: yes",
         pretrained_claims,
+    ),
+    Claim(
+        "cod_removable_grows:<smaller>-vs-<larger>",
+        PAPER_VALUES["cod_removable_grows"],
+        f"largest share n / L of layers whose angular block costs ≤ {pv.COD_REMOVABLE_LOSS:g} "
+        "nats, larger - smaller published LM (by decoder parameters)",
+        "validation windows (bootstrap per model)",
+        f"> {pv.COD_REMOVABLE_SHARE_NEGLIGIBLE:g}",
+        "default: no (one published LM pruned); real_lms: SmolLM2 and Gemma-3; paper: yes",
+        removable_rows,
     ),
 )

@@ -49,6 +49,7 @@ from depthlab.config.load import (
     load_yaml,
     merge,
     parse_override_value,
+    repeated_configfile,
     validate_schema,
 )
 from depthlab.config.models import (
@@ -69,6 +70,7 @@ from depthlab.config.models import (
 from depthlab.config.paths import SAFE_NAME, RunPaths, check_name, seed_model_name, sweep_model_name
 from depthlab.config.resolved import Resolved, spec_json, stage_resources
 from depthlab.config.shapes import declared_shapes
+from depthlab.config.sources import with_source
 from depthlab.config.stages.analysis import ANALYSIS_FIGURES, resolve_analysis, text_set_texts
 from depthlab.config.stages.claims import resolve_claims
 from depthlab.config.stages.data import resolve_data
@@ -105,6 +107,7 @@ __all__ = [
     "declared_models",
     "figure_facts",
     "load_config",
+    "repeated_configfile",
     "load_yaml",
     "merge",
     "merge_fit_spec",
@@ -126,12 +129,21 @@ __all__ = [
 
 
 def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
-    """Validate `config` and resolve every job's spec (see the module docstring)."""
+    """Validate `config` and resolve every job's spec (see the module docstring). A ConfigError
+    whose key a file of `config` set (a LoadedConfig, as load_config returns) names that file
+    and line: `pretrain.steps: ... (in overlay.yaml:3)`."""
+    try:
+        return _resolve(config, base_dir)
+    except ConfigError as error:
+        raise ConfigError(with_source(config, str(error))) from None
+
+
+def _resolve(config: dict, base_dir: str | os.PathLike) -> Resolved:
     config = drop_removed_entries(config)
     validate_schema(config)
     base_dir = Path(base_dir)
     paths = RunPaths(config["run_name"])  # a safe name: the schema's run_name pattern
-    config = copy.deepcopy(config)
+    config = dict(copy.deepcopy(config))  # a plain dict from here: the specs carry no files
     config["resources"] = stage_resources(config)
     models = expand_sweeps(config)
     # per-model resources are requests, not settings: kept out of the models (and every spec)

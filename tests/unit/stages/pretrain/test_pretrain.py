@@ -82,7 +82,7 @@ def test_lr_schedule_is_warmup_then_cosine_to_min_ratio(test_config):
         0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5))
     )
     assert lr_multiplier(100, settings) == pytest.approx(0.1)
-    steps = evaluation_steps(settings)
+    steps = list(evaluation_steps(settings))  # a lazy StepSet, in order
     assert {50, 100} <= set(steps) and steps == sorted(set(steps))
     # log-spaced points: successive ratios roughly constant, starting early in training
     assert min(steps) <= 2

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from depthlab.core.atomic_files import atomic_path
 from depthlab.core.provenance import Provenance, sha256_path
-from depthlab.settings.training import RunSettings
+from depthlab.settings.training import RunSettings, StepSet
 from depthlab.stages.finetune.data import FinetuneError, read_pairs
 from depthlab.stages.pretrain.training import (
     IGNORE,
@@ -202,7 +202,7 @@ class FinetuneLoop(TrainingLoop):
             optimizer,
             scheduler,
             settings,
-            eval_at=[s for s in range(1, steps + 1) if s % every == 0 or s == steps],
+            eval_at=StepSet(steps, every),  # lazy: no list of every step
             tokens_per_step=settings.tokens_per_step,
             **state,
         )

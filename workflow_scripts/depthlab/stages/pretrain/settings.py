@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from depthlab.settings.training import RunSettings, lr_multiplier  # noqa: F401 (re-exported)
+from depthlab.settings.training import RunSettings, StepSet, lr_multiplier  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,16 +23,20 @@ class TrainSettings(RunSettings):
     compile: bool | str = "auto"  # torch.compile the forward and loss; auto: where CUDA is
 
 
-def evaluation_steps(settings: TrainSettings) -> list[int]:
-    """Every eval_every steps, the last step, and log-spaced token counts (scaling-fit D axis)."""
-    steps = set(range(settings.eval_every, settings.steps + 1, settings.eval_every))
-    steps.add(settings.steps)
-    if settings.log_spaced_evals:
-        first = max(1, settings.steps // 64)
-        steps.update(
-            int(s)
-            for s in np.unique(
-                np.round(np.geomspace(first, settings.steps, settings.log_spaced_evals))
-            )
-        )
-    return sorted(steps)
+def log_spaced_steps(steps: int, count: int) -> frozenset[int]:
+    """`count` log-spaced steps from max(1, steps // 64) to `steps` (rounded; duplicates
+    merged): the scaling fit's D axis."""
+    if not count:
+        return frozenset()
+    first = max(1, steps // 64)
+    return frozenset(int(s) for s in np.unique(np.round(np.geomspace(first, steps, count))))
+
+
+def evaluation_steps(settings: TrainSettings) -> StepSet:
+    """Every eval_every steps, the last step, and log-spaced token counts (scaling-fit D axis),
+    as a lazy StepSet: its memory is the log-spaced steps, whatever `steps` is."""
+    return StepSet(
+        settings.steps,
+        settings.eval_every,
+        log_spaced_steps(settings.steps, settings.log_spaced_evals),
+    )
