@@ -21,13 +21,13 @@ def test_the_default_suite_has_no_slow_job():
 
 def test_a_huge_step_count_names_each_slow_job_and_its_estimate():
     config = apply_overrides(
-        load_config(ROOT / "config" / "default.yaml"), {"pretrain": "{steps: 1000000000000}"}
+        load_config(ROOT / "config" / "default.yaml"), {"pretrain": "{steps: 1000000000}"}
     )
     resolved = resolve(config, ROOT)
     lines = slow_local_jobs(resolved.resource_plan, planned(resolved))
     plan = resolved.resource_plan.jobs[("pretrain_model", "pre_ln_s0")]
     hours = local_hours(plan.flops, 1)
-    assert hours > 1e6
+    assert hours > 100  # the schema's largest step count (1e9) still takes days here
     assert lines[0].startswith("pretrain_model ")
     assert f"at least {hours:,.1f} h on 1 thread(s) here" in "\n".join(lines)
     assert len(lines) == 6 and lines[-1].startswith("... and ")
