@@ -393,6 +393,7 @@ def test_config_reference_renders_every_schema_description():
     assert missing == []
     assert (
         '| <code class="config-key">pretrain.<wbr>steps</code> | '
-        '<code class="config-value">128</code> | *integer*, `≥ 1`; `≤ 1000000000`, required: ' in page
+        '<code class="config-value">128</code> | *integer*, `≥ 1`; `≤ 1000000000`, required: '
+        in page
     )
     assert "*only with kind: gguf.*" in page
