@@ -233,3 +233,18 @@ def test_removable_share_grows_with_size_on_two_published_lms(large_cost, expect
     one.single_layer["small"] = data.single_layer["small"]
     alone = build_claims(one).set_index("claim_id").loc["cod_removable_grows:published"]
     assert alone["verdict"] == NOT_TESTABLE and "two sizes" in alone["reason"]
+
+
+def test_delta_p_half_gap_without_a_layer_is_the_half_gap_of_the_rest():
+    from depthlab.claims.measures import delta_p_half_gap, half_gap
+
+    rng = np.random.default_rng(3)
+    means = {"full": 3.0, **{f"single:{l}": 3.0 + rng.uniform(0, 1) for l in range(9)}}
+    increase = pd.Series({l: means[f"single:{l}"] - 3.0 for l in range(9)})
+    for left_out in (None, 0, 4, 8):
+        rest = increase if left_out is None else increase.drop(left_out)
+        # independent: the layers' halves of the model without that layer
+        deep = [l for l in rest.index if l >= (max(rest.index) + 1) // 2]
+        expected = rest.drop(deep).mean() - rest[deep].mean()
+        assert delta_p_half_gap(means, left_out) == pytest.approx(expected)
+        assert delta_p_half_gap(means, left_out) == half_gap(rest)

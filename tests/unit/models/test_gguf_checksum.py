@@ -143,3 +143,29 @@ def test_a_wrong_checksum_leaves_the_converted_folder_intact(tmp_path):
     assert f"models.fake_gguf.sha256: declared {wrong}, but " in output, output[-3000:]
     assert "convert_gguf" not in output.split("models.fake_gguf.sha256")[0]  # no job planned
     assert {p.name: p.read_bytes() for p in converted.iterdir()} == before
+
+
+def test_one_gguf_parse_shares_each_files_reader_inside_the_block_only(tmp_path):
+    """transformers builds a gguf.GGUFReader in every from_pretrained (config, weights,
+    tokenizer); inside the block each file is parsed once, and the library's own reader is back
+    afterwards."""
+    import gguf as gguf_package
+    from depthlab.models.gguf import _one_gguf_parse
+
+    built = []
+
+    class Reader:
+        def __init__(self, path, mode="r"):
+            built.append((path, mode))
+
+    original = gguf_package.GGUFReader
+    gguf_package.GGUFReader = Reader
+    try:
+        with _one_gguf_parse():
+            first = gguf_package.GGUFReader(tmp_path / "a.gguf")
+            assert gguf_package.GGUFReader(str(tmp_path / "a.gguf")) is first
+            assert gguf_package.GGUFReader(tmp_path / "b.gguf") is not first
+        assert gguf_package.GGUFReader is Reader
+        assert len(built) == 2
+    finally:
+        gguf_package.GGUFReader = original
