@@ -417,6 +417,8 @@ def test_page_shows_the_twins_and_the_real_lms_side_by_side(tmp_path):
     assert "One layer left out: holds without any one of 12 layers." in text
     side = {row[0]: row for row in table_rows(text, "### The real LMs side by side")}
     deep = side['<code class="claim-id">cod_deep_identity:<wbr>&lt;LM&gt;</code>']
-    assert deep[1:] == ["**reproduced**", "**not reproduced**", "differ"]
+    assert deep[1:] == ["**reproduced**", "**not reproduced**", "disagree"]
     half = side['<code class="claim-id">csordas_second_half:<wbr>&lt;LM&gt;</code>']
     assert half[-1] == "agree"
+    assert page._families(["reproduced", "not testable at this scale"]) == "one decides"
+    assert page._families(["not testable at this scale"] * 2) == "neither decides"

@@ -272,10 +272,22 @@ def _published_lm(row: dict) -> str | None:
     return name if " (pretrained" in scale and f":{name}" in row["claim_id"] else None
 
 
+def _families(verdicts: list[str]) -> str:
+    """What the families' verdicts on one claim say together: "agree" (the same decided
+    verdict), "disagree" (reproduced on one, not reproduced on another), "one decides" (the
+    others not testable), "neither decides"."""
+    decided = [v for v in verdicts if v in ("reproduced", "not reproduced")]
+    if not decided:
+        return "neither decides"
+    if len(set(decided)) > 1:
+        return "disagree"
+    return "agree" if len(decided) == len([v for v in verdicts if v != "-"]) else "one decides"
+
+
 def real_lm_table(rows: list[dict]) -> str:
-    """The claims decided on more than one published LM, one line per claim and a column per LM:
-    whether the families agree (the same verdict on each) and, where a family's norms are not
-    Pre-LN, its rows apart in their own column ("" when no claim has two LMs)."""
+    """The claims decided on more than one published LM, one line per claim and a column per LM,
+    and whether the families agree (_families); a family whose norms are not Pre-LN keeps its
+    own column ("" when no claim has two LMs)."""
     by_claim, models = {}, []
     for row in rows:
         model = _published_lm(row)
@@ -299,8 +311,7 @@ def real_lm_table(rows: list[dict]) -> str:
     ]
     for key, per_model in shared.items():
         verdicts = [per_model[m]["verdict"] if m in per_model else "-" for m in models]
-        decided = {v for v in verdicts if v != "-"}
-        agree = "agree" if len(decided) == 1 else "differ"
+        agree = _families(verdicts)
         cells = [_claim_id(key), *(f"**{v}**" if v != "-" else v for v in verdicts), agree]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
