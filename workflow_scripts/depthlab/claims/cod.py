@@ -27,9 +27,9 @@ from depthlab.claims.rows import (
     against_initialisation,
     claim_row,
     decide,
-    layer_check,
     learned_threshold,
     not_learned,
+    positive_without_each_layer,
     scale_of,
     seed_pairs,
     twin,
@@ -76,9 +76,9 @@ class _Pair:
         """(the row's Estimate over seeds, its verdict, layer_check words): `e_of(k)` the
         Estimate with layer k left out of every seed's profile (None: every layer); a layer
         whose removal flips the verdict makes the row not decided."""
-        e = e_of(None)
-        check = layer_check(e_of, layers, lambda x: self.positive(x, threshold, extra), threshold)
-        return e, self.positive(e, threshold, list(extra) + check.blockers), check.text
+        return positive_without_each_layer(
+            e_of, layers, threshold, self.blockers + list(extra), self.trained
+        )
 
     def measured_in(self, table: dict) -> bool:
         """Whether every seed of both groups has an entry in `table` (a RunData field)."""
@@ -480,13 +480,8 @@ def post_ln_rows(data: RunData) -> list[dict]:
             def e_of(k, members=members):
                 return over_shards(reverse(k, members[0]), "half means each")
 
-        def rule(x, more=(), blockers=blockers, trained=trained):
-            both = blockers + list(more)
-            return decide(x, verdict_positive(x, both, threshold), trained, both)
-
-        e = e_of(None)
         layers = sorted(entry["replicates"][members[0]][0][1].index)
-        check = layer_check(e_of, layers, rule, threshold)
+        e, verdict, check = positive_without_each_layer(e_of, layers, threshold, blockers, trained)
         rows.append(
             claim_row(
                 f"cod_post_ln_reverse:{group}",
@@ -497,9 +492,9 @@ def post_ln_rows(data: RunData) -> list[dict]:
                 "cod_post_ln_reverse",
                 e,
                 data.scale.get(members[0], group),
-                rule(e, check.blockers),
+                verdict,
                 against=compared,
-                layer_check=check.text,
+                layer_check=check,
             )
         )
     return rows

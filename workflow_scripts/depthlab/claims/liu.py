@@ -13,7 +13,7 @@ interval inside the band.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pandas as pd
 from scipy import stats
@@ -37,7 +37,6 @@ from depthlab.claims.run_data import RunData
 from depthlab.claims.verdicts import (
     CONFIDENCE,
     MIN_SEEDS,
-    NOT_REPRODUCED,
     NOT_TESTABLE,
     NOT_TESTABLE_DATA,
     REPRODUCED,
@@ -47,6 +46,7 @@ from depthlab.claims.verdicts import (
     over_seeds,
     verdict_equivalent,
     verdict_positive,
+    verdict_within,
 )
 from depthlab.core import paper_values as pv
 from depthlab.core.paper_values import LIU, PAPER_VALUES
@@ -67,17 +67,13 @@ def verdict_consistent(
     Consistency both ways rather than the equivalence test alone, because the paper's own
     uncertainty is the band: a refit as uncertain as the paper's could never lie wholly inside
     it. The width cap keeps a less precise fit from passing by containing everything."""
-    if blockers:
-        return NOT_TESTABLE, "; ".join(blockers)
-    if not e.has_interval:
-        return NOT_TESTABLE, e.method or "no interval"
+    # the equivalence test decides what it can: wholly inside or wholly outside the band
+    within = verdict_within(e, band, blockers, band_source)
+    if blockers or not e.has_interval or within[0] != NOT_TESTABLE:
+        return within
     lo, hi = band
     shown = f"band {band_text(band)}" + (f" ({band_source})" if band_source else "")
     interval = f"interval [{e.low:.4g}, {e.high:.4g}]"
-    if e.low > hi or e.high < lo:
-        return NOT_REPRODUCED, f"{interval} wholly outside the {shown}"
-    if lo <= e.low and e.high <= hi:
-        return REPRODUCED, f"{interval} inside the {shown}"
     width, most = e.high - e.low, pv.LIU_FIT_MAX_INTERVAL_WIDTH * (hi - lo)
     if width > most:
         return NOT_TESTABLE, (
@@ -207,8 +203,8 @@ _ORTHOGONAL_WORDS = (
 
 def _orthogonal_checked(e_of, layers, trained: bool, blockers) -> tuple:
     """(the row's Estimate, its verdict, layer_check words) of an update-angle row: the
-    equivalence test on angle - pi/2, rechecked with each layer pair left out (seen as the
-    distance inside the band's edge, margin - |angle - pi/2| > 0)."""
+    equivalence test on angle - pi/2, rechecked with each layer pair left out (its side: inside
+    the band or not)."""
     margin = pv.LIU_ORTHOGONAL_MARGIN
 
     def gate(x, more=()):
@@ -216,9 +212,7 @@ def _orthogonal_checked(e_of, layers, trained: bool, blockers) -> tuple:
         return decide(x, verdict_equivalent({"angle - pi/2": x}, margin, both), trained, both)
 
     e = e_of(None)
-    check = layer_check(
-        lambda k: _with_edge_distance(e_of(k), margin), layers, lambda x: gate(x.original), 0.0
-    )
+    check = layer_check(e_of, layers, gate, margin, on_side=lambda x: abs(x.value) < margin)
     return e, gate(e, check.blockers), check.text
 
 
@@ -306,19 +300,6 @@ def orthogonal_rows(data: RunData) -> list[dict]:
         if all(m in data.measures for m in members)
     ]
     return rows
-
-
-@dataclass(frozen=True)
-class _EdgeDistance:
-    """An angle Estimate seen by layer_check as its distance inside the band's edge (> 0:
-    inside), keeping the original for the rule."""
-
-    value: float
-    original: Estimate
-
-
-def _with_edge_distance(e: Estimate, margin: float) -> _EdgeDistance:
-    return _EdgeDistance(margin - abs(e.value) if math.isfinite(e.value) else math.nan, e)
 
 
 def _toy_protocol(fit: dict) -> str:

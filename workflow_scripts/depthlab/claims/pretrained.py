@@ -24,8 +24,8 @@ from depthlab.claims.rows import (
     claim_row,
     decide,
     has_single_windows,
-    layer_check,
     over_windows,
+    positive_without_each_layer,
 )
 from depthlab.claims.run_data import RunData
 from depthlab.claims.verdicts import (
@@ -49,19 +49,6 @@ def half_margin(contribution) -> float:
     )
 
 
-def _checked(e_of, layers, threshold):
-    """(Estimate on every layer, verdict, layer_check words) of a published LM's row decided on
-    a per-layer profile: `e_of(k)` the row's Estimate without layer k (None: every layer); a
-    layer whose removal flips the verdict makes the row not decided (rows.layer_check)."""
-
-    def rule(e, blockers=()):
-        return decide(e, verdict_positive(e, list(blockers), threshold), False, list(blockers))
-
-    e = e_of(None)
-    check = layer_check(e_of, layers, rule, threshold)
-    return e, rule(e, check.blockers), check.text
-
-
 def pretrained_claims(data: RunData) -> list[dict]:
     """The papers' statements about pretrained LMs, tested on each model not trained here: its
     hidden-state measures per document shard (intervals over shards carry the sampling variance
@@ -76,7 +63,7 @@ def pretrained_claims(data: RunData) -> list[dict]:
         h_var = [f[f["measure"] == "h_var"].set_index("layer")["value"] for f in frames]
         num_layers = int(max(v.index.max() for v in h_var))
         threshold = pv.COD_VARIANCE_SLOPE_NEGLIGIBLE
-        growth, verdict, check = _checked(
+        growth, verdict, check = positive_without_each_layer(
             lambda k, h_var=h_var: over_shards(
                 [log_variance_slope(states_without_layer(v, k)).value for v in h_var],
                 "OLS slope each",
@@ -100,7 +87,7 @@ def pretrained_claims(data: RunData) -> list[dict]:
         )
         tokens = sorted({t for _, _, t in replicates})
         distances = [d for _, d, _ in replicates]
-        closer, verdict, check = _checked(
+        closer, verdict, check = positive_without_each_layer(
             lambda k, distances=distances: over_shards(
                 [half_gap(without_layer(d, k)) for d in distances], "half means each"
             ),
@@ -127,7 +114,7 @@ def pretrained_claims(data: RunData) -> list[dict]:
             f[(f["measure"] == "block_rel_norm") & (f["layer"] >= 1)].set_index("layer")["value"]
             for f in frames
         ]
-        less, verdict, check = _checked(
+        less, verdict, check = positive_without_each_layer(
             lambda k, contribution=contribution: over_shards(
                 [half_gap(without_layer(c, k)) for c in contribution], "half means each"
             ),
@@ -183,7 +170,7 @@ def _delta_p_depth_row(data: RunData, name: str, scale: str, other: str = "") ->
     layers = sorted(single_layer_drop(data.single_layer[name])[0].index)
     if has_single_windows(data, name):
         what = "val loss increase"
-        gap, verdict, check = _checked(
+        gap, verdict, check = positive_without_each_layer(
             lambda k: over_windows(data, name, lambda means: delta_p_half_gap(means, k)),
             layers,
             threshold,

@@ -530,7 +530,7 @@ def render_page(run: Run) -> str:
         + "). The run's `claims.md` also gives each claim's paper and the paper's value.",
         "",
         claims_table(run.claims) if run.claims else "No claims table in this run.\n",
-        *([real_lm_table(run.claims)] if real_lm_table(run.claims) else []),
+        *filter(None, [real_lm_table(run.claims)]),
         "## Job time per rule",
         "",
         f"From Snakemake's benchmark files (`{run.run_dir}/benchmarks/<rule>/`, the `s` column: "

@@ -22,6 +22,7 @@ from depthlab.claims.verdicts import (
     Estimate,
     over_seeds,
     t_interval,
+    verdict_positive,
     verdict_size,
     with_seeds,
 )
@@ -403,23 +404,31 @@ class LayerCheck:
     blockers: list
 
 
-def layer_check(estimate, layers, verdict, threshold: float) -> LayerCheck:
+def layer_check(estimate, layers, verdict, threshold: float, on_side=None) -> LayerCheck:
     """Recompute a row with each layer left out in turn. `estimate(None)` is the row's Estimate
     on every layer, `estimate(k)` the same without layer k; `verdict(e)` the row's rule, (verdict,
-    reason). A decided verdict that one left-out layer flips (a different verdict, or an
-    estimate on the threshold's other side) is no verdict: no single layer may decide a row."""
+    reason); `on_side(e)` which side of the rule's threshold an estimate lies on (default: above
+    `threshold`; an equivalence test passes its band). A decided verdict that one left-out layer
+    flips (a different verdict, or an estimate on the threshold's other side) is no verdict: no
+    single layer may decide a row."""
+    if on_side is None:
+
+        def on_side(e):
+            return e.value > threshold
+
     layers = list(layers)
     full = estimate(None)
     decided = verdict(full)[0]
     if decided not in DECIDED or not layers:
         return LayerCheck((), "", [])
-    side = full.value > threshold
+    side = on_side(full)
     flips = []
     for k in layers:
         e = estimate(k)
         if not math.isfinite(e.value):
             continue
-        if verdict(e)[0] in DECIDED and verdict(e)[0] != decided or (e.value > threshold) != side:
+        without = verdict(e)[0]
+        if without in DECIDED and without != decided or on_side(e) != side:
             flips.append((k, e))
     if not flips:
         return LayerCheck((), f"holds without any one of {len(layers)} layers", [])
@@ -434,3 +443,18 @@ def layer_check(estimate, layers, verdict, threshold: float) -> LayerCheck:
             f"all layers: {full.value:.4g})"
         ],
     )
+
+
+def positive_without_each_layer(e_of, layers, threshold: float, blockers=(), trained=False):
+    """(the row's Estimate, its verdict, layer_check words) of an "effect > threshold" row read
+    off a per-layer profile: `e_of(k)` the Estimate with layer k left out (None: every layer),
+    decided by verdict_positive behind `blockers` and the seed gate (`trained`); a layer whose
+    removal flips the verdict makes the row not decided (layer_check)."""
+
+    def rule(e, more=()):
+        both = [*blockers, *more]
+        return decide(e, verdict_positive(e, both, threshold), trained, both)
+
+    e = e_of(None)
+    check = layer_check(e_of, layers, rule, threshold)
+    return e, rule(e, check.blockers), check.text

@@ -59,24 +59,28 @@ def build_claims(data: RunData, claims=CLAIMS) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
+def _with_interval(value: float, low: float, high: float) -> str:
+    """A value with its interval where it has one ("-" without a value)."""
+    if not math.isfinite(value):
+        return "-"
+    interval = f" [{low:.4g}, {high:.4g}]" if math.isfinite(low) and math.isfinite(high) else ""
+    return f"{value:.4g}{interval}"
+
+
 def render_markdown(claims: pd.DataFrame, title: str) -> str:
     """The claims table as Markdown: measured value with its interval, verdict with reason,
     size verdict with the paper's band."""
 
     def measured(row):
-        if not math.isfinite(row.measured):
-            return "-"
-        text = f"{row.measured:.4g}"
-        if math.isfinite(row.low) and math.isfinite(row.high):
-            text += f" [{row.low:.4g}, {row.high:.4g}]"
-        return text + (f" ({row.interval})" if row.interval else "")
+        text = _with_interval(row.measured, row.low, row.high)
+        return text + (f" ({row.interval})" if row.interval and text != "-" else "")
 
     def twins(row):
-        if not math.isfinite(row.training_effect):
-            return "-"
-        text = f"{row.training_effect:.4g}"
-        if math.isfinite(row.training_effect_low) and math.isfinite(row.training_effect_high):
-            text += f" [{row.training_effect_low:.4g}, {row.training_effect_high:.4g}]"
+        text = _with_interval(
+            row.training_effect, row.training_effect_low, row.training_effect_high
+        )
+        if text == "-":
+            return text
         moved = row.training_moved if isinstance(row.training_moved, str) else ""
         return f"untrained {row.untrained:.4g}; trained - untrained {text}" + (
             f": training moved it {moved}" if moved else ""
@@ -85,16 +89,7 @@ def render_markdown(claims: pd.DataFrame, title: str) -> str:
     def size(row):
         if not row.size_band:
             return row.size_verdict
-        value = (
-            "-"
-            if not math.isfinite(row.size_measured)
-            else f"{row.size_measured:.4g}"
-            + (
-                f" [{row.size_low:.4g}, {row.size_high:.4g}]"
-                if math.isfinite(row.size_low) and math.isfinite(row.size_high)
-                else ""
-            )
-        )
+        value = _with_interval(row.size_measured, row.size_low, row.size_high)
         return f"**{row.size_verdict}**: {value} vs band {row.size_band}"
 
     table = pd.DataFrame(
