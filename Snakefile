@@ -4,40 +4,54 @@
 # `--config key=value` overrides, nested ones too: --config 'analysis={max_samples: 32}'.
 # depthlab.config validates it against config/schema.yaml and resolves every job's complete
 # spec; the rules only read those specs (RESOLVED.jobs(<rule name>)).
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
-from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
 
 min_version("9.0")
 
-from depthlab.config import (  # noqa: E402
-    DEFAULT_CONFIG,
-    ConfigError,
-    apply_overrides,
-    load_config,
-    repeated_configfile,
-    resolve,
-)
+# This checkout's library, whatever the active venv installs: the venv's `pip install -e .` may
+# be another checkout's (a shared or symlinked .venv), while the jobs (`python
+# workflow_scripts/<x>.py`) always run this one's. So `depthlab` is loaded from this checkout's
+# folder before anything imports it (its submodules follow the package's __path__; sys.path is
+# left as it is); jobs record it as `library` in their provenance.
+LIBRARY = Path(workflow.basedir).resolve() / "workflow_scripts" / "depthlab"
+if "depthlab" not in sys.modules:
+    _spec = importlib.util.spec_from_file_location(
+        "depthlab", LIBRARY / "__init__.py", submodule_search_locations=[str(LIBRARY)]
+    )
+    sys.modules["depthlab"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["depthlab"])
+elif Path(sys.modules["depthlab"].__file__).resolve().parent != LIBRARY:
+    raise SystemExit(
+        f"error: this process imported depthlab from {Path(sys.modules['depthlab'].__file__).parent}"
+        f", not from this workflow's checkout ({LIBRARY}); start snakemake in its own process"
+    )
+
+from depthlab.config import DEFAULT_CONFIG, ConfigError  # noqa: E402
+from depthlab.config.command_line import workflow_config  # noqa: E402
 from depthlab.core.provenance import export_config_source  # noqa: E402
 
 CONFIG_FILES = workflow.overwrite_configfiles or [DEFAULT_CONFIG]
 # `--configfile=a.yaml --configfile=b.yaml`: Snakemake keeps b.yaml alone, without a word. Only
 # on snakemake's own command line (`snakemake ...`, `python -m snakemake ...`).
 LAUNCHER = Path(sys.argv[0]) if sys.argv else Path()
-if workflow.is_main_process and "snakemake" in (LAUNCHER.name, LAUNCHER.parent.name):
-    problem = repeated_configfile(sys.argv)
-    if problem:
-        raise WorkflowError(f"invalid command line: {problem}")
+ARGV = (
+    sys.argv
+    if workflow.is_main_process and "snakemake" in (LAUNCHER.name, LAUNCHER.parent.name)
+    else None
+)
 try:
-    RESOLVED = resolve(
-        apply_overrides(load_config(*CONFIG_FILES), dict(workflow.config_settings.config)),
-        workflow.basedir,
+    RESOLVED = workflow_config(
+        CONFIG_FILES, dict(workflow.config_settings.config), workflow.basedir, ARGV
     )
 except ConfigError as error:
-    raise WorkflowError(f"invalid config: {error}") from None
+    # Raised, it would print after Snakemake's `WorkflowError in file "Snakefile", line N:`;
+    # exiting with it makes depthlab's one line the first (status 1, no traceback)
+    raise SystemExit(f"error: {error}") from None
 # Settings the run does not use (per_model entries of models a narrowed stage does not run): one
 # line each, once, in the process that plans the run.
 if workflow.is_main_process:
@@ -63,11 +77,13 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/pretrain.smk"
 include: "rules/analysis.smk"
+include: "rules/lens_swaps.smk"
 include: "rules/scaling.smk"
 include: "rules/toy.smk"
 include: "rules/pruning.smk"
 include: "rules/depth_use.smk"
 include: "rules/finetune.smk"
+include: "rules/twins.smk"
 include: "rules/claims.smk"
 include: "rules/targets.smk"
 

@@ -73,8 +73,8 @@ def cached_states(args, paths):
     import torch
     from depthlab.data.prepare import iter_jsonl_texts
     from depthlab.models.architectures import adapt, load_model, load_tokenizer
-    from depthlab.stages.analysis.residual_stream import iter_token_batches
     from depthlab.stages.depth_use.linear_maps import split_of, stream_states
+    from depthlab.stages.residual_stream import iter_token_batches
 
     if paths is not None:
         source, target, texts = paths["source"], paths["target"], paths["texts"]

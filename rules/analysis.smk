@@ -57,29 +57,3 @@ rule plot_analysis:
         **stage_resources("figures", gpu=False),
     shell:
         "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
-
-
-rule lens_swaps:
-    input:
-        unpack(lambda wildcards: RESOLVED.inputs_for("lens_swaps", wildcards)),
-    output:
-        lens_swaps=directory(PATHS.lens_swaps("{model}")),
-        figure=report(PATHS.figure("lens_swaps/{model}", FIGURE_FORMAT), category="Analysis",
-                      subcategory="lens and swaps", caption="captions/lens_swaps.rst"),
-    params:
-        script=script("lens_swaps.py"),
-        code=code_version("lens_swaps.py"),
-        spec=job_spec("lens_swaps"),
-    wildcard_constraints:
-        model=wildcard_alternatives(set(RESOLVED.wildcard_values("lens_swaps", "model"))),
-    log:
-        log_file("lens_swaps", "{model}"),
-    benchmark:
-        benchmark_file("lens_swaps", "{model}")
-    conda:
-        ENVIRONMENT
-    threads: stage_threads("analysis")
-    resources:
-        **job_resources("lens_swaps"),
-    shell:
-        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"

@@ -13,7 +13,7 @@ from depthlab.core.code_fingerprint import (
     script_code,
 )
 from depthlab.config import ANALYSIS_FIGURES, DEPTH_USE_FIGURES, PRUNING_FIGURES, spec_json
-from depthlab.plan.resource_plan import MODEL_JOBS
+from depthlab.plan.job_families import FAMILIES, family as declared_family
 from depthlab.config.spec_changes import recorded_spec, spec_change_lines
 from snakemake.io import IOFile
 from snakemake.logging import logger
@@ -202,14 +202,14 @@ def stage_resources(stage, gpu=True):
 
 
 def job_resources(family):
-    """Per-job resources of the jobs that load a model (depthlab.plan.resource_plan.MODEL_JOBS), by
-    job family: GPUs, GPU memory, host memory, runtime and disk derived from the job's model
+    """Per-job resources of the jobs that load a model (a family with a cost model in
+    depthlab.plan.job_families), by job family: GPUs, GPU memory, host memory, runtime and disk derived from the job's model
     when the config names its GPU (cluster.gpu), a model's own `resources` winning, else the
     stage's values; gpu_model, partition, account and QoS as stage_resources gives them.
     Memory and runtime grow with each retry."""
     plan = RESOLVED.resource_plan
-    stage, on_gpu = MODEL_JOBS[family]
-    resources = stage_resources(stage, gpu=on_gpu)
+    declared = declared_family(family)
+    resources = stage_resources(declared.resources, gpu=declared.gpu)
     requests = plan.requests(family)
 
     def request(wildcards):
@@ -223,3 +223,26 @@ def job_resources(family):
         if any(r.get(key) for r in requests.values()):
             resources[key] = lambda wildcards, key=key: request(wildcards).get(key, 0)
     return resources
+
+
+def family_targets(declared):
+    """The declared target outputs (depthlab.plan.job_families) of every job of one family;
+    none when it has no jobs."""
+    if not declared.targets or not rules.has(declared.name):
+        return []
+    outputs = getattr(rules, declared.name).output
+    return [
+        path
+        for wildcards in RESOLVED.wildcards.get(declared.name, {}).values()
+        for key in declared.targets
+        for path in expand(getattr(outputs, key), **wildcards)
+    ]
+
+
+def figure_target_name(path):
+    """A figure's target name, from its path under the run's figures/ (loss_curves,
+    analysis_val_contributions, ...); None for a path that is not a figure."""
+    relative = Path(path).relative_to(PATHS.root)
+    if relative.parts[0] != "figures":
+        return None
+    return "_".join(relative.with_suffix("").parts[1:])

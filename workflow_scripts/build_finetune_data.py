@@ -8,7 +8,7 @@ Spec (`build_finetune_data` job, one per run):
   data          the data stage's folder (tasks: train.bin + tokenizer/ for the pairs, val.jsonl
                 for the evaluation tasks)
   tasks         tasks: {kinds, words, context_tokens, max_per_document, train_documents,
-                train_examples, eval_examples} (see depthlab/stages/pruning/lm_tasks.py)
+                train_examples, eval_examples} (see depthlab/stages/lm_tasks.py)
   hf_dataset    hf_dataset: {name, config_name, revision, split, prompt_template, answer_field,
                 max_examples, val_examples}
   seed          the draw of documents, places and choices

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Build the offline multiple-choice tasks of a run from its held-out corpus, as lm-eval task
-YAML + JSON-lines in one folder (depthlab/stages/pruning/lm_tasks.py describes the tasks).
+YAML + JSON-lines in one folder (depthlab/stages/lm_tasks.py describes the tasks).
 
 Spec (`build_lm_tasks` job, one per run); every key is required:
   data              the data stage's folder (reads val.jsonl; the tokenizer below sizes contexts)
@@ -26,7 +26,7 @@ from depthlab.cli import main_guard, start_job
 
 def main() -> None:
     _, spec = start_job(__doc__, "build_lm_tasks")
-    from depthlab.stages.pruning.lm_tasks import build_task_job
+    from depthlab.stages.lm_tasks import build_task_job
 
     for task in build_task_job(spec)["tasks"]:
         print(f"{task['name']}: {task['examples']} examples from {task['documents']} documents")

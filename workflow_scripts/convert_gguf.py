@@ -13,7 +13,7 @@ By hand: python workflow_scripts/convert_gguf.py --config config/default.yaml --
 
 import json
 
-from depthlab.cli import main_guard, start_job
+from depthlab.cli import main_guard, print_line, start_job
 
 
 def main() -> None:
@@ -21,7 +21,7 @@ def main() -> None:
 
     from depthlab.models.gguf import convert
 
-    print(json.dumps(convert(spec)))
+    print(json.dumps(convert(spec, log=print_line)))  # flushed: its progress lines show live
 
 
 if __name__ == "__main__":

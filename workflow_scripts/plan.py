@@ -2,7 +2,7 @@
 """Print the cost plan of a config as markdown: the assumptions (config `cluster.gpu` and
 `cluster.sizing`), then per rule and per job the GPUs, GPU memory per GPU, host memory, time
 limit, estimated wall time and GPU-hours, and disk each job requests (depthlab/plan/resource_plan.py),
-with the totals. Offline: hub models are sized from depthlab/hub_architectures.yaml.
+with the totals. Offline: hub models are sized from depthlab/plan/hub_architectures.yaml.
 
 The config files merge left to right, as Snakemake's --configfile; --config overrides as
 Snakemake's --config. A config without cluster.gpu lists its stages' resources.
@@ -25,7 +25,7 @@ Examples:
 import argparse
 import sys
 
-from depthlab.cli import main_guard
+from depthlab.cli import fail, main_guard
 from depthlab.config import apply_overrides, load_config, merge, resolve
 from depthlab.plan.calibration import calibration, check_target, write_overlay
 from depthlab.plan.plan_tables import markdown, totals
@@ -68,6 +68,9 @@ def main() -> None:
         parser.error(f"--gpus: at least 1 (got {args.gpus})")
     if (args.calibrate is None) != (args.write is None):
         parser.error("--calibrate and --write go together")
+    malformed = [item for item in args.config if "=" not in item]
+    if malformed:
+        fail(f"--config {malformed[0]}: not KEY=VALUE (e.g. pretrain.steps=100)")
     overrides = dict(item.split("=", 1) for item in args.config)
     config = apply_overrides(load_config(*args.configs), overrides)
     if args.calibrate is not None:

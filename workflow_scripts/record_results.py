@@ -15,6 +15,11 @@ output also in results/<run_name>/logs/record_results.log. Or record a run that 
 
 (`--wall-time SECONDS` instead of --log; with neither, the page gives the span of the run's job
 records only). The machine lines describe the machine this runs on: record where the suite ran.
+To re-render a recorded page (a change of the page's layout) from the same run, keep its date:
+
+    python workflow_scripts/record_results.py --configfile config/default.yaml --finished \
+        --results <the run's folder> --log <its>/logs/record_results.log \
+        --command '<the command the page shows>' --date '2026-12-05 00:45'
 """
 
 import argparse
@@ -47,6 +52,13 @@ def run_suite(command: list[str], log_path: Path) -> tuple[int, float]:
     return status, wall
 
 
+def _utc_date(text: str) -> dt.datetime:
+    try:
+        return dt.datetime.strptime(text, "%Y-%m-%d %H:%M").replace(tzinfo=dt.UTC)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: not 'YYYY-MM-DD HH:MM' ({error})") from None
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -68,6 +80,11 @@ def parse_args() -> argparse.Namespace:
         "--command", help="with --finished: the command that ran it, as the page should show it"
     )
     parser.add_argument(
+        "--date",
+        type=_utc_date,
+        help="with --finished: when the run finished, 'YYYY-MM-DD HH:MM' in UTC (default: now)",
+    )
+    parser.add_argument(
         "--figure",
         nargs="*",
         metavar="FILE",
@@ -82,10 +99,11 @@ def parse_args() -> argparse.Namespace:
     )
     args = parser.parse_args()
     if not args.finished and (
-        args.log or args.wall_time is not None or args.results or args.command
+        args.log or args.wall_time is not None or args.results or args.command or args.date
     ):
         parser.error(
-            "--log, --wall-time, --results and --command describe a finished run: add --finished"
+            "--log, --wall-time, --results, --command and --date describe a finished run: add "
+            "--finished"
         )
     return args
 
@@ -121,7 +139,7 @@ def main() -> int:
         command=shown or shlex.join([".venv/bin/snakemake", *command[1:]]),
         wall_s=wall,
         wall_source=source,
-        date=dt.datetime.now(dt.UTC),
+        date=args.date or dt.datetime.now(dt.UTC),
         machine=page.machine_info(),
         claims=page.read_claims(claims_csv) if claims_csv.is_file() else [],
         jobs=jobs,

@@ -11,16 +11,21 @@ claims.md holds MARKER where the table goes; a page without it fails the build.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = "claims.md"
 MARKER = "<!-- the table of every claim: docs/hooks/claims_table.py writes it here -->"
+# Six columns, the replicate unit inside "what is measured": seven did not fit the site's column
+# (the last one was cut off); docs/stylesheets/extra.css sets the table (.claims-reference)
 HEADER = (
-    "| claim | paper, where | about | what is measured | replicate unit | rule | "
-    "the toy rows: a fair test? |\n|---|---|---|---|---|---|---|"
+    "| claim | paper, where | about | what is measured (replicate unit) | rule | "
+    "the toy rows: a fair test? |\n|---|---|---|---|---|---|"
 )
+# The site's wrapper (md_in_html): the table's class, for the stylesheet
+OPEN, CLOSE = '<div class="claims-reference" markdown>', "</div>"
 
 
 def _cell(text: str) -> str:
@@ -37,8 +42,7 @@ def render(claims) -> str:
             f"`{claim.id}`",
             f"{cited}, {value.source}",
             claim.kind,
-            claim.measure,
-            claim.replicate,
+            f"{claim.measure} (*{claim.replicate}*)",
             claim.rule,
             claim.fair,
         )
@@ -59,7 +63,27 @@ def fill(markdown: str, table: str) -> str:
         raise ValueError(
             f"docs/{PAGE} must hold the line {MARKER!r} once (found {markdown.count(MARKER)})"
         )
-    return markdown.replace(MARKER, table)
+    return markdown.replace(MARKER, f"{OPEN}\n\n{table}\n{CLOSE}")
+
+
+def _breakable_id(match) -> str:
+    """A claim id that breaks only after `_` or `:` (never mid-word, as the browser did)."""
+    text = match.group(1).replace("_", "_<wbr>").replace(":", ":<wbr>")
+    return f'<code class="claim-id">{text}</code>'
+
+
+def break_ids(html: str) -> str:
+    """The page's HTML with the ids in the table's first cells breakable at their words."""
+    start = html.find('<div class="claims-reference">')
+    if start < 0:
+        return html
+    end = html.find("</table>", start)
+    cells = re.sub(
+        r"<td><code>([a-z0-9_:]+)</code></td>",
+        lambda m: f"<td>{_breakable_id(m)}</td>",
+        html[start:end],
+    )
+    return html[:start] + cells + html[end:]
 
 
 def on_page_markdown(markdown, page, config, files):
@@ -67,6 +91,11 @@ def on_page_markdown(markdown, page, config, files):
     if page.file.src_uri != PAGE:
         return markdown
     return fill(markdown, table_text())
+
+
+def on_page_content(html, page, config, files):
+    """Let the table's ids break at their words (mkdocs hook)."""
+    return break_ids(html) if page.file.src_uri == PAGE else html
 
 
 if __name__ == "__main__":

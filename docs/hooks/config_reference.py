@@ -1,14 +1,19 @@
-"""MkDocs hook: the config key reference page (config-reference.md), rendered from
-config/schema.yaml at build time, so it cannot drift from the schema the workflow validates
-against. Every key gets its type, allowed values, the value config/default.yaml gives it and the
-schema's `description`; keys that only some variants allow (a model's `kind`) say which.
+"""MkDocs hook: the config key reference page (docs/config-reference.md), rendered from
+config/schema.yaml, so it cannot drift from the schema the workflow validates against. Every key
+gets its type, allowed values, the value config/default.yaml gives it and the schema's
+`description`; keys that only some variants allow (a model's `kind`) say which.
 
-`python docs/hooks/config_reference.py` prints the page.
+The page is a committed file, so the docs' links to it work when they are read as files (GitHub,
+an editor), not only in the site. `python docs/hooks/config_reference.py --write` rewrites it
+after a schema change; without --write it prints the page. The site is built from the schema as
+it is, and the build (strict) fails while the committed file is stale, as does
+tests/workflow/test_config_reference_file.py.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -68,13 +73,13 @@ def _allowed(node: dict) -> list[str]:
     return found
 
 
-def _types(node: dict) -> list[str]:
+def _types(node: dict, definitions: dict) -> list[str]:
     kinds = node.get("type")
     kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
     if not kinds and node.get("enum") and all(isinstance(v, str) for v in node["enum"]):
         kinds = ["string"]
     if "array" in kinds and isinstance(node.get("items"), dict):
-        item = node["items"]
+        item = _resolve(node["items"], definitions)  # `items: {$ref: ...}` names its type there
         inner = item.get("type") or ("string" if "enum" in item else None)
         if inner:
             kinds[kinds.index("array")] = f"array of {inner}"
@@ -102,7 +107,7 @@ class Walker:
                 key.conditions = []  # also allowed unconditionally
             if conditions and "const" in node and any(a.startswith("one of") for a in key.allowed):
                 node = {k: v for k, v in node.items() if k != "const"}  # a branch's own value
-            for kind in _types(node):
+            for kind in _types(node, self.definitions):
                 if kind not in key.types:
                     key.types.append(kind)
             key.allowed += [a for a in _allowed(node) if a not in key.allowed]
@@ -142,7 +147,7 @@ class Walker:
             return
         if path in self.keys:  # `pretrain: {allOf: [train_settings, ...]}` has its type here
             key = self.keys[path]
-            key.types += [kind for kind in _types(part) if kind not in key.types]
+            key.types += [kind for kind in _types(part, self.definitions) if kind not in key.types]
             text = " ".join(str(part.get("description", "")).split())
             if text:  # a variant's own description: what the key is in that variant
                 said = f"with {_conditions_text(list(conditions))}: {text}" if conditions else text
@@ -234,8 +239,9 @@ def render(schema: dict, default: dict) -> str:
         "",
         "# Config key reference",
         "",
-        "Every key of a config, generated from `config/schema.yaml` when the site is built "
-        "(the schema is what `depthlab.config` validates against; cross-references between "
+        "Every key of a config, generated from `config/schema.yaml` by "
+        "`python docs/hooks/config_reference.py --write` (the schema is what "
+        "`depthlab.config` validates against; cross-references between "
         "sections are checked in Python). `<name>` stands for a name you choose (a model, a "
         "sweep, a text set, a fit); `[]` for each item of a list. *default.yaml* is the value "
         "`config/default.yaml` gives the key; each description starts with the key's type and "
@@ -278,13 +284,37 @@ def page_text(root: Path = ROOT) -> str:
     return render(schema, default)
 
 
+def stale_message(root: Path = ROOT) -> str | None:
+    """Why the committed page is not the one the schema gives (None: it is current)."""
+    path = root / "docs" / PAGE
+    if not path.is_file():
+        return f"docs/{PAGE} is missing: run `python docs/hooks/config_reference.py --write`"
+    if path.read_text(encoding="utf-8") != page_text(root):
+        return (
+            f"docs/{PAGE} is not what config/schema.yaml gives: run "
+            "`python docs/hooks/config_reference.py --write` and commit it"
+        )
+    return None
+
+
 def on_files(files, config):
-    """Add the page to the site (mkdocs hook)."""
+    """Serve the page rendered from the schema as it is, and warn (a strict build fails) when the
+    committed file is stale (mkdocs hook)."""
     from mkdocs.structure.files import File
 
+    problem = stale_message()
+    if problem:
+        logging.getLogger("mkdocs.hooks.config_reference").warning(problem)
+    committed = files.get_file_from_path(PAGE)
+    if committed is not None:
+        files.remove(committed)
     files.append(File.generated(config, PAGE, content=page_text()))
     return files
 
 
 if __name__ == "__main__":
-    print(page_text(), end="")
+    if sys.argv[1:] == ["--write"]:
+        (ROOT / "docs" / PAGE).write_text(page_text(), encoding="utf-8")
+        print(f"wrote docs/{PAGE}")
+    else:
+        print(page_text(), end="")

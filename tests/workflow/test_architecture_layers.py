@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "workflow_scripts" / "depthlab"
 CONTRACTS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
-LAYERS = next(c for c in CONTRACTS["contracts"] if c["type"] == "layers")["layers"]
+LAYERS = next(c for c in CONTRACTS["contracts"] if c["name"] == "depthlab's layers")["layers"]
 MAX_MODULES_PER_FOLDER = 15
 MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 100
@@ -34,7 +34,7 @@ def test_every_module_lives_in_a_layer():
 
 def test_the_layers_contract_holds():
     """lint-imports (import-linter) on the installed package: no module imports a higher layer,
-    function-local imports included."""
+    and no stage package imports another, function-local imports included."""
     result = subprocess.run(
         [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"],
         cwd=REPO,
@@ -42,7 +42,11 @@ def test_the_layers_contract_holds():
         text=True,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert "Contracts: 1 kept, 0 broken." in result.stdout
+    names = [contract["name"] for contract in CONTRACTS["contracts"]]
+    assert "no stage imports another" in names
+    assert f"Contracts: {len(names)} kept, 0 broken." in result.stdout
+    for name in names:
+        assert f"{name} KEPT" in result.stdout, name
 
 
 def test_the_contract_catches_an_upward_import(tmp_path):
@@ -61,6 +65,49 @@ def test_the_contract_catches_an_upward_import(tmp_path):
         env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode != 0 and "depthlab.core.errors -> depthlab.stages" in result.stdout
+
+
+def lint_copy(tmp_path, plant: dict) -> subprocess.CompletedProcess:
+    """lint-imports on a copy of the package with `plant` ({module path: line}) appended."""
+    copy = tmp_path / "workflow_scripts"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-r", str(PACKAGE.parent), str(copy)], check=True)
+    for relative, line in plant.items():
+        module = copy / "depthlab" / relative
+        module.parent.mkdir(parents=True, exist_ok=True)
+        module.write_text((module.read_text() if module.exists() else "") + f"\n{line}\n")
+    (tmp_path / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_the_stage_contract_catches_a_sibling_import_and_lets_twins_compose(tmp_path):
+    """A stage importing another stage (lens_swaps -> depth_use, as the lens job once took the
+    clean pass from the skip engine) or a shared module importing a stage breaks the stage
+    contract; `twins` importing every stage keeps it."""
+    twins = {
+        "stages/twins/__init__.py": "",
+        "stages/twins/planted.py": "from depthlab.stages import analysis, lens_swaps, pruning",
+    }
+    kept = lint_copy(tmp_path / "kept", twins)
+    assert kept.returncode == 0, kept.stdout[-3000:]
+    broken = lint_copy(
+        tmp_path / "broken",
+        {
+            "stages/lens_swaps/stage.py": "from depthlab.stages.depth_use import interventions",
+            "stages/model_job.py": "from depthlab.stages.analysis import measures",
+        },
+    )
+    assert broken.returncode != 0
+    assert "no stage imports another BROKEN" in broken.stdout
+    assert "depthlab.stages.lens_swaps.stage -> depthlab.stages.depth_use" in broken.stdout
+    assert "depthlab.stages.model_job -> depthlab.stages.analysis" in broken.stdout
+    assert "depthlab's layers KEPT" in broken.stdout
 
 
 # Every import cycle of the package, TYPE_CHECKING imports included, found with grimp (what

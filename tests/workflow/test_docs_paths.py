@@ -1,8 +1,10 @@
 """Docs that cannot drift: every repository path and every depthlab module (or name in one) that
-the README, docs/, the rules, the configs, the library's docstrings, comments and messages, or
-the benchmarks name exists. A path is a token starting with one of the repository's top folders
-(`workflow_scripts/...`, `config/...`, `docs/...`); a module a dotted `depthlab.x.y[.name]`,
-checked by importing it (a name re-exported by a module counts). Paths a user creates (their own
+the README, docs/, the rules, the configs, the library's docstrings, comments and messages (every
+string constant: an error message's words too), or the benchmarks and their notes (bench/*.md)
+name exists. A path is a token starting with one of the repository's top folders
+(`workflow_scripts/...`, `config/...`, `docs/...`) or a library path (`depthlab/plan/...`, below
+workflow_scripts/); a module a dotted `depthlab.x.y[.name]`, checked by importing it (a name
+re-exported by a module counts). Paths a user creates (their own
 configs under config/local/, a calibration overlay they write) are examples, listed in
 USER_PATHS; results/ and docs/results/ hold what commands write (a run's outputs, the recorded
 results pages, which mkdocs --strict checks where a page links them) and are not checked."""
@@ -20,6 +22,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 TOP_FOLDERS = ("workflow_scripts", "config", "rules", "bench", "docs", "tests", "profiles", "slurm")
 PATH = re.compile(rf"(?<![\w/.-])((?:{'|'.join(TOP_FOLDERS)}|\.ci)/[\w./-]*\w)")
+# a library path as the docs and messages write it, below workflow_scripts/ (not a cache folder's
+# .../depthlab/syntax: a path part before it); a file (`depthlab/cli.py`) or a folder with a
+# part below it or a slash after it (`depthlab/plan/`), not the ratio "depthlab/plain"
+LIBRARY_PATH = re.compile(r"(?<![\w/.~$-])(depthlab/(?:[\w.-]+/[\w./-]*\w|[\w-]+\.\w+|\w+(?=/)))")
 MODULE = re.compile(r"(?<![\w./])(depthlab(?:\.\w+)+)")
 # Paths that name what a user writes, not what the repository holds.
 USER_PATHS = re.compile(r"^(config/(local(/.*)?|mine\.yaml|calibrated/.*)|docs/results/.*)$")
@@ -31,6 +37,7 @@ def named_texts(repo: Path):
     prose = [
         repo / "README.md",
         *sorted((repo / "docs").rglob("*.md")),
+        *sorted((repo / "bench").glob("*.md")),
         *sorted(p for p in (repo / "rules").rglob("*") if p.is_file()),
         *sorted((repo / "config").rglob("*.yaml")),
         *sorted((repo / "workflow_scripts").rglob("*.yaml")),
@@ -70,13 +77,14 @@ def stale_names(repo: Path) -> list[str]:
     stale = set()
     for path, text in named_texts(repo):
         where = path.relative_to(repo)
-        for match in PATH.finditer(text):
-            named = match.group(1).rstrip(".")
-            placeholder = re.match(r"[./]?[<*{]", text[match.end() :])  # e.g. stages/<stage>.py
-            if placeholder or any(mark in named for mark in "<*{") or USER_PATHS.match(named):
-                continue  # a pattern or a placeholder, or a path a user writes
-            if not (repo / named).exists():
-                stale.add(f"{where}: {named}")
+        for pattern, base in ((PATH, repo), (LIBRARY_PATH, repo / "workflow_scripts")):
+            for match in pattern.finditer(text):
+                named = match.group(1).rstrip(".")
+                placeholder = re.match(r"[./]?[<*{]", text[match.end() :])  # stages/<stage>.py
+                if placeholder or any(mark in named for mark in "<*{") or USER_PATHS.match(named):
+                    continue  # a pattern or a placeholder, or a path a user writes
+                if not (base / named).exists():
+                    stale.add(f"{where}: {named}")
         for match in MODULE.finditer(text):
             if not module_exists(match.group(1)):
                 stale.add(f"{where}: {match.group(1)}")
@@ -97,6 +105,18 @@ def test_every_named_path_and_module_exists():
             "depthlab.core.nowhere",
         ),
         ("README.md", "`depthlab.core.errors.NoSuchError`", "depthlab.core.errors.NoSuchError"),
+        # the stale names issue 50 found: a library path in an error message, a module a
+        # benchmark's notes name
+        (
+            "workflow_scripts/depthlab/plan/resource_plan.py",
+            'raise ValueError(f"{hub_id}: not in depthlab/hub_architectures.yaml")\n',
+            "depthlab/hub_architectures.yaml",
+        ),
+        (
+            "bench/RESULTS.md",
+            "the `depthlab.training.pretrain` calls",
+            "depthlab.training.pretrain",
+        ),
     ],
 )
 def test_a_planted_stale_name_is_found(tmp_path, file, planted, expected):

@@ -69,6 +69,7 @@ CPU_RULES = {
     "fit_toy",
     "plot_loss_curves",
     "plot_analysis",
+    "plot_lens_swaps",
     "plot_scaling",
     "plot_pruning",
     "plot_depth_use",

@@ -159,18 +159,19 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
         # the generic power-law fitter, imported through scaling_fits.py and toy_fit.py: both fit
         # stages, the sweep collector (scaling_fits.py) and the fit figures; never toy training
         (
-            "stages/scaling/power_law_fitter.py",
+            "stages/power_law_fitter.py",
             {"collect_sweep", "fit_scaling", "plot_scaling", "fit_toy", "make_claims", "all"},
         ),
-        # the skip-intervention engine (its clean pass also feeds the lens / swap job): the skip
-        # job, lens_swaps and what reads them; not the problem set, not the model trained on it
+        # the skip-intervention engine: the skip job and what reads it; not the lens / swap job
+        # (the clean pass they share is residual_stream's), not the problem set, not the model
+        # trained on it
         (
             "stages/depth_use/interventions.py",
-            {"skip_interventions", "plot_depth_use", "lens_swaps", "make_claims", "all"},
+            {"skip_interventions", "plot_depth_use", "make_claims", "all"},
         ),
         # the residual-stream hooks: every model-reading job and what reads them; never training
         (
-            "stages/analysis/residual_stream.py",
+            "stages/residual_stream.py",
             {
                 *ANALYSIS_READERS,
                 "skip_interventions",
@@ -199,7 +200,7 @@ def _reword_docstring(text: str) -> str:
     "relative",
     [
         LIBRARY / "stages/depth_use/interventions.py",
-        LIBRARY / "stages/analysis/residual_stream.py",
+        LIBRARY / "stages/residual_stream.py",
         LIBRARY / "models/architectures.py",
         LIBRARY / "core/atomic_files.py",
         Path("workflow_scripts") / "pretrain_model.py",

@@ -103,6 +103,9 @@ def start_job(doc: str | None, family: str, required=(), parser=None, offline: b
     command = shlex.join([sys.executable, *sys.argv])
     print(command, file=sys.stderr, flush=True)
     quiet_library_progress_bars()
+    from depthlab.core.tracking import quiet_library_messages
+
+    quiet_library_messages()  # bitsandbytes' kernel notice and the like: not about the job
     args = (parser or stage_parser(doc, family)).parse_args()
     spec = job_spec(args)
     set_job(family, command, config_files=getattr(args, "config", None))
@@ -132,15 +135,22 @@ def finish_lm_eval_job(spec: dict, run, done: str) -> None:
     print_line(f"[{spec['model_name']}] " + done.format(spec=spec, result=result))
 
 
-# Switches huggingface_hub (and through it transformers) and datasets read when imported.
-QUIET_PROGRESS_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+# Switches huggingface_hub (and through it transformers) and datasets read when imported, and
+# tqdm's default for every bar that does not pass `disable` itself (lm-eval's request building,
+# transformers' GGUF de-quantising): read when tqdm is imported, after start_job
+QUIET_PROGRESS_ENV = {
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "TQDM_DISABLE": "1",
+}
 
 
 def quiet_library_progress_bars() -> None:
     """Off with the tqdm bars of huggingface_hub, transformers (e.g. "Writing model shards") and
-    datasets when stderr is not a terminal: in a job log they are carriage-return noise. Imports
-    nothing: libraries imported later read the environment, those already imported are told.
-    (lm-eval's own bars follow its `disable_tqdm` arguments, not these switches.)"""
+    datasets, and every tqdm bar that does not force itself on, when stderr is not a terminal: in
+    a job log they are carriage-return noise (the job's own progress lines, depthlab.core.tracking,
+    stay). Imports nothing: libraries imported later read the environment, those already
+    imported are told. (lm-eval's scoring bars follow its `disable_tqdm` arguments instead.)"""
     if hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
         return
     for name, value in QUIET_PROGRESS_ENV.items():

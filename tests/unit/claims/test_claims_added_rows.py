@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 from depthlab.claims import RunData, build_claims
-from depthlab.claims.initial import InitialStatistics, untrained_model
+from depthlab.claims.initial import InitialStatistics
 from depthlab.claims.verdicts import (
     INDICATIVE,
     INIT_SHOWS_IT,
@@ -23,6 +23,7 @@ from depthlab.claims.verdicts import (
     SIZE_NOT_REPRODUCED,
     SIZE_REPRODUCED,
 )
+from depthlab.stages.twins.measure import untrained_model
 
 LAYERS = 8
 
@@ -322,11 +323,9 @@ def test_untrained_twin_is_the_pretraining_stage_initial_model(tmp_path, precisi
                   "warmup_steps": 1, "weight_decay": 0.0},
     }  # fmt: skip
     meta = {"vocab_size": 50, "eos_id": 0, "pad_id": 0, "bos_id": None}
-    (tmp_path / "model").mkdir()
     (tmp_path / "data").mkdir()
-    (tmp_path / "model" / "provenance.json").write_text(json.dumps({"config": decl, "seed": 7}))
     (tmp_path / "data" / "meta.json").write_text(json.dumps(meta))
-    twin = untrained_model(tmp_path / "model", tmp_path / "data")
+    twin = untrained_model(decl, 7, tmp_path / "data")
     settings = TrainSettings.from_dict(decl["train"])
     torch.manual_seed(123)  # the twin's weights do not depend on the global generator's state
     reference, _ = pretraining_model("m", decl, settings, meta, 7, torch.device("cpu"))
@@ -334,7 +333,7 @@ def test_untrained_twin_is_the_pretraining_stage_initial_model(tmp_path, precisi
     assert reference.dtype == (torch.bfloat16 if precision == "pure_bf16" else torch.float32)
     for (name, a), (_, b) in zip(twin.state_dict().items(), reference.state_dict().items()):
         assert a.dtype == torch.float32 and torch.equal(a, b.float()), name
-    other = untrained_model(tmp_path / "model", tmp_path / "data")
+    other = untrained_model(decl, 7, tmp_path / "data")
     assert all(torch.equal(a, b) for a, b in zip(twin.parameters(), other.parameters()))
 
 

@@ -176,12 +176,19 @@ def test_page_lists_every_claim_with_its_interval_seeds_and_verdicts(tmp_path):
         "untrained: training moved it |" in text
     )
     rows = {row[0]: row for row in table_rows(text, "## Claims") if len(row) == 6}
-    code = '<code class="claim-id">{}</code>'
-    assert set(rows) == {code.format(c["claim_id"].replace(":", ":<wbr>")) for c in CLAIMS}
-    val_loss = rows[code.format("cod_val_loss")]
-    assert val_loss[1:] == ["0.2142 [0.0246, 0.3371]", "3", "**reproduced**", "-", "-"]
-    assert rows[code.format("gromov_healing_gap:<wbr>lns")][1] == "-"
-    assert rows[code.format("liu_a_m:<wbr>chinchilla_liu")][4] == "**size reproduced**"
+
+    def code(claim_id):  # breakable after _ and : only
+        breaks = claim_id.replace("_", "_<wbr>").replace(":", ":<wbr>")
+        return f'<code class="claim-id">{breaks}</code>'
+
+    assert set(rows) == {code(c["claim_id"]) for c in CLAIMS}
+    val_loss = rows[code("cod_val_loss")]
+    passed = '<strong class="verdict verdict-pass">reproduced</strong>'
+    assert val_loss[1:] == ["0.2142 [0.0246, 0.3371]", "3", passed, "-", "-"]
+    assert rows[code("gromov_healing_gap:lns")][1] == "-"
+    assert rows[code("liu_a_m:chinchilla_liu")][4] == (
+        '<strong class="verdict verdict-pass">size reproduced</strong>'
+    )
     assert (
         "- `cod_val_loss`: LNS reaches a lower validation loss than Pre-LN. Measured: 0.2142 "
         "[0.0246, 0.3371] (over 3 seeds). Scale: 12 layers x 128, 262k tokens. Verdict: "
@@ -288,6 +295,8 @@ def test_record_results_script_reads_a_finished_run(tmp_path):
             str(log),
             "--command",
             ".venv/bin/snakemake --cores 2",
+            "--date",
+            "2026-12-05 00:45",
             "--out",
             str(out),
         ],
@@ -297,13 +306,15 @@ def test_record_results_script_reads_a_finished_run(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     text = out.read_text()
+    assert "| date | 2026-12-05 00:45 UTC |" in text  # a re-rendered page keeps the run's date
     assert "# Results: `config/test.yaml`" in text
     assert "`results/test/`" in text  # named by the config's run_name, wherever it was read
     assert "100.2 s (1 min 40 s), from its log (`suite.log`)" in text
     assert "`.venv/bin/snakemake --cores 2`" in text
     assert "| **total** | 6 | 377.5 | | |" in text
     assert (tmp_path / "page" / "loss_curves.png").read_bytes() == b"planted png"
-    assert "![loss_curves.png](page/loss_curves.png)" in text
+    # shown, and a link to its full size
+    assert "[![loss_curves.png](page/loss_curves.png)](page/loss_curves.png)" in text
 
 
 def test_record_results_script_names_a_missing_figure(tmp_path):
@@ -374,7 +385,7 @@ def test_record_results_shows_every_figure_of_the_run_with_its_caption_by_stage(
         "### Pruning",
     ]  # headings[0]: the claim details
     for name in ("pruning/sweep.png", "analysis/val/angles.png", "lens_swaps/pre_ln.png"):
-        assert f"![{name}](page/{name})" in text
+        assert f"[![{name}](page/{name})](page/{name})" in text
         assert (tmp_path / "page" / name).read_bytes() == name.encode()
     assert "{{" not in text and "``" not in text
     # each caption rendered with the run's values and the figure's wildcards
@@ -411,14 +422,54 @@ def test_page_shows_the_twins_and_the_real_lms_side_by_side(tmp_path):
         writer.writerows(rows)
     text = planted_page(run_dir, jobs=[], records=page.read_records(run_dir))
     claims = {row[0]: row for row in table_rows(text, "## Claims") if len(row) == 6}
-    assert claims['<code class="claim-id">cod_val_loss</code>'][5] == (
+    assert claims['<code class="claim-id">cod_<wbr>val_<wbr>loss</code>'][5] == (
         "0.1642 [0.01, 0.3]: towards the claim"
     )
     assert "One layer left out: holds without any one of 12 layers." in text
     side = {row[0]: row for row in table_rows(text, "### The real LMs side by side")}
-    deep = side['<code class="claim-id">cod_deep_identity:<wbr>&lt;LM&gt;</code>']
-    assert deep[1:] == ["**reproduced**", "**not reproduced**", "disagree"]
-    half = side['<code class="claim-id">csordas_second_half:<wbr>&lt;LM&gt;</code>']
+    deep = side['<code class="claim-id">cod_<wbr>deep_<wbr>identity:<wbr>&lt;LM&gt;</code>']
+    assert deep[1:] == [
+        '<strong class="verdict verdict-pass">reproduced</strong>',
+        '<strong class="verdict verdict-fail">not reproduced</strong>',
+        "disagree",
+    ]
+    half = side['<code class="claim-id">csordas_<wbr>second_<wbr>half:<wbr>&lt;LM&gt;</code>']
     assert half[-1] == "agree"
     assert page._families(["reproduced", "not testable at this scale"]) == "one decides"
     assert page._families(["not testable at this scale"] * 2) == "neither decides"
+
+
+@pytest.mark.parametrize(
+    "verdict, kind",
+    [
+        ("reproduced", "pass"),
+        ("size reproduced", "pass"),
+        ("not reproduced", "fail"),
+        ("size not reproduced", "fail"),
+        ("one seed: indicative", "indicative"),
+        ("not testable at this scale", "untestable"),
+        ("not testable on these data", "untestable"),
+        ("a <new> verdict", "other"),
+    ],
+)
+def test_each_verdict_is_marked_with_its_kind(verdict, kind):
+    """The site colours verdicts by kind (issue 51: bold black "reproduced" read like "not
+    testable"); every verdict the claims write has a kind, and the text stays escaped."""
+    escaped = verdict.replace("<", "&lt;").replace(">", "&gt;")
+    assert page.verdict_html(verdict) == (
+        f'<strong class="verdict verdict-{kind}">{escaped}</strong>'
+    )
+
+
+def test_every_verdict_the_claims_write_has_a_kind():
+    from depthlab.claims import verdicts
+
+    written = {
+        value
+        for name, value in vars(verdicts).items()
+        if name.isupper()
+        and isinstance(value, str)
+        and name != "NO_SIZE"
+        and name not in ("TOO_WIDE", "INIT_SHOWS_IT", "INIT_CONTRADICTS_IT", "ONE_LAYER_DECIDES")
+    }
+    assert written <= set(page.VERDICT_KINDS), written - set(page.VERDICT_KINDS)

@@ -577,8 +577,6 @@ def test_healing_methods_are_one_heal_job_each_and_the_first_keeps_todays_job():
     methods resolves to exactly that job), the others are `<strategy>_n<n>_<method>`, `full`
     with full_lr as its lr; the gather job lists the first method's parts first; a bad method
     names pruning.healing.methods; per_model overrides the methods of its model only."""
-    from depthlab.settings.training import validate_healing_settings
-
     config = load("test.yaml")
     healing = config["pruning"]["healing"]
     assert healing["methods"] == ["lora", "qlora", "full"] and healing["method"] == "lora"
@@ -623,16 +621,12 @@ def test_healing_methods_are_one_heal_job_each_and_the_first_keeps_todays_job():
     assert [j for j in heals if j.startswith("pre_ln/")] == [
         "pre_ln/angular_n2", "pre_ln/angular_n2_qlora", "pre_ln/angular_n2_full"
     ]  # fmt: skip
-    # a bad method names the key, from the schema and from the library check
+    # a bad method names the key (the schema's check: the only one)
     for methods in (["lora", "cpt"], [], ["lora", "lora"]):
         config = load("test.yaml")
         config["pruning"]["healing"]["methods"] = methods
-        with pytest.raises(ConfigError, match=r"pruning\.healing\.methods"):
+        with pytest.raises(ConfigError, match=r"^pruning\.healing\.methods"):
             resolve(config)
-        with pytest.raises(ValueError, match=r"^pruning\.healing\.methods: "):
-            validate_healing_settings({**healing, "methods": methods})
-    with pytest.raises(ValueError, match=r"^pruning\.healing\.full_lr: must be > 0"):
-        validate_healing_settings({**healing, "full_lr": 0.0})
     config = load("test.yaml")
     config["pruning"]["healing"]["full_lr"] = -1.0
     with pytest.raises(ConfigError, match=r"pruning\.healing\.full_lr"):

@@ -38,8 +38,22 @@ def test_test_config_jobs(test_yaml):
     }
     assert spec["tuned_lens"] == {"train_tokens": 256, "steps": 8, "batch_tokens": 64, "lr": 1e-3}
     assert spec["out"] == "results/test/lens_swaps/pre_ln"
-    assert spec["figure"] == "results/test/figures/lens_swaps/pre_ln.png"
     assert spec["add_special_tokens"] is False
+    # the figure is its own job's, drawn from the lens job's tables (a redraw trains no lens)
+    assert "figure" not in spec
+    resolved = resolve(test_yaml)
+    plots = resolved.jobs("plot_lens_swaps")
+    assert sorted(plots) == ["lns", "pre_ln"]
+    assert plots["pre_ln"] == {
+        "model_name": "pre_ln",
+        "lens_swaps": "results/test/lens_swaps/pre_ln",
+        "text_sets": ["val"],
+        "figure": "results/test/figures/lens_swaps/pre_ln.png",
+    }
+    assert resolved.inputs["plot_lens_swaps"]["pre_ln"] == {
+        "lens_swaps": ["results/test/lens_swaps/pre_ln"]
+    }
+    assert resolved.wildcards["plot_lens_swaps"]["pre_ln"] == {"model": "pre_ln"}
 
 
 def test_default_config_per_model(default_yaml):
@@ -52,6 +66,9 @@ def test_default_config_per_model(default_yaml):
     # a partial tuned_lens override keeps the section's other keys
     assert smollm2["tuned_lens"]["lr"] == default_yaml["lens_swaps"]["tuned_lens"]["lr"]
     assert smollm2["tuned_lens"]["steps"] == 4
+    # its figure reads the four shards' tables, in the job's text-set order
+    plot = resolved.jobs("plot_lens_swaps")["smollm2"]
+    assert plot["text_sets"] == ["val_0", "val_1", "val_2", "val_3"]
     assert smollm2["add_special_tokens"] is True and smollm2["seed"] == 0
     assert jobs["pre_ln_s2"]["seed"] == 2
     # the claims read every job's text sets, grouped by seed group
@@ -65,6 +82,7 @@ def test_without_the_section_nothing_changes(test_yaml):
     del config["lens_swaps"]
     resolved = resolve(config)
     assert resolved.jobs("lens_swaps") == {}
+    assert resolved.jobs("plot_lens_swaps") == {}
     assert "lens_swaps" not in resolved.jobs("make_claims")["claims"]
 
 

@@ -5,6 +5,7 @@ Each names its devices: a CUDA result against the same computation on the CPU.""
 import numpy as np
 import pytest
 import torch
+from depthlab.core import norm_schemes
 from depthlab.core.devices import AUTO_DEVICE_VARIABLE, resolve_device
 from depthlab.models.decoders import build_model, make_config
 from depthlab.stages.pretrain.training import language_model_loss
@@ -26,7 +27,7 @@ def one_step(device: str, norm_scheme: str) -> tuple[float, dict]:
     return float(loss), {name: p.grad.detach().cpu() for name, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("norm_scheme", ["pre_ln", "lns", "deepnorm", "mix_ln"])
+@pytest.mark.parametrize("norm_scheme", norm_schemes.names())
 def test_a_training_step_on_cuda_matches_the_cpu(norm_scheme):
     """fp32 without TF32 (torch's default for matmuls): the loss to 1e-5 relative, and each
     weight's gradient to 1e-4 of that tensor's largest (fp32 rounding gives ~1e-6; a wrong

@@ -16,7 +16,6 @@ from depthlab.core import placement
 from depthlab.core.errors import DeviceError, PruningError
 from depthlab.models.architectures import adapt, load_model
 from depthlab.settings.training import HealSettings
-from depthlab.stages.analysis.residual_stream import iter_token_batches
 from depthlab.stages.analysis.stage import run as run_analysis
 from depthlab.stages.depth_use.interventions import SkipSettings, skip_effects
 from depthlab.stages.model_job import load
@@ -27,8 +26,9 @@ from depthlab.stages.pruning.layer_removal import (
     prune_copy,
     pruned_view,
 )
-from depthlab.stages.pruning.lm_tasks import TaskEvaluator
+from depthlab.stages.pruning.pruned_tasks import TaskEvaluator
 from depthlab.stages.pruning.strategies import LossSweep, validation_windows
+from depthlab.stages.residual_stream import iter_token_batches
 from requirements_helpers import require_pinned
 from test_lm_tasks import make_run
 

@@ -40,25 +40,55 @@ class Terminal(io.StringIO):
         return True
 
 
+class FakeClock:
+    def __init__(self, step_s: float):
+        self.now, self.step_s = 0.0, step_s
+
+    def __call__(self) -> float:
+        self.now += self.step_s  # each reading: one more step's time
+        return self.now
+
+
 def test_progress_prints_plain_lines_in_a_log_and_a_bar_on_a_terminal():
     log = io.StringIO()
-    progress = Progress(10, "m", every=4, file=log)
+    progress = Progress(10, "m", every=4, file=log, clock=FakeClock(1.0))
     for step in range(10):
         progress.update(1, loss=float(step), lr=3e-3)
     progress.close()
     assert "\r" not in log.getvalue()
+    # each line with its elapsed time and the ETA at the pace so far (1 s a step)
     assert log.getvalue().splitlines() == [
-        "[m] step 4/10 loss 3.000 lr 3.00e-03",
-        "[m] step 8/10 loss 7.000 lr 3.00e-03",
-        "[m] step 10/10 loss 9.000 lr 3.00e-03",
+        "[m] step 4/10 loss 3.000 lr 3.00e-03, 4.0 s elapsed, ETA 6.0 s",
+        "[m] step 8/10 loss 7.000 lr 3.00e-03, 8.0 s elapsed, ETA 2.0 s",
+        "[m] step 10/10 loss 9.000 lr 3.00e-03, done in 10.0 s",
     ]
-    # a resumed run counts from its step; without `every` about 20 lines per run
+    # a resumed run counts from its step, its ETA from this process's steps; without `every`
+    # about 20 lines per run
     log = io.StringIO()
-    progress = Progress(100, "m", initial=50, file=log)
+    progress = Progress(100, "m", initial=50, file=log, clock=FakeClock(0.1))
     for _ in range(50):
         progress.update(1)
-    assert log.getvalue().splitlines()[0] == "[m] step 55/100"
+    assert log.getvalue().splitlines()[0] == "[m] step 55/100, 0.5 s elapsed, ETA 4.5 s"
     assert len(log.getvalue().splitlines()) == 10
+
+
+def test_slow_steps_get_a_line_every_ten_seconds_without_stale_values():
+    """Issue 51: a run whose 5% of steps takes minutes was silent that long. Lines come at
+    least every EVERY_S seconds; between the scheduled steps they carry no loss (the loop reads
+    it only at scheduled steps)."""
+    log = io.StringIO()
+    progress = Progress(100, "m", every=50, file=log, clock=FakeClock(4.0))
+    for step in range(100):
+        progress.update(1, loss=float(step))
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "[m] step 3/100, 12.0 s elapsed, ETA 6 min 28 s"
+    assert "[m] step 50/100 loss 49.000, 3 min 20 s elapsed, ETA 3 min 20 s" in lines
+    assert all(
+        "loss" not in line for line in lines if "step 50/" not in line and "100/" not in line
+    )
+    assert lines[-1] == "[m] step 100/100 loss 99.000, done in 6 min 40 s"
+    # never more than 10 s of the fake clock between two lines
+    assert len(lines) == 34
 
     terminal = Terminal()
     progress = Progress(10, "m", file=terminal)
@@ -422,10 +452,14 @@ from depthlab.cli import quiet_library_progress_bars
 quiet_library_progress_bars()
 from transformers.utils import logging
 from datasets.utils import tqdm as datasets_tqdm
+from tqdm import tqdm as plain_tqdm
 def bars(label):
     for bar in (logging.tqdm, datasets_tqdm):
-        for _ in bar(range(3), desc=label, mininterval=0):
+        for _ in bar(range(3), desc=label, mininterval=0, disable=False):
             pass
+    # a bare tqdm (lm-eval's request building, transformers' GGUF de-quantising)
+    for _ in plain_tqdm(range(3), desc=label + "-plain", mininterval=0):
+        pass
 bars("after-import")
 logging.enable_progress_bar()
 bars("re-enabled")

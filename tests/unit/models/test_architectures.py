@@ -13,7 +13,7 @@ from depthlab.models.architectures import (
     load_tokenizer,
     resolve_model_path,
 )
-from depthlab.stages.analysis.residual_stream import ResidualStreamHooks, position_ids_from_mask
+from depthlab.stages.residual_stream import ResidualStreamHooks, position_ids_from_mask
 from tiny_models import EXPECTED_LAYOUT, FAMILIES, build, random_batch
 
 torch.set_num_threads(1)

@@ -25,6 +25,8 @@ EPS = 1e-6  # LlamaConfig's default rms_norm_eps, which make_config keeps
 # float32, so the measured gap is 1.5e-6..1.1e-5 absolute; wrong schemes miss by > 2.
 TOL = 1e-5
 SCHEMES = tuple(models.NORM_SCHEMES)  # each needs its formula in scheme_plan / reference_forward
+# the schemes exported with their modeling code (not as a plain Llama)
+CUSTOM_CODE_SCHEMES = tuple(s for s in SCHEMES if s not in models.PLAIN_LLAMA_SCHEMES)
 
 # theta != 10000 so an ignored rope_theta shows; 4 layers so Mix-LN has 1 Post-LN layer and
 # LNS scales 1, 1/sqrt2, 1/sqrt3, 1/2.
@@ -422,7 +424,7 @@ def test_to_plain_llama_gives_same_logits(saved_checkpoints, scheme):
     )
 
 
-@pytest.mark.parametrize("scheme", ["post_ln", "mix_ln", "deepnorm", "peri_ln"])
+@pytest.mark.parametrize("scheme", CUSTOM_CODE_SCHEMES)
 def test_depthlab_checkpoints_reload_exactly(saved_checkpoints, scheme):
     item = saved_checkpoints[scheme]
     config = json.loads((item["dir"] / "config.json").read_text())
@@ -443,7 +445,7 @@ def test_depthlab_checkpoints_reload_exactly(saved_checkpoints, scheme):
     assert max_diff(logits, item["logits"]) <= 1e-6
 
 
-@pytest.mark.parametrize("scheme", ["post_ln", "mix_ln", "deepnorm", "peri_ln"])
+@pytest.mark.parametrize("scheme", CUSTOM_CODE_SCHEMES)
 def test_to_plain_llama_refuses_non_llama_schemes(saved_checkpoints, scheme):
     with pytest.raises(ValueError, match=f"norm_scheme '{scheme}'.*plain-Llama"):
         models.to_plain_llama(saved_checkpoints[scheme]["model"])

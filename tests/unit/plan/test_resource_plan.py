@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from depthlab.config import ConfigError, load_config, resolve, spec_json
+from depthlab.plan.job_families import FAMILIES
 from depthlab.plan.model_shapes import (
     Shape,
     folder_shape,
@@ -21,10 +22,9 @@ from depthlab.plan.model_shapes import (
     pretrain_shape,
 )
 from depthlab.plan.plan_tables import stage_rows, totals
-from depthlab.plan.resource_plan import MODEL_JOBS
 from local_snakemake import SNAKEMAKE, local_env
 from test_readme import real_lms_installed
-from tiny_models import HEADS, HIDDEN, LAYERS, POSITIONS, VOCAB, build
+from tiny_models import DEPTHLAB_SCHEMES, HEADS, HIDDEN, LAYERS, POSITIONS, VOCAB, build
 
 ROOT = Path(__file__).resolve().parents[3]
 GiB, MiB = 2**30, 2**20
@@ -92,13 +92,13 @@ def test_the_layout_of_each_family_counts_a_real_models_parameters(family, tmp_p
     assert parameter_count(shape) == actual
 
 
-@pytest.mark.parametrize("scheme", ["pre_ln", "post_ln", "deepnorm"])
+@pytest.mark.parametrize("scheme", DEPTHLAB_SCHEMES)
 def test_a_model_trained_here_has_the_parameters_of_its_architecture_block(scheme):
     model = build(f"depthlab_{scheme}")
     architecture = dict(
         hidden_size=HIDDEN, num_layers=LAYERS, num_heads=HEADS, intermediate_size=48
     )
-    shape = pretrain_shape(architecture, VOCAB, POSITIONS, "float32")
+    shape = pretrain_shape(architecture, VOCAB, POSITIONS, "float32", scheme)
     assert shape.parameters == sum(p.numel() for p in model.parameters())
 
 
@@ -123,7 +123,8 @@ def test_gguf_headers_agree_with_the_pinned_rows_of_their_hub_originals():
 
 def test_every_gpu_job_of_the_paper_config_gets_derived_resources(paper):
     plan = paper.resource_plan
-    for family, (_, on_gpu) in MODEL_JOBS.items():
+    for declared in (f for f in FAMILIES if f.work is not None):
+        family, on_gpu = declared.name, declared.gpu
         for job in paper.jobs(family):
             request = plan.jobs[(family, job)].request
             assert plan.jobs[(family, job)].source == "derived", (family, job)
@@ -328,8 +329,9 @@ def test_snakemake_gets_the_default_stage_resources_and_the_paper_per_job_ones(t
 
     default = resolve(config("default.yaml")).config["resources"]
     for (rule, _), values in planned("default.yaml").items():
-        if rule in MODEL_JOBS:
-            stage = default[MODEL_JOBS[rule][0]]
+        declared = next((f for f in FAMILIES if f.name == rule and f.work is not None), None)
+        if declared is not None:
+            stage = default[declared.resources]
             assert int(values["mem_mb"]) == stage["mem_mb"], rule
             assert int(values["runtime"]) == stage["runtime"], rule
             assert "gpu" not in values and "disk_mb" not in values, rule

@@ -71,8 +71,6 @@ def test_validation_names_the_key(pruning_spec, test_config, monkeypatch):
     validate_pruning_settings(settings(), 12)
     with pytest.raises(ValueError, match=r"pruning\.n_grid: block size 12 >= "):
         validate_pruning_settings(settings(n_grid=[1, 12]), 12)
-    with pytest.raises(ValueError, match=r"pruning\.strategies: unknown strategy 'random'"):
-        validate_pruning_settings(settings(strategies=["angular", "random"]), 12)
     with pytest.raises(ValueError, match=r"pruning\.speed\.n_grid"):
         validate_pruning_settings(
             settings(speed={**pruning_spec["speed"], "strategy": "angular", "n_grid": [20]}), 12

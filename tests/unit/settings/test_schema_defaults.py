@@ -13,7 +13,7 @@ from depthlab.config import load_config, resolve
 from depthlab.config.stages.pretrain import tracking_settings
 from depthlab.settings import defaults as schema_defaults
 from depthlab.settings.defaults import default, defaults
-from depthlab.stages.scaling.power_law_fitter import FitSettings
+from depthlab.stages.power_law_fitter import FitSettings
 
 ROOT = Path(__file__).resolve().parents[3]
 

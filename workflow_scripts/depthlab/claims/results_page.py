@@ -23,6 +23,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from depthlab.core.provenance import RECORD_NAME, SIDECAR_SUFFIX, package_versions
+from depthlab.core.repo_files import CAPTIONS
+from depthlab.plan.job_families import FAMILIES
 
 PAGE_FOLDER = Path("docs") / "results"
 
@@ -202,10 +204,35 @@ def _size_text(row: dict) -> str:
 
 
 def _claim_id(claim_id: str) -> str:
-    """The id as code that breaks only after a colon (`gromov_block_choice:<wbr>smollm2`; the
-    site's docs/stylesheets/extra.css keeps the rest of it together)."""
+    """The id as code that breaks only after an underscore or a colon
+    (`gromov_<wbr>block_<wbr>choice:<wbr>smollm2`; the site's docs/stylesheets/extra.css keeps
+    the words together): the claims table then fits the site's column."""
     escaped = claim_id.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return '<code class="claim-id">' + escaped.replace(":", ":<wbr>") + "</code>"
+    return (
+        '<code class="claim-id">'
+        + escaped.replace("_", "_<wbr>").replace(":", ":<wbr>")
+        + "</code>"
+    )
+
+
+# Each verdict's kind, which the site colours (docs/stylesheets/extra.css: .verdict-<kind>), so
+# "reproduced" and "not testable" do not read alike; as a file the verdict stays bold text
+VERDICT_KINDS = {
+    "reproduced": "pass",
+    "size reproduced": "pass",
+    "not reproduced": "fail",
+    "size not reproduced": "fail",
+    "one seed: indicative": "indicative",
+    "not testable at this scale": "untestable",
+    "not testable on these data": "untestable",
+}
+
+
+def verdict_html(verdict: str) -> str:
+    """The verdict as bold text with its kind's class (an unknown verdict: kind "other")."""
+    kind = VERDICT_KINDS.get(verdict, "other")
+    escaped = verdict.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return f'<strong class="verdict verdict-{kind}">{escaped}</strong>'
 
 
 def training_moved_text(row: dict) -> str:
@@ -236,8 +263,13 @@ def claims_table(rows: list[dict]) -> str:
     for row in rows:
         measured = _value(row["measured"], row["low"], row["high"])
         size = row.get("size_verdict") or ""
-        shown_size = "-" if size in ("", "no size stated") else f"**{size}**"
-        cells = [_claim_id(row["claim_id"]), measured, row.get("seeds"), f"**{row['verdict']}**"]
+        shown_size = "-" if size in ("", "no size stated") else verdict_html(size)
+        cells = [
+            _claim_id(row["claim_id"]),
+            measured,
+            row.get("seeds"),
+            verdict_html(row["verdict"]),
+        ]
         moved = training_moved_text(row)
         lines.append("| " + " | ".join(_cell(c) for c in [*cells, shown_size, moved]) + " |")
         statement = row.get("claim") or "(no statement)"
@@ -312,7 +344,7 @@ def real_lm_table(rows: list[dict]) -> str:
     for key, per_model in shared.items():
         verdicts = [per_model[m]["verdict"] if m in per_model else "-" for m in models]
         agree = _families(verdicts)
-        cells = [_claim_id(key), *(f"**{v}**" if v != "-" else v for v in verdicts), agree]
+        cells = [_claim_id(key), *(verdict_html(v) if v != "-" else v for v in verdicts), agree]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -551,8 +583,11 @@ def render_page(run: Run) -> str:
             if figure.group != group:
                 group = figure.group
                 lines += [f"### {group}", ""]
+            # a link to the figure itself: its full size, where a wide one can be read (the
+            # site's docs/hooks/figures.py also lays wide ones out at a readable size)
+            source = f"{run.figure_folder}/{figure.path}"
             lines += [
-                f"![{figure.path}]({run.figure_folder}/{figure.path})",
+                f"[![{figure.path}]({source})]({source})",
                 "",
                 f"`{run.run_dir}/figures/{figure.path}`: {figure.caption}",
                 "",
@@ -569,19 +604,13 @@ def render_page(run: Run) -> str:
 # rules/captions/ (Snakemake renders it into `snakemake --report`); the page renders the same
 # template with the run's config, so the page and the report say the same of a figure.
 
-CAPTIONS = Path(__file__).resolve().parents[3] / "rules" / "captions"
-
 # The figures' first path part -> (the page's group heading, its caption file, or None when the
-# caption is named after the figure: `<group>_<figure>.rst`), in the order the stages run.
+# caption is named after the figure: `<group>_<figure>.rst`), in the order the stages run: each
+# plotting family declares its own (depthlab.plan.job_families).
 GROUPS = {
-    "loss_curves": ("Pretraining", "loss_curves"),
-    "analysis": ("Analysis", None),
-    "lens_swaps": ("Analysis: tuned lens and layer swaps", "lens_swaps"),
-    "scaling": ("Scaling laws", "scaling"),
-    "toy_loss_vs_depth": ("Toy models", "toy"),
-    "pruning": ("Pruning", None),
-    "depth_use": ("Depth use", None),
-    "finetuning": ("Fine-tuning", "finetuning"),
+    declared.figures.key: (declared.figures.heading, declared.figures.caption)
+    for declared in FAMILIES
+    if declared.figures is not None
 }
 
 

@@ -101,8 +101,8 @@ def input_files(spec: dict) -> list[str]:
         for folders in group["analysis"].values()
         for d in folders
     ]
-    for twin in (spec.get("initial") or {}).values():
-        files.append(f"{twin['model']}/provenance.json")
+    for folder in (spec.get("initial") or {}).values():
+        files.append(f"{folder}/provenance.json")
     for d in dict.fromkeys(analysis_folders):
         files.append(f"{d}/measures.csv")
         if Path(f"{d}/angular_distance_all.csv").exists():
@@ -179,9 +179,9 @@ def read_run_data(spec: dict) -> RunData:
         if run.non_embedding_params:
             data.tokens_per_param[name] = float(run.log["tokens"].max()) / run.non_embedding_params
     if spec.get("initial"):
-        from depthlab.claims.initial import initial_statistics
+        from depthlab.claims.initial import read_twin
 
-        data.initial = {name: initial_statistics(twin) for name, twin in spec["initial"].items()}
+        data.initial = {name: read_twin(folder) for name, folder in spec["initial"].items()}
     data.schemes = [tuple(s) for s in spec.get("schemes", [])]
     data.healing = spec.get("healing") or {}
     for group, entry in (spec.get("post_ln") or {}).items():

@@ -19,13 +19,16 @@ another) is each stage's in depthlab.settings, and the Python here checks the fa
 model folders and files. The package:
 
     load.py          loading, merging, overrides, the schema check
+    command_line.py  a `snakemake` command line's config, its errors as one line (the Snakefile)
+    switch_off.py    what a null in an overlay switches off or removes (read from the schema)
     paths.py         safe names and RunPaths (every path a run writes)
     models.py        the model registry: sweeps, seeds, per-model and checkpoint checks
     resolved.py      Resolved, the stage resources, shared helpers
     spec_changes.py  a job's changed spec as one line per key (logged while the workflow plans)
     shapes.py        every declared model's shape, which the resource plan sizes jobs from
-    stages/<stage>   one resolver per stage: data, pretrain, analysis, scaling, toy, pruning,
-                     depth_use, finetune, claims
+    stages/<stage>   one resolver per stage, listed in order in stages/__init__.py's
+                     STAGE_RESOLVERS; every family it adds is declared in
+                     depthlab.plan.job_families
 
 Job families are named after their rule and script (`pretrain` -> workflow_scripts/pretrain_model.py).
 Every name that becomes a path or wildcard matches SAFE_NAME; every output path stays inside
@@ -71,16 +74,12 @@ from depthlab.config.paths import SAFE_NAME, RunPaths, check_name, seed_model_na
 from depthlab.config.resolved import Resolved, spec_json, stage_resources
 from depthlab.config.shapes import declared_shapes
 from depthlab.config.sources import with_source
-from depthlab.config.stages.analysis import ANALYSIS_FIGURES, resolve_analysis, text_set_texts
-from depthlab.config.stages.claims import resolve_claims
-from depthlab.config.stages.data import resolve_data
-from depthlab.config.stages.depth_use import DEPTH_USE_FIGURES, resolve_depth_use
-from depthlab.config.stages.finetune import resolve_finetune
-from depthlab.config.stages.lens_swaps import resolve_lens_swaps
-from depthlab.config.stages.pretrain import resolve_pretrain, tracking_settings
-from depthlab.config.stages.pruning import PRUNING_FIGURES, resolve_pruning
-from depthlab.config.stages.scaling import resolve_scaling
-from depthlab.config.stages.toy import resolve_toy
+from depthlab.config.stages import STAGE_RESOLVERS
+from depthlab.config.stages.analysis import ANALYSIS_FIGURES, text_set_texts
+from depthlab.config.stages.depth_use import DEPTH_USE_FIGURES
+from depthlab.config.stages.pretrain import tracking_settings
+from depthlab.config.stages.pruning import PRUNING_FIGURES
+from depthlab.config.work_size import size_work
 from depthlab.core.errors import ConfigError
 from depthlab.core.norm_schemes import mix_ln_post_layers
 from depthlab.plan.resource_plan import plan_resources
@@ -139,7 +138,9 @@ def resolve(config: dict, base_dir: str | os.PathLike = REPO_ROOT) -> Resolved:
 
 
 def _resolve(config: dict, base_dir: str | os.PathLike) -> Resolved:
-    config = drop_removed_entries(config)
+    removal_notes: list = []  # what a null removed besides itself, printed before a run
+    config = drop_removed_entries(config, removal_notes)
+    config = size_work(config, base_dir)  # `work:` sizes the keys a config leaves out
     validate_schema(config)
     base_dir = Path(base_dir)
     paths = RunPaths(config["run_name"])  # a safe name: the schema's run_name pattern
@@ -158,16 +159,14 @@ def _resolve(config: dict, base_dir: str | os.PathLike) -> Resolved:
             check_gguf_model(name, model, base_dir)
         else:
             check_hf_model(name, model, base_dir)
-    resolved = Resolved(config=config, paths=paths, models=models, model_resources=model_resources)
-    resolve_data(resolved, base_dir)
-    resolve_pretrain(resolved)
-    resolve_analysis(resolved, base_dir)
-    resolve_lens_swaps(resolved, base_dir)
-    resolve_scaling(resolved, base_dir)
-    resolve_toy(resolved)
-    resolve_pruning(resolved, base_dir)
-    resolve_depth_use(resolved, base_dir)
-    resolve_finetune(resolved)
-    resolve_claims(resolved)
+    resolved = Resolved(
+        config=config,
+        paths=paths,
+        models=models,
+        model_resources=model_resources,
+        notes=removal_notes,
+    )
+    for _, resolve_stage in STAGE_RESOLVERS:
+        resolve_stage(resolved, base_dir)
     resolved.resource_plan = plan_resources(resolved, declared_shapes(resolved, base_dir))
     return resolved

@@ -19,19 +19,19 @@ from pathlib import Path
 
 import yaml
 
+from depthlab.config import switch_off
 from depthlab.config.sources import (
     LoadedConfig,
     check_numbers,
     file_line,
     key_text,
+    source_of,
     value_source,
     with_source,
 )
 from depthlab.core.errors import ConfigError
+from depthlab.core.repo_files import REPO_ROOT
 from depthlab.settings.defaults import SCHEMA_PATH, schema
-
-REPO_ROOT = Path(__file__).resolve().parents[3]  # workflow_scripts/depthlab/config/load.py
-
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
 
@@ -78,8 +78,8 @@ def load_yaml(path: str | os.PathLike) -> dict:
                 loader.dispose()
     except yaml.YAMLError as error:
         raise ConfigError(_yaml_error(path, error)) from None
-    except UnicodeDecodeError as error:
-        raise ConfigError(f"{path}: not UTF-8 ({error})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(_not_utf8(path)) from None
     if data is None:
         raise ConfigError(f"{path}: empty (a config is a mapping of keys, e.g. `run_name: mine`)")
     if not isinstance(data, dict):
@@ -105,6 +105,19 @@ def _yaml_error(path: Path, error: yaml.YAMLError) -> str:
     if mark is not None and "\t" in _line(path, mark.line):
         text = "a tab indents this line (YAML indents with spaces only)"
     return f"{where}: not valid YAML: {' '.join(text.split())}"
+
+
+def _not_utf8(path: Path) -> str:
+    """`path:line: not UTF-8 (...)`, the line of the first byte that is not (the reader decodes
+    in chunks, so its error's position is within a chunk: decoded again whole here)."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        column = error.start - data.rfind(b"\n", 0, error.start)
+        return f"{path}:{line}: not UTF-8 (byte 0x{data[error.start]:02x} at column {column})"
+    return f"{path}: not UTF-8"
 
 
 def _line(path: Path, index: int) -> str:
@@ -238,31 +251,9 @@ def apply_overrides(config: dict, overrides: dict) -> dict:
     return merged
 
 
-# Mappings keyed by names the user chooses (a model, a text set, a sweep): an overlay merges into
-# them, so `null` as an entry's value is how it removes one (`per_model: {smollm2: null}`).
-NAMED_ENTRIES = (
-    ("sweeps",),
-    ("analysis", "text_sets"),
-    ("analysis", "per_model"),
-    ("lens_swaps", "per_model"),
-    ("pruning", "per_model"),
-    ("depth_use", "skip", "per_model"),
-    ("depth_use", "depth_score", "families"),
-)
-
-
-def drop_removed_entries(config: dict) -> dict:
-    """A copy of `config` without the named entries an overlay set to null (NAMED_ENTRIES); a
-    whole stage set to null (`pruning: null`) stays: the stage is off."""
-    config = copy.deepcopy(config)
-    for path in NAMED_ENTRIES:
-        section = config
-        for part in path:
-            section = section.get(part) if isinstance(section, dict) else None
-        if isinstance(section, dict):
-            for name in [name for name, value in section.items() if value is None]:
-                del section[name]
-    return config
+# What `null` switches off or removes (a stage, a model, a named entry, an optional sub-section),
+# read from the schema: depthlab.config.switch_off; resolve() calls it before the schema check.
+drop_removed_entries = switch_off.drop_removed_entries
 
 
 def schema_document(path: Path = SCHEMA_PATH) -> dict:
@@ -312,10 +303,35 @@ def validate_schema(config: dict) -> None:
         where = _key_path(error.absolute_path)
         message = error.message
         if error.validator == "additionalProperties":
-            message = f"unknown key ({message})"
-        elif error.validator == "pattern" and isinstance(error.instance, str):
+            raise ConfigError(_unknown_key(config, error))
+        if error.validator == "pattern" and isinstance(error.instance, str):
             message = (
                 f"{error.instance!r} is not a safe name (letters, digits, _ . -; no "
                 f"'..', separators or shell characters)"
             )
         raise ConfigError(with_source(config, f"{where}: {message}"))
+
+
+def _unknown_key(config, error) -> str:
+    """The message of an additionalProperties error: the mapping's key first (as every schema
+    error), then the unknown key, a close known one, and where the unknown key was set (the
+    mapping itself merges several files, so only the key's own line names one)."""
+    import difflib
+    import re
+
+    known = list(error.schema.get("properties", {}))
+    patterns = list(error.schema.get("patternProperties", {}))
+    unknown = [
+        key
+        for key in error.instance
+        if key not in known and not any(re.search(p, str(key)) for p in patterns)
+    ]
+    where = _key_path(error.absolute_path)
+    if not unknown:
+        return f"{where}: unknown key ({error.message})"
+    close = difflib.get_close_matches(str(unknown[0]), known, n=1)
+    hint = f", did you mean {close[0]!r}?" if close else ""
+    source = source_of(config, (*error.absolute_path, unknown[0]))
+    return f"{where}: unknown key {unknown[0]!r}{hint} ({error.message})" + (
+        f" (in {source})" if source else ""
+    )

@@ -5,6 +5,7 @@ stages read from a model (its layers, LM head, data folder, positions)."""
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import os
 import re
@@ -337,12 +338,20 @@ def corpus_models(resolved: Resolved) -> list:
 
 
 def undeclared_model(resolved: Resolved, key: str, name: str) -> ConfigError:
-    """The error for `key` naming model `name` that nothing declares. A name of a sweep's form
+    """The error for `key` naming model `name` that nothing declares: the closest declared names
+    (difflib), then the models as the config declares them (a seeded model by its base name with
+    its seeds, a sweep by its name pattern), not the expanded names. A name of a sweep's form
     (<sweep>_l<depth>_m<width>) also gets the sweep's depths and widths, the keys that would
     declare it (a depth dropped from a sweep leaves references to its models)."""
-    message = (
-        f"{key}: '{name}' is not a declared model (declared: {', '.join(sorted(resolved.models))})"
+    # the names as declared (seed groups' base names) first, then every expanded name
+    groups = seed_groups(resolved)
+    close = difflib.get_close_matches(name, list(groups), n=3) or difflib.get_close_matches(
+        name, list(resolved.models), n=3
     )
+    message = f"{key}: '{name}' is not a declared model"
+    if close:
+        message += f"; did you mean {' or '.join(repr(match) for match in close)}?"
+    message += f" (declared: {'; '.join(declared_names(resolved.config))})"
     for sweep_name, sweep in (resolved.config.get("sweeps") or {}).items():
         if re.fullmatch(rf"{re.escape(sweep_name)}_l\d+_m\d+(_s\d+)?", name):
             message += (
@@ -350,6 +359,23 @@ def undeclared_model(resolved: Resolved, key: str, name: str) -> ConfigError:
                 f"sweeps.{sweep_name}.widths {sweep['widths']} make its models"
             )
     return ConfigError(message)
+
+
+def declared_names(config: dict) -> list[str]:
+    """The models as `config` declares them, in its order: `pre_ln (seeds 0, 1, 2)`, `smollm2`,
+    `sweep depth_width: depth_width_l<2|4>_m<64|96>`."""
+    names = []
+    for name, model in (config.get("models") or {}).items():
+        seeds = (model or {}).get("seeds")
+        names.append(f"{name} (seeds {', '.join(map(str, seeds))})" if seeds else name)
+    for sweep_name, sweep in (config.get("sweeps") or {}).items():
+        depths, widths = ("|".join(map(str, sweep[axis])) for axis in ("depths", "widths"))
+        seeds = sweep.get("seeds")
+        names.append(
+            f"sweep {sweep_name}: {sweep_name}_l<{depths}>_m<{widths}>"
+            + (f" (seeds {', '.join(map(str, seeds))})" if seeds else "")
+        )
+    return names
 
 
 def declared_models(resolved: Resolved, names, key: str) -> list:

@@ -45,6 +45,10 @@ class RunPaths:
     def analysis(self, text_set: str, model: str) -> str:
         return f"{self.root}/analysis/{text_set}/{model}"
 
+    def twin(self, model: str) -> str:
+        """A model's untrained twin, measured (measure_twin)."""
+        return f"{self.root}/twins/{model}"
+
     def lens_swaps(self, model: str) -> str:
         return f"{self.root}/lens_swaps/{model}"
 

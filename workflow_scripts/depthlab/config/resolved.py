@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from depthlab.config.paths import RunPaths
 from depthlab.core.errors import ConfigError
+from depthlab.plan.job_families import BY_NAME
 
 
 @dataclass
@@ -37,6 +38,11 @@ class Resolved:
     def add(
         self, family: str, job: str, spec: dict, outputs=(), wildcards=None, inputs=None
     ) -> None:
+        if family not in BY_NAME:  # every list of families reads the declarations
+            raise ConfigError(
+                f"{family}.{job}: job family {family!r} is not declared in "
+                f"depthlab/plan/job_families.py"
+            )
         for output in outputs:
             if not self.paths.contains(output):
                 raise ConfigError(f"{family}.{job}: output {output} would leave {self.paths.root}/")

@@ -4,8 +4,10 @@
                             files and the `--config` overrides applied to it (`apply_overrides`)
     value_source(c, path)   `file:line` of the file that set the value at `path` (a key path), or
                             None (set by `--config`, changed in memory since, or not a loaded config)
+    source_of(c, path)      value_source, or `--config` where the command line set the value
     with_source(c, message) a ConfigError message that starts with a key, with `(in file:line)`
-                            appended where value_source finds the file
+                            appended where value_source finds the file, `(in --config)` where
+                            the command line set the key
     check_numbers(data)     every number finite and every integer within 64 bits (numpy and torch
                             hold no larger); ConfigError naming the key otherwise
 
@@ -178,6 +180,28 @@ def value_source(config, path) -> str | None:
     return None
 
 
+def source_of(config, path) -> str | None:
+    """Where the value at key path `path` of a LoadedConfig came from: `file:line`, `--config`,
+    or None (a default, a value merged from several files, not a loaded config)."""
+    source = value_source(config, path)
+    if source is None and _set_on_command_line(config, tuple(path)):
+        return "--config"
+    return source
+
+
+def _set_on_command_line(config, path) -> bool:
+    """Whether `--config` set the value at `path` of a LoadedConfig, or replaced a value above it
+    (a list, a number: only mappings merge, so a mapping may hold the files' keys too)."""
+    overrides = getattr(config, "overrides", None) or {}
+    for end in range(1, len(path) + 1):
+        value = _lookup(overrides, path[:end])
+        if value is _MISSING:
+            return False
+        if not isinstance(value, dict):
+            return True
+    return False
+
+
 # A message's leading key: `models.x.path: ...`, `analysis.text_sets.val.models[0]: ...`
 _LEADING_KEY = re.compile(r"^([A-Za-z0-9_.\-]+(?:\[\d+\])*(?:\.[A-Za-z0-9_.\-]+(?:\[\d+\])*)*): ")
 
@@ -212,12 +236,13 @@ def key_path(config, text: str) -> tuple | None:
 
 def with_source(config, message: str) -> str:
     """`message` (a ConfigError's, starting with a key) with `(in file:line)` appended where the
-    key's value came from a file of `config` (a LoadedConfig); unchanged otherwise."""
+    key's value came from a file of `config` (a LoadedConfig), `(in --config)` where the command
+    line set it (or replaced a list or value above it); unchanged otherwise."""
     match = _LEADING_KEY.match(message)
     if not match or " (in " in message.splitlines()[0]:
         return message
     path = key_path(config, match[1])
-    source = value_source(config, path) if path else None
+    source = source_of(config, path) if path else None
     if source is None:
         return message
     first, _, rest = message.partition("\n")

@@ -5,7 +5,11 @@ script file). The code a script runs is the script plus the `depthlab` modules i
 transitively (`import_closure`); its fingerprint (`code_fingerprint`) hashes each file's parsed
 syntax tree with docstrings removed, so an edit of a comment or a docstring changes nothing and
 reruns nothing, while any edit of code reruns exactly the rules whose scripts import it. The rules
-pass the fingerprint as a param (Snakemake reruns a job whose params changed).
+pass the fingerprint as a param (Snakemake reruns a job whose params changed). The files of the
+checkout that library modules read by path (depthlab.core.repo_files.READ_BY: the schema's
+defaults, the caption templates, ...) are part of the fingerprint of every script whose closure
+holds one of their readers (`read_files`): a YAML file's parsed content without its
+`description:` texts (a description edit reruns nothing), any other file's bytes.
 
 Every Snakemake start computes this for every rule's script, which parsing ~130 files made about
 half of a dry run's CPU time. A file's syntax (its fingerprint and import statements) is a pure
@@ -25,6 +29,10 @@ import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+import yaml
+
+from depthlab.core import repo_files
 
 PACKAGE = "depthlab"
 # Bumped when what a cache entry holds changes; with the Python version (ast.dump's output may
@@ -221,30 +229,82 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
+def read_files(files) -> list[Path]:
+    """The files of the checkout declared as read by one of the library modules among `files`
+    (depthlab.core.repo_files.READ_BY; a declared folder: every file in it), sorted: what that
+    code reads decides what it does as much as its source."""
+    package_dir = repo_files.PACKAGE_DIR
+    modules = {
+        _dotted_name(package_dir, path)
+        for path in (Path(f).resolve() for f in files)
+        if path.suffix == ".py" and path.is_relative_to(package_dir)
+    }
+    found = set()
+    for declared in repo_files.READ_BY:
+        if modules.intersection(declared.readers):
+            found.update(path.resolve() for path in declared.files())
+    return sorted(found)
+
+
+def _without_descriptions(node, property_names: bool = False):
+    """A parsed YAML document less every `description:` text (a schema's documentation); the
+    keys of a `properties:` mapping are names, kept whatever they are."""
+    if isinstance(node, dict):
+        return {
+            key: _without_descriptions(value, key == "properties" and not property_names)
+            for key, value in node.items()
+            if property_names or not (key == "description" and isinstance(value, str))
+        }
+    if isinstance(node, list):
+        return [_without_descriptions(value) for value in node]
+    return node
+
+
+@cache
+def _data_fingerprint(path: Path, mtime_ns: int, size: int) -> str:
+    data = path.read_bytes()
+    if path.suffix in (".yaml", ".yml"):
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser where built
+        document = _without_descriptions(yaml.load(data, Loader=loader))
+        data = json.dumps(document, sort_keys=True, default=str).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
 def source_fingerprint(path: Path) -> str:
-    """sha256 of the file's syntax tree without docstrings (comments never reach the tree)."""
-    return file_syntax(path).fingerprint
+    """sha256 of what of a file decides what code does: a Python file's syntax tree without
+    docstrings (comments never reach the tree); a YAML file's parsed content without its
+    `description:` texts; any other file's bytes."""
+    path = Path(path).resolve()
+    if path.suffix == ".py":
+        return file_syntax(path).fingerprint
+    stat = path.stat()
+    return _data_fingerprint(path, stat.st_mtime_ns, stat.st_size)
 
 
 def code_fingerprint(files, root: Path) -> str:
-    """One fingerprint of several files: their paths relative to `root` and their syntax."""
+    """One fingerprint of several files and of the checkout's files their modules read
+    (read_files): their paths relative to `root` and their syntax (or content)."""
+    paths = {Path(f).resolve() for f in files}
+    paths.update(read_files(paths))
+    root = Path(root).resolve()
     digest = hashlib.sha256()
-    for path in sorted(Path(f).resolve() for f in files):
-        digest.update(
-            f"{path.relative_to(Path(root).resolve())}\0{source_fingerprint(path)}\n".encode()
-        )
+    for path in sorted(paths):
+        digest.update(f"{os.path.relpath(path, root)}\0{source_fingerprint(path)}\n".encode())
     return digest.hexdigest()[:16]
 
 
 def script_code(script: Path) -> dict[str, str]:
     """{path relative to the checkout: fingerprint} of the code a workflow script runs (the
-    script and its library closure, as the rule's `code` param fingerprints it), for its jobs'
-    provenance records: a rerun for changed code can then name the files."""
+    script, its library closure and the files it reads, as the rule's `code` param fingerprints
+    them), for its jobs' provenance records: a rerun for changed code can then name the files."""
     script = Path(script).resolve()
     package_dir = script.parent / PACKAGE
     files = [script, *import_closure(script, package_dir, SPEC_MODULES)]
+    files += read_files(files)
     root = script.parent.parent
-    return {path.relative_to(root).as_posix(): source_fingerprint(path) for path in files}
+    return {
+        Path(os.path.relpath(path, root)).as_posix(): source_fingerprint(path) for path in files
+    }
 
 
 def code_changes(recorded: dict[str, str], current: dict[str, str]) -> list[str]:

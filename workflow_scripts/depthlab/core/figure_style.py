@@ -148,6 +148,18 @@ def shared_norm(matrices, vmin: float | None = None):
     return Normalize(vmin=low, vmax=max(high, low + 1e-12))
 
 
+def plain_log_ticks(axis, ticks=None) -> None:
+    """Log-scaled axis labelled with plain numbers (2, 4, 8 ... not 2 x 10^0)."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    if ticks is not None:
+        axis.set_ticks(ticks)
+    formatter = ScalarFormatter()
+    formatter.set_scientific(False)
+    axis.set_major_formatter(formatter)
+    axis.set_minor_formatter(NullFormatter())
+
+
 def format_interval(value: float, interval: dict | None, digits: int = 3) -> str:
     """`0.347 [0.317, 0.371]` (or the value alone when there is no interval)."""
     text = f"{value:.{digits}g}"

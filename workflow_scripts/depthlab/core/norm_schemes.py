@@ -18,7 +18,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-MODELING_FILE = Path(__file__).resolve().parents[1] / "models" / "modeling_depthlab.py"
+# read from source, not imported (torch): declared with this module as its reader
+from depthlab.core.repo_files import MODELING_SOURCE as MODELING_FILE
+
 TABLE_NAME = "NORM_SCHEMES"
 
 
@@ -102,3 +104,43 @@ def check_architecture(architecture: dict, norm_scheme: str, where: str = "archi
             f"{where}.deepnorm_variant: has no effect for norm_scheme {norm_scheme} (only deepnorm)"
         )
     return post_layers
+
+
+# ============================================================================ sub-layer units
+# Declared here, not parsed from modeling_depthlab.py: which direct children of a depthlab
+# decoder layer (DepthlabDecoderLayer) serve only its attention or only its MLP sub-layer, by
+# the scheme's placement. Sub-layer pruning (depthlab.stages.pruning.sublayers) counts a unit's
+# parameters by these and, in a Post-LN layer, passes the stream through the unit's norm. A unit
+# is its branch and the norms that serve only it: the norm before the branch (Pre-LN), the norm
+# after it (Post-LN: N(s h + F(h))), both and the branch's output norm (Peri-LN). Every child
+# with parameters is in exactly one unit (tests/unit/stages/pruning/test_sublayers.py checks it
+# for every scheme against the built layers).
+_PRE_OR_POST_UNITS = {
+    "attn": {"branch": "self_attn", "norms": ("input_layernorm",)},
+    "mlp": {"branch": "mlp", "norms": ("post_attention_layernorm",)},
+}
+SUBLAYER_UNITS = {
+    "pre": _PRE_OR_POST_UNITS,
+    "post": _PRE_OR_POST_UNITS,
+    "mix": _PRE_OR_POST_UNITS,  # post for the first layers, pre after: the same modules
+    "peri": {
+        "attn": {"branch": "self_attn", "norms": ("input_layernorm", "attention_output_norm")},
+        "mlp": {"branch": "mlp", "norms": ("post_attention_layernorm", "mlp_output_norm")},
+    },
+}
+
+
+def sublayer_units(scheme: str) -> dict[str, dict]:
+    """{"attn": {"branch": module, "norms": (module, ...)}, "mlp": ...}: the layer children of
+    each sub-layer unit of `scheme` (SUBLAYER_UNITS by its placement). ValueError naming the
+    scheme when it is unknown or its placement declares no units."""
+    scheme_entry = schemes().get(scheme)
+    if scheme_entry is None:
+        raise ValueError(f"norm_scheme: unknown scheme '{scheme}' (known: {', '.join(names())})")
+    units = SUBLAYER_UNITS.get(scheme_entry.placement)
+    if units is None:
+        raise ValueError(
+            f"norm_scheme {scheme}: placement {scheme_entry.placement!r} declares no sub-layer "
+            f"units (depthlab.core.norm_schemes.SUBLAYER_UNITS)"
+        )
+    return units

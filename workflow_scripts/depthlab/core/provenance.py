@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from depthlab.core.atomic_files import write_json
+from depthlab.core.repo_files import PACKAGE_DIR, REPO_ROOT
 
 TRACKED_PACKAGES = (
     "torch",
@@ -52,7 +53,7 @@ def git_state(repo: str | os.PathLike | None = None) -> dict:
     """Commit and dirty flag of the checkout; untracked files that git does not ignore count as
     changes too (a new, uncommitted module can change results as much as an edited one).
     `repo`: the checkout this library lives in unless given."""
-    repo = Path(__file__).resolve().parents[3] if repo is None else repo
+    repo = REPO_ROOT if repo is None else repo
     commit = _git(repo, "rev-parse", "HEAD")
     status = _git(repo, "status", "--porcelain", "--untracked-files=all")
     if status is None:
@@ -238,6 +239,9 @@ class Provenance:
             "rule": _job.get("rule"),
             "command": _job.get("command"),
             "cwd": os.getcwd(),
+            # the depthlab this job ran: its script's checkout (python puts the script's folder
+            # first on sys.path), whichever checkout the venv installs
+            "library": str(PACKAGE_DIR),
             "git": git_state(),
             "config_source": _job.get("config_source"),
             "config": self.config,

@@ -306,7 +306,11 @@ def convert(spec: dict, log=print) -> dict:
         if path.parent != staging:  # transformers reads a folder: give it one with just the file
             os.symlink(path, staging / path.name)
             path = staging / path.name
-        loaded, tokenizer = load_gguf(path, name, "float32")
+        from depthlab.core.tracking import heartbeat
+
+        # transformers de-quantises tensor by tensor inside one call: a line every ~10 s
+        with heartbeat(f"{name}: de-quantising {path.name}", log):
+            loaded, tokenizer = load_gguf(path, name, "float32")
         model = plain_model(loaded)
         del loaded
         shutil.rmtree(staging)

@@ -31,8 +31,8 @@ import yaml
 
 from depthlab.core import norm_schemes
 from depthlab.core.model_types import ParameterLayout, parameter_layout
+from depthlab.core.repo_files import HUB_TABLE
 
-HUB_TABLE = Path(__file__).with_name("hub_architectures.yaml")
 # auto: bf16 on the GPUs the plan sizes for (depthlab.core.devices.resolve_dtype)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
 SAFETENSORS_DTYPES = {"F64": "float32", "F32": "float32", "BF16": "bfloat16", "F16": "float16"}

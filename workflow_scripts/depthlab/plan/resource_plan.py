@@ -1,8 +1,9 @@
 """Per-job resources derived from each job's model, and the cost plan of a config.
 
-Every job that loads a model (pretrain_model, analyse_model, lens_swaps, prune_model, skip_interventions,
-linear_maps, and the CPU jobs export_pruned and convert_gguf) is sized from its model's shape
-(depthlab.plan.model_shapes) and its spec's batch, sequence length and passes:
+Every job that loads a model (the families with a cost model in depthlab.plan.job_families:
+pretrain_model, analyse_model, prune_model, measure_twin, ..., and the CPU jobs export_pruned and
+convert_gguf) is sized from its model's shape (depthlab.plan.model_shapes) and its spec's batch,
+sequence length and passes:
 
   memory   weights (parameters x bytes of the job's dtype); pretraining's training state per
            process (weights, gradients, AdamW moments in the precision's dtypes, replicated by
@@ -43,46 +44,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from depthlab.core.errors import ConfigError
-from depthlab.plan.job_costs import (
-    Assumptions,
-    GiB,
-    MiB,
-    Phase,
-    Work,
-    analysis_work,
-    evaluate_work,
-    finetune_eval_work,
-    finetune_work,
-    heal_work,
-    host_copy_work,
-    lens_swaps_work,
-    linear_maps_work,
-    pretrain_work,
-    pruning_work,
-    skip_work,
-)
-from depthlab.plan.model_shapes import (
-    Shape,
-)
-
-# Rule (= job family) -> (its resources: stage, whether it runs on the stage's GPUs)
-MODEL_JOBS = {
-    "pretrain_model": ("pretrain", True),
-    "analyse_model": ("analysis", True),
-    "lens_swaps": ("analysis", True),
-    "prune_model": ("pruning", True),
-    "heal_pruned": ("pruning", True),
-    "evaluate_pruned": ("pruning", True),
-    "skip_interventions": ("depth_use", True),
-    "linear_maps": ("depth_use", True),
-    "export_pruned": ("pruning", False),
-    "convert_gguf": ("convert", False),
-    "finetune_model": ("finetune", True),
-    "evaluate_finetuned": ("finetune", True),
-}
-# GPU jobs whose resources are not model-derived (the toy models are tiny and launch-bound)
-STAGE_JOBS = {"train_toy": ("toy", True)}
-
+from depthlab.plan import job_families
+from depthlab.plan.job_costs import Assumptions, GiB, MiB, Phase, Work
+from depthlab.plan.job_families import JobInputs
+from depthlab.plan.model_shapes import Shape
 
 # --- the plan ----------------------------------------------------------------------------------
 
@@ -165,52 +130,18 @@ class _Planner:
         shape = self.shapes[name]
         return shape.weight_bytes() if shape.hub else 0
 
-    # the work of one job
+    # the work of one job: its family's cost model (depthlab.plan.job_families)
     def work(self, family: str, job: str, spec: dict, names: tuple[str, ...]) -> Work:
-        shapes = [self.shape(n) for n in names]
-        shape, name = shapes[0], names[0]
-        if family == "pretrain_model":
-            return pretrain_work(name, spec, shape)
-        if family == "analyse_model":
-            return analysis_work(name, spec, shape, self.download(name))
-        if family == "lens_swaps":
-            return lens_swaps_work(name, spec, shape, self.download(name))
-        pruning_works = {
-            "prune_model": pruning_work,
-            "heal_pruned": heal_work,
-            "evaluate_pruned": evaluate_work,
-        }
-        if family in pruning_works:
-            return pruning_works[family](
-                name, spec, shape, self.config["pruning"]["tasks"], self.download(name)
-            )
-        if family == "skip_interventions":
-            return skip_work(name, spec, shape, self.config["depth_use"], self.download(name))
-        if family == "linear_maps":
-            return linear_maps_work(names, spec, shapes, [self.download(n) for n in names])
-        if family == "export_pruned":
-            return host_copy_work(name, spec, shape, len(spec["export"]), self.download(name))
-        if family == "finetune_model":
-            return finetune_work(name, spec, shape)
-        if family == "evaluate_finetuned":
-            data = self.config["finetune"]["data"]
-            return finetune_eval_work(name, spec, shape, data.get("tasks"))
-        return host_copy_work(name, spec, shape, 1, 0)  # convert_gguf
-
-    @staticmethod
-    def model_names(family: str, job: str, spec: dict) -> tuple[str, ...]:
-        if family == "pretrain_model":
-            return (job,)
-        if family == "linear_maps":
-            return (spec["source_name"], spec["target_name"])
-        if family in ("finetune_model", "evaluate_finetuned"):
-            return (spec["parent_name"],)  # a fine-tuned model has its parent's shape
-        return (spec["model_name"],)
+        inputs = JobInputs(
+            spec, names, tuple(self.shape(n) for n in names),
+            tuple(self.download(n) for n in names), self.config,
+        )  # fmt: skip
+        return job_families.family(family).work(inputs)
 
     # one job's plan
     def plan_job(self, family: str, job: str, spec: dict, stage: str, gpu_rule: bool) -> JobPlan:
         stage_spec = self.config["resources"][stage]
-        names = self.model_names(family, job, spec)
+        names = job_families.family(family).models(job, spec)
         overrides = {}
         for name in names:  # a pair job takes the larger of its models' overrides
             for key, value in (self.resolved.model_resources.get(name) or {}).items():
@@ -242,8 +173,8 @@ class _Planner:
                 raise ConfigError(
                     f"{self.model_key(unknown)}.path: hub model "
                     f"'{self.resolved.models[unknown]['path']}' has no row in "
-                    f"depthlab/hub_architectures.yaml (its config.json values size its jobs): "
-                    f"add one, or give {self.model_key(unknown)}.resources"
+                    f"depthlab/plan/hub_architectures.yaml (its config.json values size its "
+                    f"jobs): add one, or give {self.model_key(unknown)}.resources"
                     f"{' (gpu, mem_mb, runtime)' if on_gpu else '.mem_mb'}"
                 )
         work = self.work(family, job, spec, names) if known else None
@@ -327,36 +258,6 @@ class _Planner:
             )
 
 
-def _estimate_toy_job(plan: JobPlan, spec: dict, assumptions: Assumptions | None) -> None:
-    """A train_toy job's FLOPs and, with a GPU stated, its wall time (depthlab.plan.toy_costs):
-    its request stays the stage's, the estimate says whether that request holds it."""
-    from depthlab.plan.toy_costs import toy_job_seconds
-
-    gpus = plan.request.get("gpu", 0)
-    rate = assumptions.flops_per_second("float32", "training") if assumptions is not None else 1.0
-    plan.flops, seconds = toy_job_seconds(spec["settings"], rate)
-    if assumptions is None or not gpus:
-        return
-    plan.wall_hours = assumptions.sizing["startup_minutes"] / 60 + seconds / 3600
-    plan.gpu_hours = gpus * plan.wall_hours
-    if plan.wall_hours * 60 > plan.request["runtime"]:
-        plan.notes.append(
-            f"estimated {plan.wall_hours:,.1f} h, over its time limit of "
-            f"{plan.request['runtime'] / 60:,.1f} h (resources.toy.runtime)"
-        )
-
-
-# What to change when a job's time limit exceeds cluster.max_runtime, by rule ({model}: the
-# model's key, models.<name>)
-RUNTIME_KEYS = {
-    "pretrain_model": "resources.pretrain.gpu (its DDP processes share the tokens)",
-    "prune_model": "pruning.lm_eval.per_set_jobs (its lm-eval as one job per removal set), "
-    "pruning.n_grid or pruning.val.windows",
-    "heal_pruned": "pruning.healing.steps (or healing.batch_size, seq_len)",
-    "evaluate_pruned": "pruning.lm_eval.harness_tasks",
-}
-
-
 def check_max_runtime(plan: ResourcePlan, config: dict, model_keys: dict) -> None:
     """Every job's time limit within cluster.max_runtime (hours): a ConfigError naming the first
     job above it and the keys that shorten it (the rule's settings, the model's resources, the
@@ -368,7 +269,9 @@ def check_max_runtime(plan: ResourcePlan, config: dict, model_keys: dict) -> Non
         hours = plan_job.request["runtime"] / 60
         if hours <= limit:
             continue
-        keys = [RUNTIME_KEYS.get(plan_job.family, f"resources.{plan_job.stage}.runtime")]
+        keys = [
+            job_families.family(plan_job.family).shorten or f"resources.{plan_job.stage}.runtime"
+        ]
         keys += [f"{model_keys[name]}.resources.runtime" for name in plan_job.models]
         raise ConfigError(
             f"cluster.max_runtime: job {plan_job.family}[{plan_job.job}] requests "
@@ -383,22 +286,22 @@ def plan_resources(resolved, shapes: dict[str, Shape | None]) -> ResourcePlan:
     (ConfigError naming the key of a request that cannot hold its job's weights)."""
     planner = _Planner(resolved, shapes)
     jobs, other = {}, Counter()
-    for family in resolved.families:
-        if family in MODEL_JOBS:
-            stage, gpu_rule = MODEL_JOBS[family]
-            for job, spec in resolved.jobs(family).items():
-                jobs[(family, job)] = planner.plan_job(family, job, spec, stage, gpu_rule)
-        elif family in STAGE_JOBS:
-            stage, gpu_rule = STAGE_JOBS[family]
+    for name in resolved.families:
+        declared = job_families.family(name)
+        stage, gpu_rule = declared.resources, declared.gpu
+        if declared.work is not None:
+            for job, spec in resolved.jobs(name).items():
+                jobs[(name, job)] = planner.plan_job(name, job, spec, stage, gpu_rule)
+        elif declared.estimate is not None:
             values = resolved.config["resources"][stage]
-            for job, spec in resolved.jobs(family).items():
+            for job, spec in resolved.jobs(name).items():
                 request = {"mem_mb": values["mem_mb"], "runtime": values["runtime"]}
                 if gpu_rule and values["gpu"] > 0:
                     request["gpu"] = values["gpu"]
-                jobs[(family, job)] = JobPlan(family, job, stage, (), None, request, "stage")
-                _estimate_toy_job(jobs[(family, job)], spec, planner.assumptions)
+                jobs[(name, job)] = JobPlan(name, job, stage, (), None, request, "stage")
+                declared.estimate(jobs[(name, job)], spec, planner.assumptions)
         else:
-            other[family] += len(resolved.jobs(family))
+            other[name] += len(resolved.jobs(name))
     plan = ResourcePlan(planner.assumptions, jobs, other)
     model_keys = {name: planner.model_key(name) for name in resolved.models}
     check_max_runtime(plan, resolved.config, model_keys)

@@ -43,3 +43,20 @@ def toy_job_seconds(settings: dict, flops_per_second: float) -> tuple[float, flo
         KERNELS_PER_FORWARD_LAYER * teacher_layers + KERNELS_PER_TRAINED_LAYER * sum(depths)
     )
     return flops, flops / flops_per_second + launches * LAUNCH_SECONDS
+
+
+def estimate_toy_job(plan, spec: dict, assumptions) -> None:
+    """A train_toy job's FLOPs and, with a GPU stated, its wall time (depthlab.plan.toy_costs):
+    its request stays the stage's, the estimate says whether that request holds it."""
+    gpus = plan.request.get("gpu", 0)
+    rate = assumptions.flops_per_second("float32", "training") if assumptions is not None else 1.0
+    plan.flops, seconds = toy_job_seconds(spec["settings"], rate)
+    if assumptions is None or not gpus:
+        return
+    plan.wall_hours = assumptions.sizing["startup_minutes"] / 60 + seconds / 3600
+    plan.gpu_hours = gpus * plan.wall_hours
+    if plan.wall_hours * 60 > plan.request["runtime"]:
+        plan.notes.append(
+            f"estimated {plan.wall_hours:,.1f} h, over its time limit of "
+            f"{plan.request['runtime'] / 60:,.1f} h (resources.toy.runtime)"
+        )

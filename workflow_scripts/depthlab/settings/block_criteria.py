@@ -1,6 +1,9 @@
 """The block-ranking criteria of the pruning stage, declared once each: what a criterion reads,
-the function that ranks the blocks (in depthlab.stages.pruning), the layers it never removes,
-its largest n, its calibration cost for the resource plan and its colour in the figures.
+the layers it never removes, its largest n, its calibration cost for the resource plan and its
+colour in the figures. The function that ranks its blocks is the stage's, in the stage's table
+{name: function} (depthlab.stages.pruning.criteria.RANKING_FUNCTIONS: this layer is below the
+stages and cannot import them; tests/unit/settings/test_block_criteria.py checks that both tables
+name the same criteria).
 
 The settings checks (`pruning.strategies`), the schema's enum (depthlab.config.load), the
 planner (depthlab.plan.job_costs), the stage (depthlab.stages.pruning.stage and .criteria),
@@ -54,7 +57,6 @@ def _sleb_path_sets(num_layers: int, n_values: Sequence[int]) -> int:
 class Criterion:
     name: str
     reads: str  # one of READS
-    rank: str  # "module:function" of its ranking function, depthlab.stages.pruning.*
     colour: str  # matplotlib colour of its lines in the pruning figures
     summary: str  # one line for prune_model.py's help
     protected: Callable[[int], tuple[int, ...]] | None = None  # L -> layers never removed
@@ -65,38 +67,35 @@ class Criterion:
     gradient_pass: bool = False
 
 
-_STAGE = "depthlab.stages.pruning.stage"
-_CRITERIA = "depthlab.stages.pruning.criteria"
-
 CRITERIA: dict[str, Criterion] = {
     c.name: c
     for c in (
-        Criterion("angular", "analysis", f"{_STAGE}:rank_angular", "tab:blue",
+        Criterion("angular", "analysis", "tab:blue",
                   "the contiguous block [l*, l*+n) of least angular distance (Gromov et al.)"),
-        Criterion("deepest", "analysis", f"{_STAGE}:rank_deepest", "tab:orange",
+        Criterion("deepest", "analysis", "tab:orange",
                   "the n deepest layers but the last (Gromov et al.'s baseline)"),
-        Criterion("greedy", "validation", f"{_STAGE}:rank_greedy", "tab:green",
+        Criterion("greedy", "validation", "tab:green",
                   "n times the layer whose removal raises the validation loss least"),
-        Criterion("block_influence", "analysis", f"{_STAGE}:rank_block_influence", "tab:red",
+        Criterion("block_influence", "analysis", "tab:red",
                   "the n layers of lowest Block Influence 1 - cos(x_l, x_l+1) (ShortGPT)"),
-        Criterion("ppl", "calibration", f"{_CRITERIA}:rank_ppl", "tab:purple",
+        Criterion("ppl", "calibration", "tab:purple",
                   "one shot: the n blocks whose single removal gives the lowest calibration "
                   "loss (Shortened LLaMA)", calibration_sets=_single_blocks),
-        Criterion("taylor", "calibration", f"{_CRITERIA}:rank_taylor", "tab:brown",
+        Criterion("taylor", "calibration", "tab:brown",
                   "the n blocks of lowest sum |w * G| (Shortened LLaMA's Taylor)",
                   gradient_pass=True),
-        Criterion("taylor_plus", "calibration", f"{_CRITERIA}:rank_taylor", "tab:pink",
+        Criterion("taylor_plus", "calibration", "tab:pink",
                   "taylor, the first 4 and last 2 blocks kept", protected=_plus_protected,
                   gradient_pass=True),
-        Criterion("magnitude", "weights", f"{_CRITERIA}:rank_magnitude", "tab:gray",
+        Criterion("magnitude", "weights", "tab:gray",
                   "the n blocks of lowest sum |w| (Shortened LLaMA)"),
-        Criterion("magnitude_plus", "weights", f"{_CRITERIA}:rank_magnitude", "tab:olive",
+        Criterion("magnitude_plus", "weights", "tab:olive",
                   "magnitude, the first 4 and last 2 blocks kept", protected=_plus_protected),
-        Criterion("sleb", "calibration", f"{_CRITERIA}:rank_sleb", "tab:cyan",
+        Criterion("sleb", "calibration", "tab:cyan",
                   "n times the block whose removal gives the lowest calibration loss, the "
                   "first and last kept, at most L/2 (SLEB)", protected=_ends_protected,
                   max_fraction=0.5, calibration_sets=_sleb_path_sets),
-        Criterion("random_blocks", "seed", f"{_CRITERIA}:rank_random", "black",
+        Criterion("random_blocks", "seed", "black",
                   "n blocks drawn at random from the job's seed, nested over n (a baseline)"),
     )
 }  # fmt: skip

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import copy
 import functools
-from pathlib import Path
 
 import yaml
 
-SCHEMA_PATH = Path(__file__).resolve().parents[3] / "config" / "schema.yaml"
+from depthlab.core.repo_files import SCHEMA as SCHEMA_PATH
 
 
 @functools.cache

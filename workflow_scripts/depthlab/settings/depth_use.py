@@ -7,7 +7,6 @@ only). Torch-free: the resolver runs these checks while the Snakefile plans the 
 
 from __future__ import annotations
 
-import math
 import numbers
 
 KINDS = ("layer", "attention", "mlp")
@@ -44,46 +43,13 @@ def check_layer_indices(layers, num_layers: int, where: str = "layers") -> None:
 def validate_intervention_settings(
     spec: dict, num_layers: int | None = None, where: str = "depth_use.skip"
 ) -> None:
-    """Config-time check of a skip-intervention settings dict (keys as SkipSettings, plus an
-    optional `depth_score_variant`); raises ValueError whose message starts with the key."""
-    variants = spec.get("variants")
-    if not isinstance(variants, (list, tuple)) or not variants:
-        raise ValueError(f"{where}.variants: a non-empty list of {', '.join(VARIANTS)}")
-    for name in variants:
-        parse_variant(name, f"{where}.variants")
-    if len(set(variants)) != len(variants):
-        twice = sorted({v for v in variants if list(variants).count(v) > 1})
-        raise ValueError(f"{where}.variants: listed more than once: {', '.join(twice)}")
-    for key, low in (
-        ("no_skip_front", 0),
-        ("future_positions", 1),
-        ("future_min_position", 1),
-        ("max_rows", 1),
-    ):
-        value = spec.get(key)
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-            raise ValueError(f"{where}.{key}: an integer >= {low} (got {value!r})")
+    """Config-time check of a skip-intervention settings dict (keys as SkipSettings) against a
+    model of `num_layers` layers (None: unknown, nothing to check): every skipped layer exists.
+    The variants' names, the intervention counts and the depth score's `_all` variant are the
+    schema's. Raises ValueError whose message starts with the key."""
     layers = spec.get("layers")
-    if layers is not None:
-        if not isinstance(layers, (list, tuple)) or not layers:
-            raise ValueError(f"{where}.layers: null (every layer) or a non-empty list of indices")
-        if num_layers is not None:
-            check_layer_indices(layers, num_layers, f"{where}.layers")
-        else:
-            for index in layers:
-                if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 0:
-                    raise ValueError(
-                        f"{where}.layers: layer index {index!r} is not an integer >= 0"
-                    )
-    score_variant = spec.get("depth_score_variant")
-    if score_variant is not None:
-        kind, scope = parse_variant(score_variant, f"{where}.depth_score_variant")
-        if scope != "all":
-            raise ValueError(
-                f"{where}.depth_score_variant: {score_variant!r} intervenes only "
-                f"before a sampled position; the depth score needs an '_all' "
-                f"variant (the effect at the answer positions)"
-            )
+    if layers is not None and num_layers is not None:
+        check_layer_indices(layers, num_layers, f"{where}.layers")
 
 
 # --------------------------------------------------------------------------- linear maps
@@ -91,10 +57,8 @@ def validate_intervention_settings(
 
 def validate_linear_map_settings(spec: dict, where: str = "depth_use.linear_maps") -> None:
     """Config-time check of what the schema cannot say about the linear-map settings (it owns
-    every type, range and enum): finite ridge strengths and fractions that leave documents to
-    fit on. ValueError naming the key."""
-    if not all(math.isfinite(a) for a in spec["alphas"]):
-        raise ValueError(f"{where}.alphas: ridge strengths must be finite")
+    every type, range and enum; the loader refuses a number that is not finite): fractions that
+    leave documents to fit on. ValueError naming the key."""
     if spec["val_fraction"] + spec["test_fraction"] >= 1:
         raise ValueError(
             f"{where}.test_fraction: val_fraction + test_fraction must leave documents to fit on"

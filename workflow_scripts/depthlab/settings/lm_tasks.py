@@ -1,13 +1,11 @@
 """The LM task set's settings (`pruning.tasks`, `finetune.tasks` and the lm-eval task names
 that score on it): the task kinds the stage builds, their lm-eval names, and the checks the
 schema cannot make. Torch- and numpy-free: the resolver runs them while the Snakefile plans the
-DAG; the task builder and evaluator (depthlab.stages.pruning.lm_tasks) read the same names."""
+DAG; the task builder and evaluator (depthlab.stages.lm_tasks) read the same names."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from depthlab.core.errors import check_names
 
 TASK_KINDS = ("word_order", "continuation")
 TASK_PREFIX = "depthlab_"
@@ -20,26 +18,21 @@ def task_name(kind: str) -> str:
 
 
 def validate_task_settings(settings: dict, where: str = "pruning.tasks") -> None:
-    """Config-time check of the task-building settings; raises ValueError naming the key."""
-    kinds = settings.get("kinds")
-    check_names(kinds, TASK_KINDS, f"{where}.kinds", "task")
-    examples = settings.get("examples")
+    """Config-time check of what the schema cannot say about the task-building settings (it
+    owns the kinds' names and every count's range): a count of examples and of words for each
+    kind built, and words enough for word_order; raises ValueError naming the key."""
+    kinds = settings["kinds"]
+    examples = settings["examples"]
     for kind in kinds:
-        value = examples.get(kind) if isinstance(examples, dict) else examples
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if isinstance(examples, dict) and kind not in examples:
             raise ValueError(
-                f"{where}.examples: an integer >= 1 (or one per task kind) for "
-                f"'{kind}' (got {value!r})"
+                f"{where}.examples: no count for '{kind}' (one number for every kind, or one "
+                f"per task kind of {where}.kinds)"
             )
-    for key in ("context_tokens", "max_per_document"):
-        value = settings.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{where}.{key}: must be an integer >= 1 (got {value!r})")
     words = settings.get("words") or {}
     for kind in kinds:
-        value = words.get(kind)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{where}.words.{kind}: must be an integer >= 1 (got {value!r})")
+        if kind not in words:
+            raise ValueError(f"{where}.words.{kind}: required for each task of {where}.kinds")
     if "word_order" in kinds and words["word_order"] < 3:
         raise ValueError(f"{where}.words.word_order: at least 3 words give four orders")
 

@@ -1,8 +1,10 @@
 """The pruning stage's settings (`pruning:` and each prune_model spec): the one rule for a
 block-size grid, the checks the schema cannot make (every grid against the model's depth, the
-greedy cap, the criteria's calibration windows and largest n, validation windows, re-encoding
-caps, lm-eval, healing's choice of sets, speed, the sub-layer search, the auto-depth choices) and
-the re-encoding caps' defaults (read from config/schema.yaml). The criteria themselves are
+greedy cap against the grids, the criteria's calibration windows and largest n, scored positions
+against the window, healing's and speed's choice of sets, the sub-layer search against the depth,
+the export's strategies and metrics, and the settings a per_model override must complete) and the
+re-encoding caps' defaults (read from config/schema.yaml). Every value's type, range and enum is
+the schema's: a spec is built from a validated config. The criteria themselves are
 declared in depthlab.settings.block_criteria. Healing's training settings are checked by
 depthlab.settings.training.validate_healing_settings, which the resolver calls beside
 validate_pruning_settings.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from depthlab.core.errors import PruningError, check_names
+from depthlab.core.errors import PruningError
 
 # The strategies, which read calibration windows, their protected layers and largest n: the
 # criteria registry (re-exported for the checks below and their callers).
@@ -60,13 +62,9 @@ NO_HEALING = {"enabled": False}
 
 
 def _check_grid(values, num_layers: int, key: str) -> None:
-    if values is None:
-        return
-    if not isinstance(values, (list, tuple)) or not values:
-        raise PruningError(f"{key}: a non-empty list of block sizes, or null for 1..L-1")
-    for n in values:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise PruningError(f"{key}: block size {n!r} must be an integer >= 1")
+    """Every block size of a grid (null: every n) below the model's depth (the schema: a
+    non-empty list of integers >= 1)."""
+    for n in values or ():
         if n >= num_layers:
             raise PruningError(
                 f"{key}: block size {n} >= the model's {num_layers} layers "
@@ -74,25 +72,25 @@ def _check_grid(values, num_layers: int, key: str) -> None:
             )
 
 
-def _positive_ints(section: dict, keys: Sequence[str], where: str) -> None:
+def _present(section: dict, keys: Sequence[str], where: str) -> None:
+    """The keys a section enabled by a per_model override (or given there alone) must still
+    set: the schema requires them of pruning.<section>, where that section is whole, but cannot
+    see the merge of the stage's section with a model's override."""
     for key in keys:
-        value = section.get(key)  # a missing optional key is reported like a bad value
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PruningError(f"{where}.{key}: must be an integer >= 1 (got {value!r})")
+        if section.get(key) is None:
+            raise PruningError(
+                f"{where}.{key}: missing (set it in {where} or in the model's per_model override)"
+            )
 
 
 def check_loss_tokens(
     val: dict, key: str = "pruning.val.loss_tokens", seq_len_key: str = "pruning.val.seq_len"
 ) -> None:
-    """val.loss_tokens (absent or null: every position scored) is an integer in 1..val.seq_len;
-    `key` and `seq_len_key` name the keys that set them (a per_model override's where one
-    applies)."""
+    """val.loss_tokens (absent or null: every position scored; the schema: an integer >= 1) is
+    at most val.seq_len; `key` and `seq_len_key` name the keys that set them (a per_model
+    override's where one applies)."""
     loss_tokens = val.get("loss_tokens")
-    if loss_tokens is None:
-        return
-    if not isinstance(loss_tokens, int) or isinstance(loss_tokens, bool) or loss_tokens < 1:
-        raise PruningError(f"{key}: an integer >= 1 or null (got {loss_tokens!r})")
-    if loss_tokens > val["seq_len"]:
+    if loss_tokens is not None and loss_tokens > val["seq_len"]:
         raise PruningError(
             f"{key}: {loss_tokens} scored positions per window exceed the window's "
             f"{val['seq_len']} target positions ({seq_len_key})"
@@ -100,14 +98,12 @@ def check_loss_tokens(
 
 
 def _check_greedy_cap(settings: dict, num_layers: int, where: str) -> None:
-    """pruning.greedy_max_n: an integer >= 1 (a cap above the grid's largest n changes
-    nothing), only with the greedy strategy; healing and speed must not name a greedy set
-    beyond it (lm-eval's grid applies to every strategy: greedy is scored where it has a set)."""
+    """pruning.greedy_max_n (a cap above the grid's largest n changes nothing) only with the
+    greedy strategy; healing and speed must not name a greedy set beyond it (lm-eval's grid
+    applies to every strategy: greedy is scored where it has a set)."""
     cap = settings.get("greedy_max_n")
     if cap is None:
         return
-    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
-        raise PruningError(f"{where}.greedy_max_n: an integer >= 1 or null (got {cap!r})")
     if "greedy" not in settings["strategies"]:
         raise PruningError(
             f"{where}.greedy_max_n: has no effect without greedy in {where}.strategies"
@@ -138,29 +134,18 @@ def _check_greedy_cap(settings: dict, num_layers: int, where: str) -> None:
 def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pruning") -> None:
     """Config-time check of a pruning section (the settings part of a prune_model spec, schema
     defaults applied) against a model of `num_layers` layers; raises ValueError naming the key.
-    Checks the strategies, every block-size grid (1 <= n < L), the greedy cap, validation
-    windows and their scored positions, the re-encoding caps, lm-eval, healing and speed keys
-    (the choices made on the measurements: validate_auto_depth_settings; the training settings
-    of healing: depthlab.settings.training.validate_healing_settings)."""
+    Checks every block-size grid against L, the greedy cap, the scored positions against the
+    window, healing's strategies and speed's settings (the choices made on the measurements:
+    validate_auto_depth_settings; the training settings of healing:
+    depthlab.settings.training.validate_healing_settings)."""
     if num_layers < 2:
         raise PruningError(f"{where}: a model of {num_layers} layer(s) has no layer to remove")
     strategies = settings["strategies"]
-    check_names(strategies, STRATEGIES, f"{where}.strategies", "strategy", PruningError)
     _check_grid(settings["n_grid"], num_layers, f"{where}.n_grid")
-    _positive_ints(settings["val"], ("windows", "seq_len", "batch_size"), f"{where}.val")
     check_loss_tokens(settings["val"], f"{where}.val.loss_tokens", f"{where}.val.seq_len")
-    caps = tuple(retokenize_caps(None))
-    for key, value in (settings.get("retokenize") or {}).items():  # absent: a pretrain model
-        if key not in caps:
-            raise PruningError(f"{where}.retokenize.{key}: unknown key (known: {', '.join(caps)})")
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 1
-        ):
-            raise PruningError(f"{where}.retokenize.{key}: an integer >= 1 or null (got {value!r})")
     lm_eval = settings["lm_eval"]
     if lm_eval["enabled"]:
         _check_grid(lm_eval["n_grid"], num_layers, f"{where}.lm_eval.n_grid")
-        _positive_ints(lm_eval, ("batch_size",), f"{where}.lm_eval")
     healing = settings.get("healing", NO_HEALING)
     if healing["enabled"]:
         for strategy in healing.get("strategies") or []:
@@ -178,9 +163,7 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
                 f"{where}.strategies"
             )
         _check_grid(speed.get("n_grid"), num_layers, f"{where}.speed.n_grid")
-        _positive_ints(
-            speed, ("batch_size", "prompt_length", "new_tokens", "repeats"), f"{where}.speed"
-        )
+        _present(speed, ("batch_size", "prompt_length", "new_tokens", "repeats"), f"{where}.speed")
     _check_greedy_cap(settings, num_layers, where)
     check_criteria_settings(settings, num_layers, where)
     check_sublayer_settings(settings.get("sublayer"), num_layers, f"{where}.sublayer")
@@ -188,7 +171,7 @@ def validate_pruning_settings(settings: dict, num_layers: int, where: str = "pru
 
 def check_criteria_settings(settings: dict, num_layers: int, where: str = "pruning") -> None:
     """The block-ranking criteria's settings: pruning.calibration ({windows, seq_len,
-    batch_size}, integers >= 1) is required by the criteria that read it (CALIBRATED_STRATEGIES);
+    batch_size}) is required by the criteria that read it (CALIBRATED_STRATEGIES);
     healing and speed must not name a criterion at an n it has no set for (strategy_max_n)."""
     calibrated = [s for s in settings["strategies"] if s in CALIBRATED_STRATEGIES]
     calibration = settings.get("calibration")
@@ -199,9 +182,7 @@ def check_criteria_settings(settings: dict, num_layers: int, where: str = "pruni
             f"{{windows, seq_len, batch_size}})"
         )
     if calibration is not None:
-        _positive_ints(calibration, ("windows", "seq_len", "batch_size"), f"{where}.calibration")
-        if calibration["seq_len"] < 2:
-            raise PruningError(f"{where}.calibration.seq_len: must be >= 2")
+        _present(calibration, ("windows", "seq_len", "batch_size"), f"{where}.calibration")
     pruned = set(grid(settings["n_grid"], num_layers, f"{where}.n_grid"))
     healing, speed = settings.get("healing", NO_HEALING), settings["speed"]
     uses = []
@@ -232,21 +213,16 @@ def check_criteria_settings(settings: dict, num_layers: int, where: str = "pruni
 
 def check_sublayer_settings(sublayer, num_layers: int, where: str = "pruning.sublayer") -> None:
     """pruning.sublayer (absent or null: no sub-layer search): {enabled, max_units}, max_units
-    an integer in 1..2L-1 when enabled (each layer has an attention and an MLP unit; one unit
-    stays)."""
+    at most 2L-1 when enabled (each layer has an attention and an MLP unit; one unit stays).
+    Both keys are checked present: a per_model override may give one where the stage has no
+    sublayer section."""
     if sublayer is None:
         return
-    if not isinstance(sublayer, dict):
-        raise PruningError(f"{where}: a mapping {{enabled, max_units}} (got {sublayer!r})")
-    unknown = sorted(set(sublayer) - {"enabled", "max_units"})
-    if unknown:
-        raise PruningError(f"{where}.{unknown[0]}: unknown key (known: enabled, max_units)")
-    if not isinstance(sublayer.get("enabled"), bool):
-        raise PruningError(f"{where}.enabled: true or false (got {sublayer.get('enabled')!r})")
+    _present(sublayer, ("enabled",), where)
     if not sublayer["enabled"]:
         return
     units = sublayer.get("max_units")
-    if not isinstance(units, int) or isinstance(units, bool) or not 1 <= units < 2 * num_layers:
+    if units is None or units >= 2 * num_layers:
         raise PruningError(
             f"{where}.max_units: an integer in 1..{2 * num_layers - 1} for a model of "
             f"{num_layers} layers ({2 * num_layers} attention and MLP units, one kept; "
@@ -255,18 +231,10 @@ def check_sublayer_settings(sublayer, num_layers: int, where: str = "pruning.sub
 
 
 def validate_auto_depth_settings(settings: dict, where: str = "pruning") -> None:
-    """Config-time check of the choices a pruning section makes on its measurements: the
-    auto-depth tolerances, lm_eval.metric (of mean_acc and task tolerances) and every export
-    item (a measured strategy, a metric with a tolerance); raises ValueError naming the key."""
-    if settings["lm_eval"]["metric"] not in ("acc", "acc_norm", "score"):
-        raise PruningError(
-            f"{where}.lm_eval.metric: acc, acc_norm or score "
-            f"(got {settings['lm_eval']['metric']!r})"
-        )
+    """Config-time check of the choices a pruning section makes on its measurements: every
+    export item a measured strategy and a metric with an auto-depth tolerance; raises
+    ValueError naming the key."""
     tolerances = settings["auto_depth"].get("tolerances", {})
-    for metric, tolerance in tolerances.items():
-        if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or tolerance < 0:
-            raise PruningError(f"{where}.auto_depth.tolerances.{metric}: must be a number >= 0")
     for index, item in enumerate(settings["export"]):
         if item["strategy"] not in settings["strategies"]:
             raise PruningError(

@@ -8,7 +8,9 @@ its warmup + cosine or constant schedule, weight decay) and the one `from_dict`,
 name the offending key under the run's config section. `RunSettings` adds what a resumable run
 with a train log sets (AdamW betas, clipping, evaluation, log and checkpoint intervals,
 precision): pretraining and fine-tuning. `HealSettings` adds healing's adapters and memory
-settings, and healing's config-time checks live beside it.
+settings, and healing's config-time checks live beside it. Every type, range and enum of these
+settings (the schedules, the methods, rank >= 1, 0 <= dropout < 1, ...) is config/schema.yaml's:
+a spec is built from a validated config, so the code here checks only what the schema cannot.
 
 No torch or numpy here: the Snakefile checks every heal job's settings on each invocation
 (validate_healing_settings, called by the pruning resolver), and the stages import the same
@@ -18,13 +20,10 @@ classes.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import MISSING, dataclass, field, fields
 from typing import ClassVar
 
 from depthlab.core.errors import ConfigError, PruningError
-
-SCHEDULES = ("cosine", "constant")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,24 +46,16 @@ class TrainingSettings:
 
     @classmethod
     def from_dict(cls, values: dict, where: str | None = None):
-        """The settings of a config section's `values` (keys that are not settings are left
-        to the schema); `where` (default: the class's section) prefixes the errors, one line
-        each, naming the key: a missing setting, an unknown schedule."""
+        """The settings of a config section's `values` (keys that are not settings, and every
+        value's type and range, are the schema's); `where` (default: the class's section)
+        prefixes the error, one line, naming a missing setting: a section the schema does not
+        require whole (pruning.healing, required only when enabled, merged with a model's
+        per_model override) may lack one."""
         where = where or cls.section
         missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in values]
         if missing:
             raise cls.error(f"{where}.{missing[0]}: missing {cls.noun} setting")
-        settings = cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
-        if settings.schedule not in SCHEDULES:
-            raise cls.error(
-                f"{where}.schedule: unknown schedule '{settings.schedule}' "
-                f"(known: {', '.join(SCHEDULES)})"
-            )
-        settings.check(where)
-        return settings
-
-    def check(self, where: str) -> None:
-        """A family's own checks of its values (error naming the key); none by default."""
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
     @property
     def tokens_per_step(self) -> int:
@@ -139,9 +130,8 @@ class RunSettings(TrainingSettings):
 # --------------------------------------------------------------------------- healing
 
 
-METHODS = ("lora", "qlora", "full")
-# the methods that train LoRA adapters (rank, alpha, dropout, target_modules); `full` is
-# continued pretraining: every weight of the pruned model trained, no adapters
+# the methods (config/schema.yaml: lora, qlora, full) that train LoRA adapters (rank, alpha,
+# dropout, target_modules); `full` is continued pretraining: every weight trained, no adapters
 ADAPTER_METHODS = ("lora", "qlora")
 # the keys of pruning.healing that choose the heal jobs rather than set one job's training
 JOB_CHOICE_KEYS = ("strategies", "n_grid", "methods", "full_lr")
@@ -169,12 +159,6 @@ class HealSettings(TrainingSettings):
 
     def __post_init__(self):
         object.__setattr__(self, "target_modules", tuple(self.target_modules))
-
-    def check(self, where: str) -> None:
-        if self.method not in METHODS:
-            raise PruningError(
-                f"{where}.method: unknown method '{self.method}' (known: {', '.join(METHODS)})"
-            )
 
     # The training loop's settings for healing: every step's loss comes to the host and is
     # logged (the record's first and last losses, the per-step scalars), no gradient clipping,
@@ -206,57 +190,15 @@ def method_settings(healing: dict, method: str) -> dict:
     return values
 
 
-def _check_methods(values: dict, where: str) -> None:
-    methods = values.get("methods")
-    if methods is not None:
-        if not isinstance(methods, list | tuple) or not methods:
-            raise PruningError(
-                f"{where}.methods: a non-empty list of {', '.join(METHODS)} (got {methods!r})"
-            )
-        for method in methods:
-            if method not in METHODS:
-                raise PruningError(
-                    f"{where}.methods: unknown method {method!r} (known: {', '.join(METHODS)})"
-                )
-        if len(set(methods)) != len(methods):
-            raise PruningError(f"{where}.methods: {list(methods)} names a method twice")
-    full_lr = values.get("full_lr")
-    if full_lr is not None and not (
-        isinstance(full_lr, numbers.Real) and not isinstance(full_lr, bool) and full_lr > 0
-    ):
-        raise PruningError(f"{where}.full_lr: must be > 0 (got {full_lr!r})")
-
-
 def validate_healing_settings(values: dict, where: str = "pruning.healing") -> None:
-    """Config-time check (ValueError naming the key) of every method's settings (methods,
-    absent: [method]); QLoRA needs bitsandbytes installed."""
-    _check_methods(values, where)
+    """Config-time check (ValueError naming the key) of what the schema cannot see in the
+    healing section a model's jobs get (pruning.healing merged with its per_model override):
+    every method's settings present (methods, absent: [method]) and, for QLoRA, bitsandbytes
+    installed."""
     for method in healing_methods(values):
-        _check_method_settings(method_settings(values, method), where)
+        settings = HealSettings.from_dict(method_settings(values, method), where)
+        if settings.method == "qlora":
+            import importlib.util
 
-
-def _check_method_settings(values: dict, where: str) -> None:
-    settings = HealSettings.from_dict(values, where)
-    for key in ("rank", "steps", "batch_size", "seq_len"):
-        value = getattr(settings, key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PruningError(f"{where}.{key}: must be an integer >= 1 (got {value!r})")
-    for key in ("alpha", "lr"):
-        if not getattr(settings, key) > 0:
-            raise PruningError(f"{where}.{key}: must be > 0 (got {getattr(settings, key)!r})")
-    if not 0 <= settings.dropout < 1:
-        raise PruningError(f"{where}.dropout: must be in [0, 1) (got {settings.dropout!r})")
-    if not 0 <= settings.min_lr_ratio <= 1:
-        raise PruningError(f"{where}.min_lr_ratio: must be in [0, 1]")
-    if not isinstance(settings.warmup_steps, int) or settings.warmup_steps < 0:
-        raise PruningError(f"{where}.warmup_steps: must be an integer >= 0")
-    if settings.method == "qlora":
-        import importlib.util
-
-        if importlib.util.find_spec("bitsandbytes") is None:
-            raise PruningError(f"{where}.method: qlora needs the bitsandbytes package")
-    if not settings.target_modules:
-        raise PruningError(f"{where}.target_modules: name at least one module")
-    micro = settings.micro_batch_size
-    if micro is not None and (not isinstance(micro, int) or isinstance(micro, bool) or micro < 1):
-        raise PruningError(f"{where}.micro_batch_size: must be an integer >= 1 (got {micro!r})")
+            if importlib.util.find_spec("bitsandbytes") is None:
+                raise PruningError(f"{where}.method: qlora needs the bitsandbytes package")

@@ -74,11 +74,11 @@ def text_batches(
     max_documents: int | None = None,
     keep=None,
 ):
-    """Padded token batches (depthlab.stages.analysis.residual_stream.iter_token_batches) of the spec's text set
+    """Padded token batches (depthlab.stages.residual_stream.iter_token_batches) of the spec's text set
     (spec keys texts, text_field, batch_size, add_special_tokens). max_documents: only the first
     documents are read (None: all); keep(text): which of them are used."""
     from depthlab.data.prepare import iter_texts
-    from depthlab.stages.analysis.residual_stream import iter_token_batches
+    from depthlab.stages.residual_stream import iter_token_batches
 
     documents = iter_texts(spec["texts"], spec["text_field"])
     if max_documents is not None:

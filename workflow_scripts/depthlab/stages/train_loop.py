@@ -2,7 +2,9 @@
 (depthlab.stages.finetune.finetuning) and healing (depthlab.stages.pruning.healing) share, each
 with settings of one family (depthlab.settings.training): step iteration, gradient
 clipping, the AdamW and schedule steps, the train log and its TensorBoard / W&B scalars,
-periodic evaluation, the resumable state and the run record.
+periodic evaluation, the resumable state and the run record; and the parts of a step the three
+share (the batch of a step, the language-model loss, AdamW, the schedule, the precision and the
+attention a run trains in), so that no stage imports another's.
 
 A run subclasses TrainingLoop with what differs: the loss of a step's batch (`train_loss`, which
 also runs the backward pass), the held-out loss (`validate`) and what to do with it
@@ -36,13 +38,16 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
 
 from depthlab.core.atomic_files import atomic_path, write_dataframe
+from depthlab.core.devices import native_bf16
 from depthlab.core.errors import CheckpointError
 from depthlab.core.tracking import Progress, Tracker
-from depthlab.settings.training import StepSet
+from depthlab.settings.training import RunSettings, StepSet, lr_multiplier
 
 LOG_COLUMNS = ["step", "tokens", "split", "loss", "lr", "wall_s"]
 STATE_KEYS = (
@@ -55,6 +60,79 @@ STATE_KEYS = (
     "log_rows",
     "wall_s",
 )  # and a loop's `extra_rows` (pretraining: "layer_rows"), "processes", "total_wall_s"
+
+
+# ---------------------------------------------------------------------------------------------
+# The parts of a step that pretraining, fine-tuning and healing share: the batch of a step, the
+# loss, AdamW, the schedule, the precision and the attention a run trains in
+
+
+IGNORE = -100  # padding in a truncate_pad batch: never a target (cross_entropy's ignore_index)
+
+
+def train_batch(
+    tokens: np.ndarray, step: int, seed: int, batch_size: int, seq_len: int
+) -> torch.Tensor:
+    """The global batch of `step`: (batch_size, seq_len + 1) random windows of the train split."""
+    rng = np.random.default_rng([seed, step])
+    starts = rng.integers(0, len(tokens) - seq_len - 1, size=batch_size)
+    return torch.from_numpy(
+        np.stack([tokens[s : s + seq_len + 1] for s in starts]).astype(np.int64)
+    )
+
+
+def effective_precision(precision: str, device: torch.device | str) -> str:
+    """The precision a run trains in: `auto` resolved on this machine (bf16 where the device
+    multiplies bf16 natively, else fp32); any other value as declared."""
+    if precision != "auto":
+        return precision
+    return "bf16" if native_bf16(torch.device(device)) else "fp32"
+
+
+def training_attention(precision: str, device: torch.device) -> str | None:
+    """The attention implementation to train with (None: the model's default, SDPA): eager for
+    bf16 precisions on a CPU (depthlab.stages.pretrain.training's docstring says why), else None."""
+    if precision in ("bf16", "pure_bf16") and device.type == "cpu":
+        return "eager"
+    return None
+
+
+def language_model_loss(model, window: torch.Tensor, autocast_dtype) -> torch.Tensor:
+    """Mean next-token cross-entropy over the targets that are not IGNORE (padding)."""
+    # Padding sits after each document's end, so with causal attention the id standing in for
+    # it (0) never reaches a real position.
+    inputs, targets = window[:, :-1].clamp(min=0), window[:, 1:]
+    with torch.autocast(
+        device_type=inputs.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
+    ):
+        logits = model(input_ids=inputs).logits
+    return F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE
+    )
+
+
+def make_optimizer(model, settings: RunSettings) -> torch.optim.AdamW:
+    """AdamW; the fused kernel where the weights are on CUDA (one launch for all parameters),
+    the default elsewhere (a CPU run's numbers stay those of earlier runs)."""
+    # Norm gains and other 1-D parameters are not decayed (standard for LLaMA-style training).
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    on_cuda = all(p.device.type == "cuda" for p in model.parameters())
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": settings.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=settings.lr,
+        betas=(settings.beta1, settings.beta2),
+        eps=1e-8,
+        fused=True if on_cuda else None,
+    )
+
+
+def make_scheduler(optimizer, settings) -> torch.optim.lr_scheduler.LambdaLR:
+    """Warmup + cosine (lr_multiplier) of `settings`' steps, warmup_steps and min_lr_ratio."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_multiplier(step, settings))
 
 
 def run_fingerprint(model_decl: dict, seed: int, data_meta: dict, world_size: int) -> str:

@@ -302,7 +302,7 @@ def test_analysed_tokens_are_the_training_encoding_without_the_eos_template(tmp_
     stream, not with the tokenizer's appended </s>; its last real token is the text's last."""
     from depthlab.data.prepare import iter_texts, load_tokens, prepare_corpus, read_meta
     from depthlab.models.architectures import load_tokenizer
-    from depthlab.stages.analysis.residual_stream import iter_token_batches
+    from depthlab.stages.residual_stream import iter_token_batches
 
     lines = [
         f"document {i}: layer {i % 7} of the residual stream grows {i % 3} times"

@@ -410,7 +410,7 @@ def expected_pairs(text, source_tokenizer, target_tokenizer, max_length, skip_fi
 
 
 def test_word_end_pairs_of_two_real_tokenizers_equal_their_decoded_prefixes():
-    from depthlab.stages.analysis.residual_stream import document_ids
+    from depthlab.stages.residual_stream import document_ids
 
     byte_level, metaspace = two_tokenizers()
     assert byte_level.get_vocab() != metaspace.get_vocab()

@@ -251,7 +251,7 @@ def test_evaluation_scores_the_finetuned_weights(tmp_path, data_dir):
     from depthlab.data.prepare import iter_jsonl_texts
     from depthlab.stages.finetune.scores import FINETUNED, PRETRAINED, gain_table
     from depthlab.stages.finetune.stage import evaluate_before_after
-    from depthlab.stages.pruning.lm_tasks import build_examples, write_task_folder
+    from depthlab.stages.lm_tasks import build_examples, write_task_folder
 
     tokenizer = AutoTokenizer.from_pretrained(data_dir / "tokenizer")
     tasks = build_examples(

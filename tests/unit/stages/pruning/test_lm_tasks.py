@@ -22,17 +22,17 @@ from depthlab.data.prepare import hf_tokenizer, train_bpe
 from depthlab.models.architectures import adapt
 from depthlab.models.decoders import build_model, make_config, save_checkpoint
 from depthlab.stages.analysis.measures import analyse
-from depthlab.stages.analysis.residual_stream import iter_token_batches
-from depthlab.stages.pretrain.training import language_model_loss, train_batch
-from depthlab.stages.pruning.layer_removal import export_pruned, prune_copy
-from depthlab.stages.pruning.lm_tasks import (
+from depthlab.stages.lm_tasks import (
     CHOICES,
-    TaskEvaluator,
     TaskFileError,
     build_examples,
     check_task_folder,
     write_task_folder,
 )
+from depthlab.stages.pruning.layer_removal import export_pruned, prune_copy
+from depthlab.stages.pruning.pruned_tasks import TaskEvaluator
+from depthlab.stages.residual_stream import iter_token_batches
+from depthlab.stages.train_loop import language_model_loss, train_batch
 
 torch.set_num_threads(1)
 WORDS = {"word_order": 5, "continuation": 1}
@@ -349,7 +349,7 @@ def test_missing_task_file_and_bad_settings_are_named(run, tmp_path):
 
 
 def test_results_rows_read_lm_eval_metrics():
-    from depthlab.stages.pruning.lm_tasks import results_rows
+    from depthlab.stages.lm_tasks import results_rows
 
     results = {
         "results": {

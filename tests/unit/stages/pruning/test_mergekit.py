@@ -31,7 +31,16 @@ from depthlab.stages.pruning.strategies import export_choices
 from requirements_helpers import require_pinned
 from test_lm_tasks import train_tiny
 from test_pruning import make, markov_tokens, skip_reference
-from tiny_models import FFN, HEADS, HIDDEN, POSITIONS, VOCAB, causal_lm, random_batch
+from tiny_models import (
+    DEPTHLAB_SCHEMES,
+    FFN,
+    HEADS,
+    HIDDEN,
+    POSITIONS,
+    VOCAB,
+    causal_lm,
+    random_batch,
+)
 
 require_pinned("mergekit")  # skipped without it, failed under CI=true
 torch.set_num_threads(1)
@@ -207,7 +216,7 @@ def test_gemma3_layer_types_are_not_expressible(tmp_path):
     assert not (tmp_path / "mergekit.yaml").exists()
 
 
-@pytest.mark.parametrize("scheme", ["post_ln", "mix_ln", "deepnorm", "lns"])
+@pytest.mark.parametrize("scheme", DEPTHLAB_SCHEMES)
 def test_depthlab_architectures_say_why_and_write_no_config(scheme, tmp_path):
     """An original mergekit cannot read (depthlab_llama): no mergekit.yaml, the reason recorded
     in pruning.json; the export itself is still written."""

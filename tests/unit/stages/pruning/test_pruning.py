@@ -20,9 +20,6 @@ import transformers as tf
 import yaml
 from depthlab.core.errors import PruningError
 from depthlab.models.architectures import adapt
-from depthlab.settings.pruning import (
-    validate_pruning_settings,
-)
 from depthlab.stages.pruning.layer_removal import (
     config_updates,
     export_pruned,
@@ -49,20 +46,19 @@ from depthlab.stages.pruning.strategies import (
 )
 from depthlab.stages.pruning.tables import removed_label
 from script_runs import run_stage_script
-from tiny_models import VOCAB, build, causal_lm, llama, random_batch
+from tiny_models import DEPTHLAB_SCHEMES, VOCAB, build, causal_lm, llama, random_batch
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[4]
 SCRIPTS = REPO / "workflow_scripts"
+# the hub layouts and every norm scheme of the registry
 FAMILIES = (
     "llama",
     "qwen2_sliding",
     "gpt2",
     "opt",
     "gpt_neox",
-    "depthlab_lns",
-    "depthlab_mix_ln",
-    "depthlab_deepnorm",
+    *(f"depthlab_{scheme}" for scheme in DEPTHLAB_SCHEMES),
 )
 
 
@@ -626,8 +622,9 @@ def test_resolver_hands_the_kind_and_the_caps_to_models_not_pretrained_here(test
     config["pruning"]["retokenize"] = {"val_tokens": 0}
     with pytest.raises(ConfigError, match=r"^pruning\.retokenize\.val_tokens: 0 is less than"):
         resolve(config)
-    with pytest.raises(ValueError, match=r"pruning\.retokenize\.val_token: unknown key"):
-        validate_pruning_settings({**jobs["hub_lm"], "retokenize": {"val_token": 5}}, 4)
+    config["pruning"]["retokenize"] = {"val_token": 5}
+    with pytest.raises(ConfigError, match=r"^pruning\.retokenize: unknown key .*'val_token'"):
+        resolve(config)
 
 
 def test_per_model_overrides_and_the_new_keys_reach_their_jobs_only(test_config):
@@ -780,7 +777,7 @@ def _per_set_lm_eval_equals_lm_eval_in_the_job(spec, gather_spec, out, tmp_path)
 
 def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
     from depthlab.stages.analysis.measures import analyse
-    from depthlab.stages.analysis.residual_stream import iter_token_batches
+    from depthlab.stages.residual_stream import iter_token_batches
     from test_lm_tasks import make_run, run_prune_spec
 
     run = make_run(tmp_path, train_steps=40)

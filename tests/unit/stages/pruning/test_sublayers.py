@@ -1,15 +1,17 @@
 """Sub-layer pruning: removing both units of a layer equals removing the layer (pruned_view) in
-every family; removing one unit equals the layer computed by hand without that branch; the
-search's first two steps equal a brute force over units removed by module replacement and scored
-with full logits; unit parameter counts equal direct counts by parameter name; bad settings
-rejected naming the key."""
+every family; removing one unit equals the layer computed by hand without that branch (in every
+norm scheme of the registry, Peri-LN's output norms included, and the search's candidate losses
+with it); the search's first two steps equal a brute force over units removed by module
+replacement and scored with full logits; unit parameter counts equal direct counts by parameter
+name; bad settings rejected naming the key."""
 
 import copy
 
 import pytest
 import torch
 import torch.nn.functional as F
-from depthlab.core.errors import ConfigError, PruningError
+from depthlab.core import norm_schemes
+from depthlab.core.errors import ConfigError, PruningError, UnsupportedModelError
 from depthlab.models.architectures import adapt
 from depthlab.settings.pruning import check_sublayer_settings, validate_pruning_settings
 from depthlab.stages.pruning.layer_removal import pruned_view
@@ -28,7 +30,9 @@ from test_pruning import FAMILIES, make, markov_tokens
 from tiny_models import random_batch
 
 torch.set_num_threads(1)
+# every norm scheme of the registry (test_pruning.FAMILIES holds them) and the hub layouts
 ALL_FAMILIES = (*FAMILIES, "gemma3_softcap", "olmo2", "opt_post_ln", "gpt_neox_sequential")
+SCHEMES = norm_schemes.names()
 
 
 def logits(model, ids):
@@ -79,9 +83,7 @@ HAND_WITHOUT_ATTENTION = {
         h + m.post_feedforward_layernorm(m.mlp(m.pre_feedforward_layernorm(h)))
     ),
     "gpt2": lambda m, h: h + m.mlp(m.ln_2(h)),
-    # Post-LN with DeepNorm's alpha: N2(alpha h + mlp(h)) once the attention sub-block is gone
-    "depthlab_deepnorm": lambda m, h: m.post_attention_layernorm(m.residual_scale * h + m.mlp(h)),
-}
+}  # depthlab's schemes: hand_depthlab_layer below
 
 
 @pytest.mark.parametrize("family", sorted(HAND_WITHOUT_ATTENTION))
@@ -90,8 +92,6 @@ def test_removing_attention_equals_the_layer_by_hand(family):
     ids = random_batch([10, 10], seed=4)["input_ids"]
     full = logits(model, ids)
     layer = 1
-    if family == "depthlab_deepnorm":
-        assert adapt(model).post_ln_layers[layer]
     handle = _replace_layer_output(model, layer, HAND_WITHOUT_ATTENTION[family])
     try:
         reference = logits(model, ids)
@@ -101,6 +101,125 @@ def test_removing_attention_equals_the_layer_by_hand(family):
     with removed_sublayers(model, [(layer, "attn")]):
         removed = logits(model, ids)
     torch.testing.assert_close(removed, reference, rtol=1e-5, atol=1e-5)
+
+
+def hand_depthlab_layer(m, h, kwargs, skip=None):
+    """A depthlab decoder layer `m` on `h`, written out from its modules with the formulas of
+    depthlab.models.modeling_depthlab's docstring, its `skip` sub-layer ("attn", "mlp") left
+    out: the stream passes that sub-layer unchanged (a Post-LN layer's norm after it included)."""
+    assert m.placement in ("pre", "post", "peri"), f"no hand-written layer for {m.placement}"
+    attention_kwargs = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+
+    def attention(x):
+        return m.self_attn(hidden_states=x, **attention_kwargs)[0]
+
+    if m.placement == "post":  # N(s h + F(h)); DeepNorm's s = alpha
+        s = m.residual_scale
+        if skip != "attn":
+            h = m.input_layernorm(s * h + attention(h))
+        if skip != "mlp":
+            h = m.post_attention_layernorm(s * h + m.mlp(h))
+        return h
+    scale = m.norm_output_scale  # LNS: 1/sqrt(l), else 1
+    if skip != "attn":
+        update = attention(m.input_layernorm(h) * scale)
+        if m.placement == "peri":
+            update = m.attention_output_norm(update)
+        h = h + update
+    if skip != "mlp":
+        update = m.mlp(m.post_attention_layernorm(h) * scale)
+        if m.placement == "peri":
+            update = m.mlp_output_norm(update)
+        h = h + update
+    return h
+
+
+def _hand_logits(model, layer, skip, ids):
+    """Logits with decoder layer `layer` replaced by hand_depthlab_layer (sublayers.py unused)."""
+    block = adapt(model).layers[layer]
+
+    def hook(module, args, kwargs, output):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        new = hand_depthlab_layer(module, hidden, kwargs, skip)
+        return (new, *output[1:]) if isinstance(output, tuple) else new
+
+    handle = block.register_forward_hook(hook, with_kwargs=True)
+    try:
+        return logits(model, ids)
+    finally:
+        handle.remove()
+
+
+def _mean_loss(out, targets) -> float:
+    return float(F.cross_entropy(out.reshape(-1, out.shape[-1]), targets.reshape(-1)))
+
+
+# a depthlab layer's attention unit by parameter name prefix (the rest of the layer is the MLP's):
+# the attention, the norm before it (Post-LN: after it) and Peri-LN's norm of its output
+DEPTHLAB_ATTENTION_PREFIXES = ("self_attn.", "input_layernorm.", "attention_output_norm.")
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_removing_one_sublayer_equals_the_layer_by_hand_in_every_scheme(scheme):
+    """Every scheme of the registry: removing the attention (resp. MLP) unit of each layer gives
+    the logits of the layer written by hand without that sub-layer; one search step's candidate
+    losses (shared prefix) are those logits' losses, and its removed parameters a direct count."""
+    model = make(f"depthlab_{scheme}")
+    adapter = adapt(model)
+    window = torch.as_tensor(markov_tokens(200, seed=2)[:36], dtype=torch.long).reshape(2, 18)
+    ids, targets = window[:, :-1], window[:, 1:]
+    full = logits(model, ids)
+    # the hand-written layer is the model's own: nothing skipped, the full logits
+    torch.testing.assert_close(_hand_logits(model, 1, None, ids), full, rtol=1e-5, atol=1e-5)
+    if scheme == "mix_ln":  # both placements of mix_ln are exercised
+        assert adapter.post_ln_layers[0] and not adapter.post_ln_layers[-1]
+    hand_losses = {}
+    for layer in range(adapter.num_layers):
+        for kind in ("attn", "mlp"):
+            reference = _hand_logits(model, layer, kind, ids)
+            assert not torch.allclose(reference, full, atol=1e-4)  # the sub-layer matters
+            with removed_sublayers(model, [(layer, kind)]):
+                removed = logits(model, ids)
+            torch.testing.assert_close(removed, reference, rtol=1e-5, atol=1e-5)
+            hand_losses[(layer, kind)] = _mean_loss(reference, targets)
+    torch.testing.assert_close(logits(model, ids), full, rtol=0, atol=0)  # the hooks are gone
+    (step,) = sublayer_path(model, [window], 1)
+    assert set(step["candidates"]) == set(hand_losses)
+    for unit, loss in step["candidates"].items():
+        assert loss == pytest.approx(hand_losses[unit], rel=1e-5)
+    block = adapter.layers[step["layer"]]
+    expected = sum(
+        p.numel()
+        for name, p in block.named_parameters()
+        if name.startswith(DEPTHLAB_ATTENTION_PREFIXES) == (step["kind"] == "attn")
+    )
+    assert step["removed_params"] == expected
+
+
+def test_a_saved_peri_ln_checkpoint_is_pruned_like_the_model_it_saved(tmp_path):
+    """The stage loads models from their folders: a Peri-LN checkpoint (custom code) loads with
+    its scheme, so its units and their removal are the in-memory model's."""
+    from depthlab.models.decoders import save_checkpoint
+    from depthlab.models.loading import load_model
+
+    model = make("depthlab_peri_ln")
+    save_checkpoint(model, None, tmp_path)
+    loaded = load_model(str(tmp_path)).eval()
+    ids = random_batch([10, 10], seed=5)["input_ids"]
+    units = [(0, "mlp"), (2, "attn")]
+    with removed_sublayers(model, units):
+        expected = logits(model, ids)
+    with removed_sublayers(loaded, units):
+        torch.testing.assert_close(logits(loaded, ids), expected, rtol=1e-5, atol=1e-5)
+    for layer, kind in units:
+        assert unit_params(loaded, layer, kind) == unit_params(model, layer, kind)
+
+
+def test_a_placement_without_declared_units_is_refused_naming_it(monkeypatch):
+    model = make("depthlab_peri_ln")
+    monkeypatch.delitem(norm_schemes.SUBLAYER_UNITS, "peri")
+    with pytest.raises(UnsupportedModelError, match=r"peri_ln: placement 'peri' declares no sub"):
+        unit_params(model, 0, "attn")
 
 
 class _ZeroAttention(torch.nn.Module):
@@ -230,9 +349,7 @@ def test_ties_go_to_the_smallest_unit():
 ATTENTION_PREFIXES = {
     "llama": ("self_attn.", "input_layernorm."),
     "qwen2_sliding": ("self_attn.", "input_layernorm."),
-    "depthlab_lns": ("self_attn.", "input_layernorm."),
-    "depthlab_mix_ln": ("self_attn.", "input_layernorm."),
-    "depthlab_deepnorm": ("self_attn.", "input_layernorm."),
+    **{f"depthlab_{scheme}": DEPTHLAB_ATTENTION_PREFIXES for scheme in SCHEMES},
     "gpt2": ("attn.", "ln_1."),
     "opt": ("self_attn.", "self_attn_layer_norm."),
     "opt_post_ln": ("self_attn.", "self_attn_layer_norm."),
@@ -271,8 +388,8 @@ def test_bad_settings_are_refused_naming_the_key(test_config):
         validate_pruning_settings({**spec, "sublayer": {"enabled": True, "max_units": 8}}, 4)
     with pytest.raises(ValueError, match=r"^pruning\.sublayer\.max_units"):
         check_sublayer_settings({"enabled": True}, 4)
-    with pytest.raises(ValueError, match=r"^pruning\.sublayer\.steps: unknown key"):
-        check_sublayer_settings({"enabled": True, "max_units": 2, "steps": 1}, 4)
+    with pytest.raises(ValueError, match=r"^pruning\.sublayer\.enabled: missing"):
+        check_sublayer_settings({"max_units": 2}, 4)  # a per_model override's alone
     with pytest.raises(PruningError, match=r"sub-layer steps 9"):
         sublayer_path(make("llama"), [], 9, loss_of=lambda units: 0.0)
     config = copy.deepcopy(test_config)

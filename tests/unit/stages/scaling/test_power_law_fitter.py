@@ -5,8 +5,8 @@ by groups and held-out validation with caller-given units."""
 import numpy as np
 import pandas as pd
 import pytest
-from depthlab.stages.scaling import power_law_fitter
-from depthlab.stages.scaling.power_law_fitter import FitSettings, Law
+from depthlab.stages import power_law_fitter
+from depthlab.stages.power_law_fitter import FitSettings, Law
 
 # A two-term law in made-up variables: L = p/u^a + q/v^b + F.
 TWO_TERMS = Law("two_terms", "L = p/u^a + q/v^b + F", ("u", "v"), ("p", "q"), ("a", "b"), "F")

@@ -14,6 +14,7 @@ import yaml
 from depthlab.config import ConfigError, load_config, merge_fit_spec, resolve
 from depthlab.data.pretrain_runs import non_embedding_params
 from depthlab.settings.defaults import default
+from depthlab.stages.power_law_fitter import FitSettings, resample_indices
 from depthlab.stages.scaling.fits import (
     architecture_ids,
     bootstrap,
@@ -25,7 +26,6 @@ from depthlab.stages.scaling.fits import (
     load_points,
     run_fit,
 )
-from depthlab.stages.scaling.power_law_fitter import FitSettings, resample_indices
 
 ROOT = Path(__file__).resolve().parents[4]
 SCRIPTS = ROOT / "workflow_scripts"

@@ -12,6 +12,7 @@ from depthlab.config.models import (
 from depthlab.config.resolved import Resolved
 from depthlab.config.stages.depth_use import seeded_pairs
 from depthlab.config.stages.finetune import finetune_claim_inputs
+from depthlab.config.stages.twins import add_twin_jobs, twin_sources
 from depthlab.settings.defaults import default
 
 
@@ -36,6 +37,7 @@ def resolve_claims(resolved: Resolved) -> None:
         )
     ):
         return
+    sources["initial"] = add_twin_jobs(resolved, sources["initial"])
     spec = _claims_spec(resolved, sources)
     resolved.add(
         "make_claims",
@@ -106,7 +108,7 @@ def _claim_sources(resolved: Resolved) -> dict:
         "cod_pairs": cod_pairs,
         "schemes": schemes,
         "post_ln": _post_ln_models(resolved, text_set, schemes),
-        "initial": _initial_twins(resolved, text_set, cod_pairs, schemes, pruned),
+        "initial": twin_sources(resolved, text_set, cod_pairs, schemes, pruned),
         "analysed": analysed,
         "pretrained": pretrained,
         "pruned": pruned,
@@ -208,83 +210,6 @@ def _post_ln_models(resolved: Resolved, text_set: str | None, schemes: list) -> 
                 "trained": False,
             }
     return found
-
-
-def _initial_twins(
-    resolved: Resolved, text_set: str | None, cod_pairs: list, schemes: list, pruned: dict
-) -> dict:
-    """{model: what its untrained twin is measured on} for every model trained here on the corpus
-    that a claim compares with its initialisation: the analyse_model job's text set (its spec)
-    and, for a pruned model, the prune_model job's validation windows with the block sizes of
-    the claims' range (n = 1 .. L // 2). Not a job: make_claims builds and measures the twins
-    (depthlab.claims.initial), a forward pass each."""
-    members = [m for pair in cod_pairs for m in pair[1] + pair[3]]
-    members += [m for _, group, _ in schemes for m in group]
-    members += [m for m in pruned if resolved.models[m]["kind"] == "pretrain"]
-    skips = {
-        m: spec
-        for m, spec in resolved.jobs("skip_interventions").items()
-        if spec["problems"] and "layer_future" in spec["variants"]
-        and resolved.models[m]["kind"] == "pretrain"
-    }  # fmt: skip
-    members += list(skips)
-    analyses, prunes = resolved.jobs("analyse_model"), resolved.jobs("prune_model")
-    lens_jobs = {m: spec for m, spec in resolved.jobs("lens_swaps").items()
-                 if resolved.models[m]["kind"] == "pretrain"}  # fmt: skip
-    members += list(lens_jobs)
-    default_val = (resolved.config.get("pruning") or {}).get("val")
-    keys = ("texts", "text_field", "batch_size", "add_special_tokens", "max_samples")
-    twins = {}
-    for m in dict.fromkeys(members):
-        if resolved.models[m]["kind"] != "pretrain":
-            continue
-        if m in skips and m not in corpus_models(resolved):  # trained on the problems
-            twins[m] = {
-                "model": resolved.paths.model(m),
-                "data": data_folder(resolved, m),
-                "analysis": None,
-                "val": None,
-                "skip": {
-                    k: skips[m][k]
-                    for k in ("texts", "text_field", "batch_size", "add_special_tokens",
-                              "max_samples", "max_length", "layers", "no_skip_front",
-                              "future_positions", "future_min_position", "max_rows", "seed")
-                },
-            }  # fmt: skip
-            continue
-        if m not in corpus_models(resolved):
-            continue
-        job = analyses.get(f"{text_set}/{m}")
-        layers = resolved.models[m]["architecture"]["num_layers"]
-        twins[m] = {
-            "model": resolved.paths.model(m),
-            "data": data_folder(resolved, m),
-            "analysis": (
-                {**{k: job[k] for k in keys}, "max_length": job["max_length"],
-                 "max_tokens": job["max_tokens"]}
-                if job
-                else None
-            ),
-            # a model not pruned is scored on the pruning stage's default windows (its full
-            # loss only: cod_val_loss, cod_lns_best)
-            "val": (
-                {k: (prunes[m]["val"] if m in prunes else default_val)[k]
-                 for k in ("windows", "seq_len", "batch_size")}
-                if m in prunes or default_val
-                else None
-            ),
-            "removals": m in prunes,
-            "n_values": list(range(1, layers // 2 + 1)) if m in prunes else [],
-            **({"lens_swaps": _lens_job(lens_jobs[m])} if m in lens_jobs else {}),
-        }  # fmt: skip
-    return twins
-
-
-def _lens_job(job: dict) -> dict:
-    """What the untrained twin's lens and swaps read of the trained model's lens_swaps job."""
-    keys = ("train_data", "text_sets", "text_field", "max_samples", "max_length", "batch_size",
-            "stride", "tuned_lens", "add_special_tokens", "seed")  # fmt: skip
-    return {k: job[k] for k in keys}
 
 
 def _healing_runs(resolved: Resolved) -> dict:
@@ -411,6 +336,7 @@ def _claims_inputs(resolved: Resolved, spec: dict, sources: dict) -> dict:
         + list(sources["maps"].values())
         + list(sources["finetune"].get("scores", {}).values())
         + list(dict.fromkeys(spec["out"] for spec in resolved.jobs("lens_swaps").values()))
+        + list(sources["initial"].values())
     )
     files = [fit["fit"] for fit in sources["fits"].values()] + ([toy["out_json"]] if toy else [])
     return {"folders": folders, "files": files}

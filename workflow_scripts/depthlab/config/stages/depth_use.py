@@ -95,12 +95,28 @@ def _add_skip_interventions(
     """One skip_interventions job per skipped or depth-scored model; returns their folders."""
     from depthlab.settings.depth_use import validate_intervention_settings
 
-    skip, score = depth_use["skip"], depth_use["depth_score"]
-    skip_models = declared_models(resolved, skip["models"], "depth_use.skip.models")
-    score_models = declared_models(resolved, score["models"], "depth_use.depth_score.models")
+    # a sub-section set to null is off (docs/configs.md, "Switching things off")
+    skip, score = depth_use.get("skip") or {}, depth_use.get("depth_score") or {}
+    skip_models = declared_models(resolved, skip.get("models", []), "depth_use.skip.models")
+    score_models = declared_models(
+        resolved, score.get("models", []), "depth_use.depth_score.models"
+    )
     if score_models and not has_problems:
         raise ConfigError(
             "depth_use.depth_score.models: a depth score needs problems (depth_use.problems)"
+        )
+    if score_models and not skip:
+        raise ConfigError(
+            "depth_use.skip: off, but the depth score's jobs take its settings (max_length, "
+            "variants, ...); give depth_use.skip with `models: []` to score without text skips, "
+            "or switch the depth score off too (depth_use.depth_score: null)"
+        )
+    unlisted = [name for name in score_models if name not in skip_models]
+    if unlisted and isinstance(skip.get("models"), list):
+        resolved.notes.append(
+            f"depth_use.skip.models: the depth score keeps a skip_interventions job (with "
+            f"depth_use.skip's settings) for {', '.join(unlisted)}, which "
+            f"depth_use.depth_score.models names"
         )
     overrides = ModelOverrides(
         resolved,
@@ -120,7 +136,7 @@ def _add_skip_interventions(
         settings = {**{k: skip[k] for k in SKIP_SETTINGS}, **overrides.of(name)}
         library_check(
             validate_intervention_settings,
-            {**settings, "depth_score_variant": score["variant"]},
+            {**settings, "depth_score_variant": score.get("variant")},
             model_layers(resolved, name, key),
             "depth_use.skip",
             model=name,
@@ -174,7 +190,7 @@ def _add_skip_job(
     folder."""
     paths, config = resolved.paths, resolved.config
     depth_use = config["depth_use"]
-    skip, score = depth_use["skip"], depth_use["depth_score"]
+    skip, score = depth_use["skip"], depth_use.get("depth_score") or {}
     texts = text_set_texts(
         resolved, skip["text_set"], base_dir, "depth_use.skip.text_set", model=name
     )
@@ -197,9 +213,9 @@ def _add_skip_job(
             # only when chosen, so a config without depth_score.families keeps its specs
             **({"problem_families": families[name]} if families.get(name) else {}),
             "add_special_tokens": reads_special_tokens(model),
-            "depth_score_variant": score["variant"],
-            "prepend_bos": score["prepend_bos"],
-            "bootstrap": score["bootstrap"],
+            "depth_score_variant": score.get("variant"),
+            "prepend_bos": score.get("prepend_bos"),
+            "bootstrap": score.get("bootstrap"),
             "dtype": model.get("dtype", depth_use["dtype"]),
             "device": depth_use["device"],
         },
@@ -217,7 +233,9 @@ def _add_linear_maps(resolved: Resolved, depth_use: dict, base_dir: Path) -> lis
     """One linear_maps job per (seeded) pair; returns their folders."""
     from depthlab.settings.depth_use import validate_linear_map_settings
 
-    maps = depth_use["linear_maps"]
+    maps = depth_use.get("linear_maps")
+    if not maps:  # off
+        return []
     library_check(validate_linear_map_settings, maps, "depth_use.linear_maps")
     map_folders = []
     # absent: the paper's position-by-position pairing, which needs one tokenizer

@@ -1,5 +1,7 @@
 """The tuned lens and the layer swaps (`lens_swaps`): one job per model, its lens trained on the
-train split of the data it reads, evaluated with its swaps on analysis text sets."""
+train split of the data it reads, evaluated with its swaps on analysis text sets; and one
+`plot_lens_swaps` job per model that draws its figure from those tables (a redraw trains no
+lens)."""
 
 from __future__ import annotations
 
@@ -89,13 +91,25 @@ def resolve_lens_swaps(resolved: Resolved, base_dir: Path) -> None:
                 "seed": model.get("seed", resolved.config["seed"]),
                 "device": section["device"],
                 "out": out,
-                "figure": figure,
             },
-            outputs=[out, figure],
+            outputs=[out],
             wildcards={"model": name},
             inputs={
                 "model": resolved.model_inputs(name),
                 "data": [train_data],
                 "texts": sorted({t["input"] for t in text_sets.values() if t["input"]}),
             },
+        )
+        resolved.add(
+            "plot_lens_swaps",
+            name,
+            {
+                "model_name": name,
+                "lens_swaps": out,
+                "text_sets": list(text_sets),
+                "figure": figure,
+            },
+            outputs=[figure],
+            wildcards={"model": name},
+            inputs={"lens_swaps": [out]},
         )

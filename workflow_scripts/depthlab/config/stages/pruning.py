@@ -44,6 +44,11 @@ def resolve_pruning(resolved: Resolved, base_dir: Path) -> None:
         return
     _check_pruning_section(resolved.config, pruning)
     names = declared_models(resolved, pruning["models"], "pruning.models")
+    if names and not resolved.config.get("analysis"):  # its block choice reads the analysis
+        raise ConfigError(
+            "pruning: the angular block choice reads the analysis of each pruned model, but "
+            "analysis is off; switch pruning off too (pruning: null)"
+        )
     _add_lm_tasks(resolved, pruning["tasks"])
     shared = _shared_settings(pruning)
     overrides = ModelOverrides(
@@ -156,7 +161,7 @@ def _check_pruned_model(
         check_positions(
             resolved,
             name,
-            settings["calibration"]["seq_len"],
+            settings["calibration"].get("seq_len", 0),  # absent: named by the settings check
             overrides.key(name, "calibration", "seq_len"),
         )
     if settings["healing"]["enabled"]:

@@ -1,1 +1,1 @@
-"""Analysis: the streamed residual-stream pass, its per-layer measures, the job and its figures."""
+"""Analysis: the per-layer measures of the streamed residual-stream pass (depthlab.stages.residual_stream), the job and its figures."""

@@ -145,7 +145,7 @@ class AnalysisResult:
 
 
 class ResidualStreamStatistics:
-    """Streaming consumer of depthlab.stages.analysis.residual_stream: accumulates every measure batch by batch.
+    """Streaming consumer of depthlab.stages.residual_stream: accumulates every measure batch by batch.
 
     readout: h -> logits (adapter.logits) to enable the logit lens, None to skip it;
     logit_lens_stride: the lens reads every k-th real token of the pass (1: all of them).
@@ -384,7 +384,7 @@ def analyse(
     logit_lens_stride: int = 1,
 ) -> AnalysisResult:
     """One streamed pass of `adapter`'s model over `batches`: every measure of this module."""
-    from depthlab.stages.analysis.residual_stream import stream_residuals
+    from depthlab.stages.residual_stream import stream_residuals
 
     readout = adapter.logits if (logit_lens and adapter.has_lm_head) else None
     statistics = ResidualStreamStatistics(

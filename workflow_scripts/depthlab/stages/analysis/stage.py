@@ -38,6 +38,12 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     batches = text_batches(
         spec, tokenizer, max_length, max_samples=spec["max_samples"], max_tokens=spec["max_tokens"]
     )
+    if spec["max_samples"]:  # a long pass says how far it is (its batch count: at most this)
+        from depthlab.core.tracking import ProgressLog, counted
+
+        total = -(-spec["max_samples"] // spec["batch_size"])
+        what = f"[{spec['model_name']}] analysis pass"
+        batches = counted(batches, ProgressLog(what, total, log, unit="batches (at most)"))
     start = time.perf_counter()
     result = analyse(
         adapter,

@@ -20,8 +20,9 @@ and the output effect is ||p - p'||_2, p = softmax(lm_head(norm(h_L))). Both are
 max and by mean over the measured positions of all prompts. Layers l < s are untouched (their
 effect is exactly 0 and is not computed); l = s is the intervened layer itself.
 
-Batched evaluation: one clean forward pass per batch of prompts captures every layer's input
-and the keyword arguments the backbone passes to it (mask, rotary embeddings, ...). The
+Batched evaluation: one clean forward pass per batch of prompts
+(depthlab.stages.residual_stream.clean_pass) captures every layer's input and the keyword
+arguments the backbone passes to it (mask, rotary embeddings, ...). The
 interventions then replay the decoder layers directly from the clean state h_s, so layers before
 the skipped one are never recomputed; and all (variant, skipped layer, prompt[, t]) rows of a
 batch are stacked into one "staircase": at layer l the rows whose skipped layer is l join the
@@ -42,7 +43,6 @@ the row bookkeeping would cross a module boundary at every layer.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -57,7 +57,7 @@ from depthlab.settings.depth_use import (
     parse_variant,
     validate_intervention_settings,
 )
-from depthlab.stages.analysis.residual_stream import position_ids_from_mask
+from depthlab.stages.residual_stream import clean_pass
 
 DENOMINATOR_EPS = 1e-6  # as the reference code: ||Delta_l|| clamped at 1e-6
 LOGIT_CHUNK_ELEMENTS = 1 << 22  # tokens x vocab per output-effect chunk
@@ -191,72 +191,6 @@ class _Accumulator:
         self.per_prompt = per_prompt
         self.prompt_sum: dict[str, list[np.ndarray]] = {v: [] for v in variants}
         self.prompt_count: list[np.ndarray] = []
-
-
-# ---------------------------------------------------------------------------------------------
-# Clean pass: every layer's input and call arguments
-
-
-class _LayerCall:
-    """How the backbone called one decoder layer: hidden states in args[0] or as a keyword."""
-
-    def __init__(self, args, kwargs):
-        if args:
-            self.hidden = args[0]
-            self.args, self.kwargs, self.keyword = tuple(args[1:]), dict(kwargs), False
-        else:
-            self.hidden = kwargs["hidden_states"]
-            rest = dict(kwargs)
-            rest.pop("hidden_states")
-            self.args, self.kwargs, self.keyword = (), rest, True
-
-    def run(self, layer, hidden, expand):
-        """The layer's output on `hidden`'s device (a sharded layer computes on its own)."""
-        args = tuple(expand(a) for a in self.args)
-        kwargs = {k: expand(v) for k, v in self.kwargs.items()}
-        if self.keyword:
-            return first_output(layer(*args, hidden_states=hidden, **kwargs)).to(hidden.device)
-        return first_output(layer(hidden, *args, **kwargs)).to(hidden.device)
-
-
-def _backbone_kwargs(adapter: ModelAdapter, input_ids, attention_mask) -> dict:
-    parameters = inspect.signature(adapter.backbone.forward).parameters
-    kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if "use_cache" in parameters:
-        kwargs["use_cache"] = False
-    if "position_ids" in parameters:
-        kwargs["position_ids"] = position_ids_from_mask(attention_mask)
-    return kwargs
-
-
-def clean_pass(adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-    """(states h_0..h_L, per-layer calls) of one batch, from hooks on the backbone's forward;
-    the states on the device of `input_ids`."""
-    calls: list[_LayerCall | None] = [None] * adapter.num_layers
-    final = {}
-    handles = []
-    for index, layer in enumerate(adapter.layers):
-
-        def pre(module, args, kwargs, index=index):
-            calls[index] = _LayerCall(args, kwargs)
-
-        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
-    handles.append(
-        adapter.layers[-1].register_forward_hook(
-            lambda module, args, output: final.__setitem__("h", first_output(output))
-        )
-    )
-    try:
-        adapter.backbone(**_backbone_kwargs(adapter, input_ids, attention_mask))
-    finally:
-        for handle in handles:
-            handle.remove()
-    if any(call is None for call in calls) or "h" not in final:
-        raise RuntimeError("the forward pass did not run every decoder layer")
-    states = [call.hidden.to(input_ids.device) for call in calls] + [
-        final["h"].to(input_ids.device)
-    ]
-    return states, calls
 
 
 def _expander(batch: int, index: torch.Tensor):

@@ -23,7 +23,7 @@ mean relative error ||y_hat - y|| / ||y|| over held-out test tokens.
 Memory: the accumulators of one block of target layers at a time (fit and validation Sxy per
 pair, d_a x d_b float64 each; fit and validation Sxx and the eigenvectors per source layer) are
 kept within `max_memory_mb`; with more target layers than fit, the tokens are streamed once per
-block. Data is never stored. Only each model's backbone runs (depthlab.stages.analysis.residual_stream): no LM
+block. Data is never stored. Only each model's backbone runs (depthlab.stages.residual_stream): no LM
 head, so a large vocabulary (Gemma-3's 262k tokens) costs no logits.
 
 Which token states are paired (`alignment`):
@@ -332,7 +332,7 @@ def selected_tokens(attention_mask: torch.Tensor, skip_first: int) -> torch.Tens
 
 def states_at(adapter, batch: dict, index: torch.Tensor) -> list:
     """The states h_0..h_L of one padded batch at flat (row * width + column) indices."""
-    from depthlab.stages.analysis.residual_stream import stream_residuals
+    from depthlab.stages.residual_stream import stream_residuals
 
     capture = _StateCapture(adapter.num_layers)
     capture.index = index.to(adapter.input_device)
@@ -396,7 +396,7 @@ def word_end_pairs(
 
 def encode_with_offsets(tokenizer, text: str, add_special_tokens: bool, where: str = "tokenizer"):
     """(ids, character offsets) of the whole of `text` (no length limit), with or without the
-    tokenizer's template; the ids are those depthlab.stages.analysis.residual_stream.document_ids gives. Needs a
+    tokenizer's template; the ids are those depthlab.stages.residual_stream.document_ids gives. Needs a
     fast tokenizer (offsets); ValueError naming `where` otherwise."""
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(

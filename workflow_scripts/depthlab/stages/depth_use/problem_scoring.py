@@ -55,7 +55,7 @@ def _greedy_tokens(
     """`steps` greedily generated tokens per row: right padding with explicit position ids, one
     full forward per token (no cache; any model whose forward takes input_ids, attention_mask
     and position_ids)."""
-    from depthlab.stages.analysis.residual_stream import position_ids_from_mask
+    from depthlab.stages.residual_stream import position_ids_from_mask
 
     sequences = [list(s) for s in sequences]
     generated = [[] for _ in sequences]
@@ -253,12 +253,14 @@ def depth_score_tables(
     prepend_bos: bool,
     bootstrap: dict,
     seed: int,
+    log=None,
 ) -> dict:
     """Per-level accuracy, depth score with a bootstrap interval per (family, level), and the
     per-problem output effect of skipping each layer at the answer positions (Csordas et al.:
     depth score = sum_l l e_l / sum_l e_l). `settings` are the skip settings; only `variant`
     (an _all variant) is run. Returns {accuracy, depth_score, problem_effects} frames, and
-    `completions` (the greedy solutions of boxed-graded problems) when there are any."""
+    `completions` (the greedy solutions of boxed-graded problems) when there are any. `log`:
+    where the skip pass's progress lines go (every ~10 s, with its ETA)."""
     import dataclasses
 
     import pandas as pd
@@ -276,11 +278,17 @@ def depth_score_tables(
         prepend_bos=prepend,
         completions=completions,
     )
+    batches = problem_batches(
+        tokenizer, problems, batch_size, prepend_bos=prepend, max_length=max_length
+    )
+    if log is not None:
+        from depthlab.core.tracking import ProgressLog, counted
+
+        total = -(-len(problems) // batch_size)
+        batches = counted(batches, ProgressLog("skip pass", total, log, unit="problem batches"))
     scored = skip_effects(
         adapter,
-        problem_batches(
-            tokenizer, problems, batch_size, prepend_bos=prepend, max_length=max_length
-        ),
+        batches,
         dataclasses.replace(settings, variants=(variant,)),
         per_prompt=True,
     )

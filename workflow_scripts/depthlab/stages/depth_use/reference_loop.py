@@ -11,7 +11,8 @@ import torch
 
 from depthlab.models.architectures import ModelAdapter, first_output, with_first_output
 from depthlab.settings.depth_use import parse_variant
-from depthlab.stages.depth_use.interventions import _backbone_kwargs, _relative_change, _softmax
+from depthlab.stages.depth_use.interventions import _relative_change, _softmax
+from depthlab.stages.residual_stream import backbone_kwargs
 
 
 def _reference_forward(adapter: ModelAdapter, ids: torch.Tensor, hooks=()):
@@ -36,7 +37,7 @@ def _reference_forward(adapter: ModelAdapter, ids: torch.Tensor, hooks=()):
         )
     )
     handles += list(hooks)
-    kwargs = _backbone_kwargs(adapter, ids, torch.ones_like(ids))
+    kwargs = backbone_kwargs(adapter, ids, torch.ones_like(ids))
     try:
         if adapter.has_lm_head:
             probs = _softmax(adapter.model(**kwargs).logits[0])

@@ -89,6 +89,7 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
             prepend_bos=bool(spec["prepend_bos"]),
             bootstrap=spec["bootstrap"],
             seed=spec["seed"],
+            log=lambda m: log(f"[{spec['model_name']}] {m}"),
         )
         summary.update(
             {

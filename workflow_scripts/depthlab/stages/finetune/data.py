@@ -4,7 +4,7 @@ the offline source, the lm-eval task folder the fine-tuned models and their pare
 Sources (`finetune.data.source`):
 
   tasks       offline, from the run's own corpus (CPU scale): the multiple-choice tasks of
-              depthlab.stages.pruning.lm_tasks (word_order, continuation), built twice with the same settings.
+              depthlab.stages.lm_tasks (word_order, continuation), built twice with the same settings.
               Fine-tuning pairs (context -> the true choice) come from documents of the *train*
               split (decoded from train.bin with the run's tokenizer, a seeded sample); the
               evaluation tasks come from the held-out `val.jsonl`, exactly as build_lm_tasks builds
@@ -86,7 +86,7 @@ def task_pairs(
 ) -> tuple[list[dict], list[dict]]:
     """(train pairs, held-out pairs) from `documents`: every task kind's examples as
     context -> true choice; the pairs of every VAL_DOCUMENT_EVERY-th document are held out."""
-    from depthlab.stages.pruning.lm_tasks import examples_from_settings
+    from depthlab.stages.lm_tasks import examples_from_settings
 
     tasks = examples_from_settings(documents, tokenizer, settings, examples, seed)
     train, val = [], []
@@ -151,7 +151,7 @@ def build_data_job(spec: dict) -> dict:
             from transformers import AutoTokenizer
 
             from depthlab.data.prepare import iter_jsonl_texts
-            from depthlab.stages.pruning.lm_tasks import examples_from_settings, write_task_folder
+            from depthlab.stages.lm_tasks import examples_from_settings, write_task_folder
 
             tasks = spec["tasks"]
             tokenizer = AutoTokenizer.from_pretrained(Path(spec["data"]) / "tokenizer")

@@ -39,14 +39,15 @@ from depthlab.core.atomic_files import atomic_path
 from depthlab.core.provenance import Provenance, sha256_path
 from depthlab.settings.training import RunSettings, StepSet
 from depthlab.stages.finetune.data import FinetuneError, read_pairs
-from depthlab.stages.pretrain.training import (
+from depthlab.stages.train_loop import (
     IGNORE,
+    TrainingLoop,
     effective_precision,
     make_optimizer,
     make_scheduler,
+    run_fingerprint,
     training_attention,
 )
-from depthlab.stages.train_loop import TrainingLoop, run_fingerprint
 
 FINETUNE_METHODS = ("full", "lora")
 

@@ -1,5 +1,5 @@
 """Scoring of the fine-tuning stage: every fine-tuned model and its pretrained parent on the same
-lm-eval tasks (depthlab.stages.pruning.lm_tasks.TaskEvaluator: the offline task folder and/or lm-eval's own
+lm-eval tasks (depthlab.stages.lm_tasks.TaskEvaluator: the offline task folder and/or lm-eval's own
 tasks); the before / after / gain tables are depthlab.stages.finetune.scores'.
 
 scores.csv (one evaluate_finetuned job per parent): model, parent, seed (empty for the parent),
@@ -19,7 +19,7 @@ def evaluate_before_after(spec: dict, device: str, log=print) -> pd.DataFrame:
     """scores.csv's rows for one parent (spec: an evaluate_finetuned job's) and its fine-tuned
     models, in that order."""
     from depthlab.models.architectures import load_model, load_tokenizer
-    from depthlab.stages.pruning.lm_tasks import TaskEvaluator
+    from depthlab.stages.lm_tasks import TaskEvaluator
 
     parent = load_model(
         spec["parent"], dtype=spec["dtype"], device=device, revision=spec["revision"]

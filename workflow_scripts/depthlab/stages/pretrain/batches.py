@@ -8,19 +8,7 @@ import numpy as np
 import torch
 
 from depthlab.stages.pretrain.settings import TrainSettings
-
-IGNORE = -100  # padding in a truncate_pad batch: never a target (cross_entropy's ignore_index)
-
-
-def train_batch(
-    tokens: np.ndarray, step: int, seed: int, batch_size: int, seq_len: int
-) -> torch.Tensor:
-    """The global batch of `step`: (batch_size, seq_len + 1) random windows of the train split."""
-    rng = np.random.default_rng([seed, step])
-    starts = rng.integers(0, len(tokens) - seq_len - 1, size=batch_size)
-    return torch.from_numpy(
-        np.stack([tokens[s : s + seq_len + 1] for s in starts]).astype(np.int64)
-    )
+from depthlab.stages.train_loop import IGNORE
 
 
 def document_bounds(tokens: np.ndarray, eos_id: int) -> np.ndarray:

@@ -25,7 +25,6 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from depthlab.stages.pretrain.batches import train_batch
 from depthlab.stages.pretrain.training import (
     Distributed,
     PretrainLoop,
@@ -35,6 +34,7 @@ from depthlab.stages.pretrain.training import (
     make_optimizer,
     make_scheduler,
     pretraining_model,
+    train_batch,
 )
 
 # Shapes the GPU check measures. cod_130m: the Curse-of-Depth 130M model (12 x 768, MLP 2048)

@@ -57,21 +57,18 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from transformers import AutoTokenizer
 
 from depthlab.core.atomic_files import atomic_path, write_dataframe
-from depthlab.core.devices import native_bf16, resolve_device
+from depthlab.core.devices import resolve_device
 from depthlab.core.provenance import Provenance
 from depthlab.core.tracking import Tracker
 from depthlab.data import prepare as data_lib
 from depthlab.models.decoders import build_model, make_config, save_checkpoint
 from depthlab.stages.pretrain.batches import (  # noqa: F401 (re-exported)
-    IGNORE,
     document_batch,
     document_bounds,
     document_rows,
-    train_batch,
     validation_batches,
 )
 from depthlab.stages.pretrain.settings import (  # noqa: F401 (re-exported)
@@ -79,17 +76,20 @@ from depthlab.stages.pretrain.settings import (  # noqa: F401 (re-exported)
     evaluation_steps,
     lr_multiplier,
 )
-from depthlab.stages.train_loop import TrainingLoop, run_fingerprint, save_state
+from depthlab.stages.train_loop import (  # noqa: F401 (re-exported)
+    IGNORE,
+    TrainingLoop,
+    effective_precision,
+    language_model_loss,
+    make_optimizer,
+    make_scheduler,
+    run_fingerprint,
+    save_state,
+    train_batch,
+    training_attention,
+)
 
 LAYER_STATS_COLUMNS = ["step", "tokens", "layer", "output_variance", "grad_norm", "total_grad_norm"]
-
-
-def effective_precision(precision: str, device: torch.device | str) -> str:
-    """The precision a run trains in: `auto` resolved on this machine (bf16 where the device
-    multiplies bf16 natively, else fp32); any other value as declared."""
-    if precision != "auto":
-        return precision
-    return "bf16" if native_bf16(torch.device(device)) else "fp32"
 
 
 def effective_compile(setting: bool | str, device: torch.device | str) -> bool:
@@ -100,28 +100,6 @@ def effective_compile(setting: bool | str, device: torch.device | str) -> bool:
     if not isinstance(setting, bool):
         raise ValueError(f"train.compile: {setting!r} is not one of auto, true, false")
     return setting
-
-
-def training_attention(precision: str, device: torch.device) -> str | None:
-    """The attention implementation to train with (None: the model's default, SDPA): eager for
-    bf16 precisions on a CPU (see the module docstring), else None."""
-    if precision in ("bf16", "pure_bf16") and device.type == "cpu":
-        return "eager"
-    return None
-
-
-def language_model_loss(model, window: torch.Tensor, autocast_dtype) -> torch.Tensor:
-    """Mean next-token cross-entropy over the targets that are not IGNORE (padding)."""
-    # Padding sits after each document's end, so with causal attention the id standing in for
-    # it (0) never reaches a real position.
-    inputs, targets = window[:, :-1].clamp(min=0), window[:, 1:]
-    with torch.autocast(
-        device_type=inputs.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
-    ):
-        logits = model(input_ids=inputs).logits
-    return F.cross_entropy(
-        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE
-    )
 
 
 class LayerOutputVariance:
@@ -260,30 +238,6 @@ def check_split_length(data_dir: str | Path, split: str, tokens, seq_len: int) -
             f"fewer than the {need} that one window of train.seq_len "
             f"{seq_len} needs; use a larger corpus or a shorter seq_len"
         )
-
-
-def make_optimizer(model, settings: TrainSettings) -> torch.optim.AdamW:
-    """AdamW; the fused kernel where the weights are on CUDA (one launch for all parameters),
-    the default elsewhere (a CPU run's numbers stay those of earlier runs)."""
-    # Norm gains and other 1-D parameters are not decayed (standard for LLaMA-style training).
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    on_cuda = all(p.device.type == "cuda" for p in model.parameters())
-    return torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": settings.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=settings.lr,
-        betas=(settings.beta1, settings.beta2),
-        eps=1e-8,
-        fused=True if on_cuda else None,
-    )
-
-
-def make_scheduler(optimizer, settings) -> torch.optim.lr_scheduler.LambdaLR:
-    """Warmup + cosine (lr_multiplier) of `settings`' steps, warmup_steps and min_lr_ratio."""
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_multiplier(step, settings))
 
 
 def load_pretraining_data(data_dir: str | Path, settings: TrainSettings):

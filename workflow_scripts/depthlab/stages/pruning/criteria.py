@@ -39,7 +39,6 @@ windows (prefix reuse; sleb's first step is ppl's single-block removals, memoise
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +56,14 @@ from depthlab.settings.pruning import (
     protected_layers,
     strategy_max_n,
 )
-from depthlab.stages.pruning.strategies import LossSweep, greedy_path
+from depthlab.stages.pruning.strategies import (
+    LossSweep,
+    angular_removal,
+    block_influence_removal,
+    deepest_removal,
+    greedy_path,
+    greedy_steps,
+)
 
 # what rank_blocks runs before the validation sweep (depthlab.settings.block_criteria's `reads`); the
 # strategies reading the analysis tables or the validation sweep run in the stage after it
@@ -213,8 +219,9 @@ class _Meter:
 
 @dataclass
 class Ranking:
-    """What a ranking function (depthlab.settings.block_criteria: `rank(ranking, name)`) reads, by
-    the criterion's `reads`, and the result it adds its removal sets, rows and cost to."""
+    """What a ranking function (RANKING_FUNCTIONS: `rank(ranking, name)`) reads, by the
+    criterion's `reads` (depthlab.settings.block_criteria), and the result it adds its removal
+    sets, rows and cost to."""
 
     model: nn.Module
     num_layers: int
@@ -243,10 +250,30 @@ class Ranking:
                 self.result.removals[(name, n)] = ranked_removal(scores, n, protected)
 
 
-def ranking_function(name: str) -> Callable[[Ranking, str], None]:
-    """The declared ranking function of strategy `name` (module:function)."""
-    module, function = DECLARED[name].rank.split(":")
-    return getattr(importlib.import_module(module), function)
+def rank_angular(ranking: Ranking, name: str) -> None:
+    for n in ranking.n_values:
+        ranking.result.removals[(name, n)] = angular_removal(ranking.distance, n)
+
+
+def rank_deepest(ranking: Ranking, name: str) -> None:
+    for n in ranking.n_values:
+        ranking.result.removals[(name, n)] = deepest_removal(ranking.num_layers, n)
+
+
+def rank_block_influence(ranking: Ranking, name: str) -> None:
+    for n in ranking.n_values:
+        ranking.result.removals[(name, n)] = block_influence_removal(ranking.cos_adjacent, n)
+
+
+def rank_greedy(ranking: Ranking, name: str) -> None:
+    """Greedy grows one layer at a time up to the largest n (or pruning.greedy_max_n): no
+    greedy set beyond."""
+    steps = greedy_steps(ranking.n_values, ranking.greedy_max_n)
+    records = greedy_path(ranking.sweep.losses, ranking.num_layers, steps, log=ranking.log)
+    ranking.result.greedy_records = records
+    for record in records:
+        if record["n"] in ranking.n_values:
+            ranking.result.removals[(name, record["n"])] = record["removed"]
 
 
 def rank_ppl(ranking: Ranking, name: str) -> None:
@@ -299,6 +326,29 @@ def rank_random(ranking: Ranking, name: str) -> None:
     ranking.result.rows += _score_rows(name, scores, ranking.num_layers)
     ranking.result.cost[name] = ranking.meter.record(0, 0, 0)
     ranking.add_ranked(name, scores)
+
+
+# Every criterion of depthlab.settings.block_criteria and the function that ranks its blocks:
+# imported, so the layer contract and the code fingerprint see them (the settings layer, below
+# the stages, declares the names; a test checks both tables name the same criteria).
+RANKING_FUNCTIONS: dict[str, Callable[[Ranking, str], None]] = {
+    "angular": rank_angular,
+    "deepest": rank_deepest,
+    "greedy": rank_greedy,
+    "block_influence": rank_block_influence,
+    "ppl": rank_ppl,
+    "taylor": rank_taylor,
+    "taylor_plus": rank_taylor,
+    "magnitude": rank_magnitude,
+    "magnitude_plus": rank_magnitude,
+    "sleb": rank_sleb,
+    "random_blocks": rank_random,
+}
+
+
+def ranking_function(name: str) -> Callable[[Ranking, str], None]:
+    """The function that ranks the blocks for strategy `name`."""
+    return RANKING_FUNCTIONS[name]
 
 
 def rank_blocks(

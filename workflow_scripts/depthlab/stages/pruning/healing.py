@@ -43,14 +43,14 @@ from depthlab.core.placement import gpu_budget, has_offloaded_weights, input_dev
 from depthlab.core.tracking import Tracker
 from depthlab.models.architectures import _register_depthlab_models
 from depthlab.settings.training import ADAPTER_METHODS, HealSettings
-from depthlab.stages.pretrain.training import (
+from depthlab.stages.pruning.layer_removal import export_pruned
+from depthlab.stages.train_loop import (
     IGNORE,
+    TrainingLoop,
     language_model_loss,
     make_scheduler,
     train_batch,
 )
-from depthlab.stages.pruning.layer_removal import export_pruned
-from depthlab.stages.train_loop import TrainingLoop
 
 
 def _lora_config(settings: HealSettings):

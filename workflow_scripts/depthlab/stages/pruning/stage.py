@@ -74,6 +74,7 @@ from depthlab.data.model_tokens import model_tokens
 from depthlab.models.architectures import adapt, load_model, load_tokenizer
 from depthlab.settings.block_criteria import CRITERIA as BLOCK_CRITERIA
 from depthlab.settings.pruning import CALIBRATED_STRATEGIES, grid, validate_pruning_settings
+from depthlab.stages.lm_tasks import check_task_folder
 from depthlab.stages.pruning.criteria import (
     CriteriaResult,
     Ranking,
@@ -81,18 +82,13 @@ from depthlab.stages.pruning.criteria import (
     rank_blocks,
     ranking_function,
 )
-from depthlab.stages.pruning.lm_tasks import TaskEvaluator, check_task_folder
+from depthlab.stages.pruning.pruned_tasks import TaskEvaluator
 from depthlab.stages.pruning.speed import measure_exports
 from depthlab.stages.pruning.strategies import (
     LossSweep,
-    angular_removal,
     block_choice_table,
-    block_influence_removal,
     block_influence_table,
     check_prunable,
-    deepest_removal,
-    greedy_path,
-    greedy_steps,
     read_cos_adjacent,
     read_distance_matrix,
     validation_windows,
@@ -240,32 +236,6 @@ def _analysis_tables(distance_path: Path, measures_path: Path | None, L: int) ->
     return distance, cos_adjacent
 
 
-def rank_angular(ranking: Ranking, name: str) -> None:
-    for n in ranking.n_values:
-        ranking.result.removals[(name, n)] = angular_removal(ranking.distance, n)
-
-
-def rank_deepest(ranking: Ranking, name: str) -> None:
-    for n in ranking.n_values:
-        ranking.result.removals[(name, n)] = deepest_removal(ranking.num_layers, n)
-
-
-def rank_block_influence(ranking: Ranking, name: str) -> None:
-    for n in ranking.n_values:
-        ranking.result.removals[(name, n)] = block_influence_removal(ranking.cos_adjacent, n)
-
-
-def rank_greedy(ranking: Ranking, name: str) -> None:
-    """Greedy grows one layer at a time up to the largest n (or pruning.greedy_max_n): no
-    greedy set beyond."""
-    steps = greedy_steps(ranking.n_values, ranking.greedy_max_n)
-    records = greedy_path(ranking.sweep.losses, ranking.num_layers, steps, log=ranking.log)
-    ranking.result.greedy_records = records
-    for record in records:
-        if record["n"] in ranking.n_values:
-            ranking.result.removals[(name, record["n"])] = record["removed"]
-
-
 def _removal_sets(
     spec: dict, n_values: list[int], L: int, distance, cos_adjacent, sweep: LossSweep, log
 ) -> tuple[dict, list[dict]]:
@@ -301,7 +271,10 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
             if p is not None
         ],
     )
-    model, tokenizer, L = _load_prunable(spec, device)
+    from depthlab.core.tracking import heartbeat
+
+    with heartbeat(f"[{name}] loading the model", log):  # one library call: a line every ~10 s
+        model, tokenizer, L = _load_prunable(spec, device)
     distance, cos_adjacent = _analysis_tables(distance_path, measures_path, L)
     n_values = grid(spec["n_grid"], L)
     val = spec["val"]
@@ -325,7 +298,7 @@ def plan(spec: dict, device: str, log, clock: PhaseClock) -> Plan:
     removals.update(criteria.removals)
     singles = [(l,) for l in range(L)]
     sets = [()] + singles + list(removals.values())
-    losses = dict(zip(sets, sweep.losses(sets)))
+    losses = dict(zip(sets, sweep.losses(sets, log=lambda m: log(f"[{name}] {m}"))))
     clock.lap("loss_sweep")
     log(
         f"[{name}] {L} layers, full-model val loss {losses[()]:.4f}; {len(sweep.memo)} removal "
@@ -407,10 +380,15 @@ def evaluate(planned: Plan, spec: dict, log) -> dict[tuple[int, ...], list[dict]
     task_results: dict[tuple[int, ...], list[dict]] = {}
     if not lm_settings["enabled"] or lm_settings.get("per_set_jobs"):
         return task_results
+    from depthlab.core.tracking import ProgressLog
+
     evaluator = task_evaluator(planned.model, planned.tokenizer, spec)
-    for removed in evaluated_sets(planned, lm_settings):
+    wanted = evaluated_sets(planned, lm_settings)
+    progress = ProgressLog(f"[{planned.name}] lm-eval", len(wanted), log, unit="variants")
+    for removed in wanted:
         if removed not in task_results:
             task_results[removed] = evaluator.evaluate(removed)
+        progress.step()
     log(
         f"[{planned.name}] lm-eval on {len(task_results)} variants: full model "
         + ", ".join(

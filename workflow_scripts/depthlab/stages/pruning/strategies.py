@@ -506,6 +506,7 @@ class LossSweep:
         self._states: OrderedDict = OrderedDict()  # (batch, layer, removed below) -> state
         self._pinned: dict = {}  # the full model's states
         self._bytes = 0
+        self._progress = None  # a losses() call's ProgressLog, stepped at the walk's leaves
         self._batches = [self._prepare(index, w.to(self.device)) for index, w in enumerate(windows)]
 
     @torch.inference_mode()
@@ -567,10 +568,19 @@ class LossSweep:
         return state
 
     @torch.inference_mode()
-    def losses(self, removal_sets: Sequence[Sequence[int]]) -> list[float]:
-        """Mean validation loss of each removal set (memoised by set)."""
+    def losses(self, removal_sets: Sequence[Sequence[int]], log=None) -> list[float]:
+        """Mean validation loss of each removal set (memoised by set); `log`: where a long
+        sweep's progress lines go (depthlab.core.tracking: every ~10 s, with its ETA)."""
+        from depthlab.core.tracking import ProgressLog
+
         keys = [normalise_removal(s, self.num_layers) for s in removal_sets]
         todo = sorted({k for k in keys if k not in self.memo})
+        # counted in sets scored on a batch: the walk finishes several at each leaf
+        self._progress = (
+            ProgressLog("loss sweep", len(todo) * len(self._batches), log, unit="set-batches")
+            if log is not None and todo
+            else None
+        )
         if todo:
             sums = dict.fromkeys(todo, 0.0)
             per_window = {key: [] for key in todo}
@@ -605,6 +615,8 @@ class LossSweep:
             for key in keys:
                 sums[key] += total
                 per_window[key].append(windows)
+            if self._progress is not None:
+                self._progress.step(len(keys))
             return
         keep = [i for i, s in enumerate(removed_sets) if layer not in s]
         drop = [i for i, s in enumerate(removed_sets) if layer in s]

@@ -11,8 +11,8 @@ hooks on the loaded model, undone on exit):
   branch module the adapter names (depthlab.models.architectures: `attention[l]`, `mlp[l]`)
   returns zeros; its pre-norm still runs but reaches nothing.
   Parallel blocks (GPT-NeoX use_parallel_residual): h + a(ln1 h) + m(ln2 h) loses that term.
-  Branch post-norms (OLMo-2, Gemma-3's sandwich norms): the adapter's branch module is the
-  post-norm, whose output is what is added: it returns zeros.
+  Branch post-norms (OLMo-2, Gemma-3's sandwich norms, depthlab peri_ln): the adapter's branch
+  module is the post-norm, whose output is what is added: it returns zeros.
   Post-LN blocks (OPT-350m-style do_layer_norm_before=False, depthlab post_ln, deepnorm and the
   first layers of mix_ln): x -> N(s x + f(x)) (s = 1; DeepNorm s = alpha) becomes x -> x: the
   branch returns zeros and the norm that follows it returns its input divided by s. Keeping the
@@ -22,10 +22,12 @@ So removing both units of layer l is removing layer l (`pruned_view` of layer_re
 supported family: exactly for Pre-LN, parallel and post-norm blocks (h + 0 + 0), up to rounding
 for Post-LN (N's input s x divided by s; DeepNorm's alpha is not a power of two). The unit's
 parameters (`unit_params`) are the layer's submodules that serve only that branch: the
-projections and the branch's own norms (pre-norm, and Gemma-3/OLMo-2 post-norm; a Post-LN block's
-norm after the branch); every parameter of a layer belongs to exactly one of its two units
-(`layer_params(l)` = attn + mlp), so a layer-level removal and a sub-layer removal compare at equal
-removed parameters.
+projections and the branch's own norms (pre-norm, and Gemma-3/OLMo-2/Peri-LN post-norm; a Post-LN
+block's norm after the branch). A depthlab model's units are its norm scheme's, declared in the
+scheme registry (depthlab.core.norm_schemes.sublayer_units), so every scheme is prunable by
+sub-layer; the hub families' are the module names below. Every parameter of a layer belongs to
+exactly one of its two units (`layer_params(l)` = attn + mlp), so a layer-level removal and a
+sub-layer removal compare at equal removed parameters.
 
 Search (`sublayer_path`), following BlockPruner's block_search.py: n times, every unit not yet
 removed is tried on top of the current set and the one whose removal gives the lowest loss on the
@@ -57,6 +59,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
+from depthlab.core import norm_schemes
 from depthlab.core.errors import PruningError, UnsupportedModelError
 from depthlab.models.architectures import ModelAdapter, adapt, first_output, with_first_output
 from depthlab.plan.engine_budgets import LOSS_CHUNK_ELEMENTS
@@ -69,7 +72,8 @@ from depthlab.stages.pruning.layer_removal import (
 KINDS = ("attn", "mlp")
 Unit = tuple[int, str]
 
-# Direct children of a decoder layer serving one branch only (their parameters are the unit's).
+# Direct children of a decoder layer serving one branch only (their parameters are the unit's),
+# in the hub families; a depthlab model's come from its scheme (norm_schemes.sublayer_units).
 ATTENTION_PARTS = frozenset(
     {"self_attn", "attn", "attention", "input_layernorm", "ln_1", "self_attn_layer_norm"}
 )
@@ -84,11 +88,10 @@ MLP_PARTS = frozenset(
         "post_feedforward_layernorm",
     }
 )
-# Post-LN layers: the norm that follows each branch, by adapter family.
-POST_LN_NORMS = {
-    "llama": {"attn": "input_layernorm", "mlp": "post_attention_layernorm"},
-    "opt": {"attn": "self_attn_layer_norm", "mlp": "final_layer_norm"},
-}
+# Post-LN layers of OPT: the norm that follows each branch (a depthlab Post-LN layer's is its
+# scheme's unit norm).
+OPT_POST_LN_NORMS = {"attn": "self_attn_layer_norm", "mlp": "final_layer_norm"}
+DEPTHLAB_MODEL_TYPE = "depthlab_llama"
 PRUNABLE_FAMILIES = ("llama", "olmo2", "gpt_neox", "gpt2", "opt")
 
 
@@ -98,6 +101,32 @@ def _check_family(adapter: ModelAdapter) -> None:
             f"{type(adapter.model).__name__} ({adapter.family} layout): sub-layer removal "
             f"supports the families {', '.join(PRUNABLE_FAMILIES)}"
         )
+
+
+def _scheme_units(adapter: ModelAdapter) -> dict[str, dict] | None:
+    """The sub-layer units of a depthlab model's norm scheme (depthlab.core.norm_schemes), None
+    for any other model."""
+    config = adapter.model.config
+    if getattr(config, "model_type", None) != DEPTHLAB_MODEL_TYPE:
+        return None
+    try:
+        return norm_schemes.sublayer_units(config.norm_scheme)
+    except ValueError as error:
+        raise UnsupportedModelError(f"sub-layer removal: {error}") from None
+
+
+def _post_norm(adapter: ModelAdapter, kind: str) -> str:
+    """The norm that follows branch `kind` in a Post-LN layer."""
+    units = _scheme_units(adapter)
+    if units is None:
+        return OPT_POST_LN_NORMS[kind]
+    norms = units[kind]["norms"]
+    if len(norms) != 1:  # the removal passes the stream through the one norm after the branch
+        raise UnsupportedModelError(
+            f"sub-layer removal: a Post-LN {kind} unit needs exactly one norm (the one after "
+            f"its branch); norm_schemes.SUBLAYER_UNITS declares {list(norms)}"
+        )
+    return norms[0]
 
 
 def normalise_units(units: Iterable[Unit], num_layers: int) -> tuple[Unit, ...]:
@@ -147,7 +176,7 @@ def removed_sublayers(model: nn.Module, units: Iterable[Unit]):
             handles.append(branch.register_forward_hook(_zero_output))
             if adapter.post_ln_layers[layer]:
                 block = adapter.layers[layer]
-                norm = getattr(block, POST_LN_NORMS[adapter.family][kind])
+                norm = getattr(block, _post_norm(adapter, kind))
                 scale = float(getattr(block, "residual_scale", 1.0))
                 handles.append(norm.register_forward_hook(_pass_norm(scale), with_kwargs=True))
         yield model
@@ -160,9 +189,14 @@ def removed_sublayers(model: nn.Module, units: Iterable[Unit]):
 
 
 def _part_kind(adapter: ModelAdapter, name: str) -> str | None:
+    units = _scheme_units(adapter)
+    if units is not None:
+        for kind, unit in units.items():
+            if name == unit["branch"] or name in unit["norms"]:
+                return kind
+        return None
     if name == "post_attention_layernorm":
-        # the attention's post-norm in OLMo-2 / Gemma-3; elsewhere the MLP's pre-norm (or, in a
-        # Post-LN depthlab block, the norm after the MLP)
+        # the attention's post-norm in OLMo-2 / Gemma-3; elsewhere the MLP's pre-norm
         return "attn" if adapter.family == "olmo2" else "mlp"
     if name in ATTENTION_PARTS:
         return "attn"

@@ -25,8 +25,8 @@ import pandas as pd
 
 from depthlab.core.atomic_files import json_safe
 from depthlab.data.pretrain_runs import read_run
-from depthlab.stages.scaling import power_law_fitter
-from depthlab.stages.scaling.power_law_fitter import FitResult, FitSettings, Law
+from depthlab.stages import power_law_fitter
+from depthlab.stages.power_law_fitter import FitResult, FitSettings, Law
 
 # ---------------------------------------------------------------------------------------------
 # Laws

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from depthlab.core.figure_style import format_interval  # noqa: E402
+from depthlab.core.figure_style import format_interval, plain_log_ticks  # noqa: E402
 from depthlab.stages.scaling.fits import LAWS  # noqa: E402
 
 # The term each law's first panel isolates: x axis, its coefficient/exponent, the other terms.
@@ -17,18 +17,6 @@ FOCUS = {
     "decomposed": ("depth", "c_l", "a_l", "depth l"),
     "reference": ("params", "A", "alpha", "parameters N"),
 }
-
-
-def plain_log_ticks(axis, ticks=None) -> None:
-    """Log-scaled axis labelled with plain numbers (2, 4, 8 ... not 2 x 10^0)."""
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-
-    if ticks is not None:
-        axis.set_ticks(ticks)
-    formatter = ScalarFormatter()
-    formatter.set_scientific(False)
-    axis.set_major_formatter(formatter)
-    axis.set_minor_formatter(NullFormatter())
 
 
 # The published exponents each law's figure draws beside its measurement (paper_values keys).

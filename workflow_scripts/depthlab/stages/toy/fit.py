@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from depthlab.stages.scaling import power_law_fitter
+from depthlab.stages import power_law_fitter
 
 FIT_FORMS = ("power", "power_offset")
 # The power_offset form as a law for the generic power-law fitter.

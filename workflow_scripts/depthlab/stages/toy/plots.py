@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from depthlab.stages.scaling.plots import plain_log_ticks  # noqa: E402
+from depthlab.core.figure_style import plain_log_ticks  # noqa: E402
 from depthlab.stages.toy.teacher_student import TEACHER_KINDS  # noqa: E402
 
 

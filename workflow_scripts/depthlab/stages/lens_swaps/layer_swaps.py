@@ -12,7 +12,7 @@ agreement with the intact model's prediction; the intact model's loss and accura
 them (`kept_accuracy` = variant accuracy / intact accuracy, Lad et al.'s "relative accuracy").
 
 One clean pass per batch captures every layer's input h_l and how the backbone called it
-(depthlab.stages.depth_use.interventions.clean_pass: attention mask, rotary embeddings, ...). A
+(depthlab.stages.residual_stream.clean_pass: attention mask, rotary embeddings, ...). A
 variant then replays only the layers from position l on, starting from the clean h_l (the layers
 before l are untouched): a swap runs layer l+1 then layer l then l+2.., a deletion runs l+1...
 Every layer is called with its own captured arguments, so a layer moved in depth keeps its own
@@ -121,7 +121,7 @@ def _identity(obj):
 
 def replay(adapter, states, calls, kind: str, layer: int) -> torch.Tensor:
     """The last layer's output (before the final norm) of one variant, from the clean pass'
-    states and calls (interventions.clean_pass): the layers from position `layer` on, replayed."""
+    states and calls (residual_stream.clean_pass): the layers from position `layer` on, replayed."""
     h = states[layer]
     for j in variant_order(kind, layer, adapter.num_layers)[layer:]:
         h = calls[j].run(adapter.layers[j], h, _identity)
@@ -153,7 +153,7 @@ class SwapStatistics:
         self.tokens = 0
 
     def add(self, states, calls, here: torch.Tensor, targets: torch.Tensor) -> None:
-        """One batch: its clean states and calls (interventions.clean_pass), the flat (B*T)
+        """One batch: its clean states and calls (residual_stream.clean_pass), the flat (B*T)
         indices of the scored positions and their next tokens."""
         if here.numel() == 0:
             return
@@ -186,8 +186,8 @@ def swap_effects(adapter, batches, read=None, layers=None, stride: int = 1) -> S
     """Every swap and deletion of `adapter`'s model scored on `batches` (dicts with input_ids and
     attention_mask), on every `stride`-th token with a next real token; `layers`: the
     positions l to vary (None: all); `read`: h -> logits (default tuned_lens.readout)."""
-    from depthlab.stages.analysis.tuned_lens import readout
-    from depthlab.stages.depth_use.interventions import clean_pass
+    from depthlab.stages.lens_swaps.tuned_lens import readout
+    from depthlab.stages.residual_stream import clean_pass
 
     statistics = SwapStatistics(adapter, read or readout(adapter), layers)
     device = adapter.input_device

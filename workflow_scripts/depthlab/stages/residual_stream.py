@@ -13,6 +13,12 @@ model's own (any dtype, shape (..., hidden)), all on one device, the input embed
 sharded over several GPUs (depthlab.core.placement) has its layers' tensors moved there first. The
 consumer keeps only what it needs, so memory is bounded by one batch, never by the number of
 tokens seen.
+
+The clean pass (`clean_pass`) keeps instead every state h_0..h_L of one batch and how the backbone
+called each layer (`LayerCall`: mask, rotary embeddings, ...), so that an intervention replays the
+layers from any state: the skip interventions (depthlab.stages.depth_use) and the layer swaps
+(depthlab.stages.lens_swaps) share it. Shared by every stage that reads a model's hidden states,
+so no stage imports another's.
 """
 
 from __future__ import annotations
@@ -158,3 +164,65 @@ def iter_token_batches(
             window = []
     if window:
         yield from flush(window)
+
+
+class LayerCall:
+    """How the backbone called one decoder layer: hidden states in args[0] or as a keyword."""
+
+    def __init__(self, args, kwargs):
+        if args:
+            self.hidden = args[0]
+            self.args, self.kwargs, self.keyword = tuple(args[1:]), dict(kwargs), False
+        else:
+            self.hidden = kwargs["hidden_states"]
+            rest = dict(kwargs)
+            rest.pop("hidden_states")
+            self.args, self.kwargs, self.keyword = (), rest, True
+
+    def run(self, layer, hidden, expand):
+        """The layer's output on `hidden`'s device (a sharded layer computes on its own)."""
+        args = tuple(expand(a) for a in self.args)
+        kwargs = {k: expand(v) for k, v in self.kwargs.items()}
+        if self.keyword:
+            return first_output(layer(*args, hidden_states=hidden, **kwargs)).to(hidden.device)
+        return first_output(layer(hidden, *args, **kwargs)).to(hidden.device)
+
+
+def backbone_kwargs(adapter: ModelAdapter, input_ids, attention_mask) -> dict:
+    parameters = inspect.signature(adapter.backbone.forward).parameters
+    kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if "use_cache" in parameters:
+        kwargs["use_cache"] = False
+    if "position_ids" in parameters:
+        kwargs["position_ids"] = position_ids_from_mask(attention_mask)
+    return kwargs
+
+
+def clean_pass(adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """(states h_0..h_L, per-layer calls) of one batch, from hooks on the backbone's forward;
+    the states on the device of `input_ids`."""
+    calls: list[LayerCall | None] = [None] * adapter.num_layers
+    final = {}
+    handles = []
+    for index, layer in enumerate(adapter.layers):
+
+        def pre(module, args, kwargs, index=index):
+            calls[index] = LayerCall(args, kwargs)
+
+        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+    handles.append(
+        adapter.layers[-1].register_forward_hook(
+            lambda module, args, output: final.__setitem__("h", first_output(output))
+        )
+    )
+    try:
+        adapter.backbone(**backbone_kwargs(adapter, input_ids, attention_mask))
+    finally:
+        for handle in handles:
+            handle.remove()
+    if any(call is None for call in calls) or "h" not in final:
+        raise RuntimeError("the forward pass did not run every decoder layer")
+    states = [call.hidden.to(input_ids.device) for call in calls] + [
+        final["h"].to(input_ids.device)
+    ]
+    return states, calls

@@ -1,12 +1,37 @@
-"""The `lens_swaps` job's figure, one per model: (a) KL(p_L || lens) per state for the logit lens
-and the tuned lens, (b) top-1 agreement of both lenses with the final prediction, (c) the share of
-the intact model's next-token top-1 accuracy kept by each swap (l, l+1) and deletion of l, with
-the agreement with the intact model's prediction dashed. Several text sets (document shards):
-their mean, their range as a band."""
+"""The `lens_swaps` job's figure, one per model, drawn by its own job (`plot_lens_swaps`) from the
+tables the lens job wrote, so redrawing it never retrains a lens: (a) KL(p_L || lens) per state
+for the logit lens and the tuned lens, (b) top-1 agreement of both lenses with the final
+prediction, (c) the share of the intact model's next-token top-1 accuracy kept by each swap
+(l, l+1) and deletion of l, with the agreement with the intact model's prediction dashed.
+Several text sets (document shards): their mean, their range as a band."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+
+# each text set's tables in a lens_swaps folder: the job (depthlab.stages.lens_swaps.stage) writes
+# them, the figure's job reads them
+LENS_TABLE, SWAPS_TABLE = "lens.csv", "swaps.csv"
+
+
+def table_files(folder: str, text_sets) -> list[Path]:
+    """The lens and swaps tables of `text_sets` in a lens_swaps folder, in text-set order."""
+    return [Path(folder) / t / name for t in text_sets for name in (LENS_TABLE, SWAPS_TABLE)]
+
+
+def read_tables(folder: str, text_sets) -> dict:
+    """{text_set: (lens frame, swaps frame)} of a lens_swaps folder; raises FileNotFoundError
+    naming a missing table."""
+    import pandas as pd
+
+    files = table_files(folder, text_sets)
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(f"lens_swaps tables missing (run the lens_swaps job): {missing}")
+    frames = [pd.read_csv(f) for f in files]
+    return {t: (frames[2 * i], frames[2 * i + 1]) for i, t in enumerate(text_sets)}
 
 
 def _band(ax, x, values, label, colour, style="-"):

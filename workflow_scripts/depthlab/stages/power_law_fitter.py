@@ -5,7 +5,8 @@ A law is
     L = sum_k c_k / F_k^a_k [+ L0]          (F_k positive features of each point)
 
 e.g. Liu et al.'s decomposed width/depth/data law, the Hoffmann et al. reference form (both in
-`scaling_fits.py`), or the toy models' loss against student depth (`toy.py`). Every term is
+depthlab.stages.scaling.fits), or the toy models' loss against student depth
+(depthlab.stages.toy.fit): shared by both stages, so neither imports the other. Every term is
 parameterised in log space, as in Besiroglu et al.'s LSE form:
 
     log L_hat = logsumexp(b_1 - a_1 x_1, ..., b_K - a_K x_K, e),   x_k = log(F_k / F_ref_k),

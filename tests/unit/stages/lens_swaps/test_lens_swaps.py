@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from depthlab.models.architectures import adapt
-from depthlab.stages.analysis.layer_swaps import (
+from depthlab.stages.lens_swaps.layer_swaps import (
     replay,
     scored_positions,
     scored_tokens,
@@ -19,7 +19,7 @@ from depthlab.stages.analysis.layer_swaps import (
     variant_order,
     variants,
 )
-from depthlab.stages.analysis.tuned_lens import (
+from depthlab.stages.lens_swaps.tuned_lens import (
     LensSettings,
     LensStatistics,
     Translators,
@@ -27,14 +27,15 @@ from depthlab.stages.analysis.tuned_lens import (
     readout,
     train_translators,
 )
-from depthlab.stages.depth_use.interventions import clean_pass
 from depthlab.stages.pruning.layer_removal import (
     _layer_container,
     _set_config,
     config_updates,
     prune_copy,
 )
+from depthlab.stages.residual_stream import clean_pass
 from scipy.special import log_softmax
+from script_runs import run_stage_script
 from test_pruning import make
 from tiny_models import FAMILIES, build, random_batch
 
@@ -309,7 +310,7 @@ def test_job_end_to_end_trains_on_train_documents_only(tmp_path, data_dir, monke
     from depthlab.claims.run_data import read_run_data
     from depthlab.data.model_tokens import run_tokenizer, val_documents
     from depthlab.models.decoders import build_model, make_config
-    from depthlab.stages.analysis.lens_swaps_stage import run
+    from depthlab.stages.lens_swaps.stage import run
     from safetensors.torch import load_file
 
     tokenizer = run_tokenizer(data_dir)
@@ -335,7 +336,7 @@ def test_job_end_to_end_trains_on_train_documents_only(tmp_path, data_dir, monke
         "text_field": "text", "max_samples": 4, "max_length": 16, "batch_size": 2, "stride": 1,
         "add_special_tokens": False, "seed": 0, "device": "cpu",
         "tuned_lens": {"train_tokens": 96, "steps": 5, "batch_tokens": 32, "lr": 1e-3},
-        "out": str(tmp_path / "out"), "figure": str(tmp_path / "figure.png"),
+        "out": str(tmp_path / "out"),
     }  # fmt: skip
     summary = run(spec, log=lambda message: None)
     out = tmp_path / "out"
@@ -352,9 +353,21 @@ def test_job_end_to_end_trains_on_train_documents_only(tmp_path, data_dir, monke
         assert (
             len(swaps) == 1 + 3 + 4 and (swaps["tokens"] == summary["eval_tokens"][text_set]).all()
         )
-    assert (tmp_path / "figure.png").stat().st_size > 10_000
-    assert (tmp_path / "figure.provenance.json").is_file()
     assert json.loads((out / "provenance.json").read_text())["stage"] == "lens_swaps"
+    assert not list(tmp_path.rglob("*.png"))  # the figure is the plot job's, not the lens job's
+
+    # the figure's own job reads the tables back and trains nothing
+    tables = {p: p.read_bytes() for p in out.rglob("*.csv")}
+    figure = tmp_path / "figures" / "tiny.png"
+    plot_spec = {"model_name": "tiny", "lens_swaps": str(out), "text_sets": ["val", "val_1"],
+                 "figure": str(figure)}  # fmt: skip
+    result = run_stage_script("plot_lens_swaps.py", plot_spec, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert figure.stat().st_size > 10_000
+    record = json.loads((tmp_path / "figures" / "tiny.provenance.json").read_text())
+    assert record["stage"] == "figures.lens_swaps"
+    assert sorted(record["inputs"]) == sorted(str(p) for p in tables)
+    assert {p: p.read_bytes() for p in out.rglob("*.csv")} == tables
 
     empty = {k: {} for k in ("models", "analysis", "pruning", "depth_score", "linear_maps", "fits")}
     data = read_run_data(

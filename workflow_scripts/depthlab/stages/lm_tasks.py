@@ -18,10 +18,13 @@ A task folder holds, per task, `<name>.jsonl` (context, choices, label) and `<na
 lm-eval task config (`output_type: multiple_choice`, metrics acc and acc_norm, local `json`
 dataset), plus `tasks.json` (names, sizes, settings). `TaskEvaluator` loads the tasks once with
 `lm_eval.tasks.TaskManager(include_path=folder, include_defaults=False)`, wraps one model in
-`lm_eval.models.huggingface.HFLM` and calls `lm_eval.simple_evaluate` for every variant; a
-pruned variant is the same model object seen through depthlab.stages.pruning.layer_removal.pruned_view, so one
-loaded base model serves every variant. Accuracy and its standard error are lm-eval's own
-(`acc,none` and `acc_stderr,none`).
+`lm_eval.models.huggingface.HFLM` and calls `lm_eval.simple_evaluate` for every model it is
+given; the pruning stage's evaluator (depthlab.stages.pruning.pruned_tasks) scores pruned variants
+as the same model object seen without some layers, so one loaded base model serves every variant.
+Accuracy and its standard error are lm-eval's own (`acc,none` and `acc_stderr,none`).
+
+Shared by the pruning stage (its task folder, its scores) and the fine-tuning stage (its training
+and evaluation examples, its scores before and after), so neither imports the other.
 """
 
 from __future__ import annotations
@@ -466,30 +469,23 @@ class TaskEvaluator:
             device=str(inputs_at),
         )
 
-    def evaluate(self, removed: Sequence[int] = (), model=None) -> list[dict]:
-        """Rows (task, samples, acc, acc_stderr, acc_norm, acc_norm_stderr) for the base model
-        without `removed`, or for another `model` (e.g. a healed copy) when given."""
+    def evaluate(self, model=None) -> list[dict]:
+        """Rows (task, samples, acc, acc_stderr, acc_norm, acc_norm_stderr) for the base model,
+        or for another `model` (e.g. a fine-tuned or healed copy) when given."""
         # heavy: imported when tasks are scored, not by task building or the config checks
         import lm_eval
 
-        from depthlab.stages.pruning.layer_removal import pruned_view
-
-        if model is not None:
-            lm, target = self._wrap(model), model
-        else:
-            lm, target = self.lm, self.model
-        with pruned_view(target, removed):
-            results = lm_eval.simple_evaluate(
-                model=lm,
-                tasks=[self.tasks[n] for n in self.names],
-                task_manager=self.manager,
-                bootstrap_iters=self.bootstrap_iters,
-                log_samples=False,
-                random_seed=self.seed,
-                numpy_random_seed=self.seed,
-                torch_random_seed=self.seed,
-                fewshot_random_seed=self.seed,
-            )
+        results = lm_eval.simple_evaluate(
+            model=self.lm if model is None else self._wrap(model),
+            tasks=[self.tasks[n] for n in self.names],
+            task_manager=self.manager,
+            bootstrap_iters=self.bootstrap_iters,
+            log_samples=False,
+            random_seed=self.seed,
+            numpy_random_seed=self.seed,
+            torch_random_seed=self.seed,
+            fewshot_random_seed=self.seed,
+        )
         return results_rows(results, self.names)
 
 

@@ -1,14 +1,15 @@
-"""The `lens_swaps` job: one model's tuned lens (depthlab.stages.analysis.tuned_lens), trained on
+"""The `lens_swaps` job: one model's tuned lens (depthlab.stages.lens_swaps.tuned_lens), trained on
 train-split documents, then evaluated beside the logit lens, and its layer swaps and deletions
-(depthlab.stages.analysis.layer_swaps), on each of its text sets (held-out documents; the
+(depthlab.stages.lens_swaps.layer_swaps), on each of its text sets (held-out documents; the
 analysis stage's text sets, shards included). One clean pass per batch feeds both.
 
 Writes into the spec's `out` folder: translators.safetensors (A: (L, d, d) with A_l = I + W_l,
 b: (L, d); float32; the training settings in its metadata), lens_training.json (steps, lr,
 tokens, optimizer, schedule, the loss per step, each layer's last loss), <text_set>/lens.csv
 (lens, measure, layer, value, count), <text_set>/swaps.csv (kind, layer, loss, accuracy,
-agreement, kept_accuracy, tokens), summary.json and provenance.json; and the spec's `figure`
-(depthlab.stages.analysis.lens_swaps_plots). Spec keys: workflow_scripts/lens_swaps.py.
+agreement, kept_accuracy, tokens), summary.json and provenance.json. Its figure is drawn from
+those tables by its own job (`plot_lens_swaps`, depthlab.stages.lens_swaps.plots), so redrawing
+it never retrains a lens. Spec keys: workflow_scripts/lens_swaps.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 import torch
 
 from depthlab.core.placement import spec_placement
+from depthlab.stages.lens_swaps.plots import LENS_TABLE, SWAPS_TABLE
 from depthlab.stages.model_job import (
     clamp_max_length,
     load,
@@ -34,7 +36,7 @@ def _train_batches(spec: dict, tokenizer, max_length: int):
     """Padded batches of the train split's documents (depthlab.data.model_tokens: decoded from
     train.bin), read as the model reads text (the spec's add_special_tokens)."""
     from depthlab.data.model_tokens import train_documents
-    from depthlab.stages.analysis.residual_stream import iter_token_batches
+    from depthlab.stages.residual_stream import iter_token_batches
 
     return iter_token_batches(
         # a few thousand tokens are read: decode train.bin 64k ids at a time, not 1M (5 s)
@@ -50,8 +52,8 @@ def _train_batches(spec: dict, tokenizer, max_length: int):
 def capture_pool(adapter, batches, tokens: int) -> torch.Tensor:
     """The states h_0..h_L (L+1, N, d) of the first `tokens` tokens that have a next real token
     (as the lens is evaluated), float32 or wider, outside inference mode (trainable on)."""
-    from depthlab.stages.analysis.layer_swaps import scored_positions
-    from depthlab.stages.depth_use.interventions import clean_pass
+    from depthlab.stages.lens_swaps.layer_swaps import scored_positions
+    from depthlab.stages.residual_stream import clean_pass
 
     device, parts, total = adapter.input_device, [], 0
     with torch.inference_mode():
@@ -73,9 +75,9 @@ def capture_pool(adapter, batches, tokens: int) -> torch.Tensor:
 
 def _evaluate(adapter, batches, translators, stride: int):
     """(LensStatistics, SwapStatistics) of one text set."""
-    from depthlab.stages.analysis.layer_swaps import SwapStatistics, scored_tokens
-    from depthlab.stages.analysis.tuned_lens import LensStatistics, readout
-    from depthlab.stages.depth_use.interventions import clean_pass
+    from depthlab.stages.lens_swaps.layer_swaps import SwapStatistics, scored_tokens
+    from depthlab.stages.lens_swaps.tuned_lens import LensStatistics, readout
+    from depthlab.stages.residual_stream import clean_pass
 
     read = readout(adapter)
     lens = LensStatistics(adapter.num_layers, translators)
@@ -99,7 +101,7 @@ def lens_and_swaps(adapter, tokenizer, spec: dict, max_length: int, log=log_stde
     tuned lens trained on the spec's train-split documents, then on each text set the lens
     statistics and the swap statistics. Returns (translators, training log, lens settings,
     training seconds, {text set: (LensStatistics, SwapStatistics)}, {text set: seconds})."""
-    from depthlab.stages.analysis.tuned_lens import LensSettings, train_translators
+    from depthlab.stages.lens_swaps.tuned_lens import LensSettings, train_translators
 
     lens = spec["tuned_lens"]
     settings = LensSettings(
@@ -130,8 +132,7 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
     from safetensors.torch import save_file
 
     from depthlab.core.atomic_files import atomic_path, write_dataframe, write_json
-    from depthlab.core.provenance import Provenance, sidecar_path
-    from depthlab.stages.analysis.lens_swaps_plots import plot_lens_swaps
+    from depthlab.core.provenance import Provenance
 
     texts = list(spec["text_sets"].values())
     provenance = Provenance(
@@ -167,14 +168,11 @@ def run(spec: dict, device: str = "cpu", log=log_stderr) -> dict:
                   str(out / "translators.safetensors"),
                   metadata=metadata)  # fmt: skip
         write_json(out / "lens_training.json", training.as_dict())
-        frames = {}
         for text_set, (lens_stats, swap_stats) in evaluations.items():
             labels = {"model": spec["model_name"], "text_set": text_set}
-            frames[text_set] = (lens_stats.frame(**labels), swap_stats.result().frame(**labels))
-            write_dataframe(out / text_set / "lens.csv", frames[text_set][0])
-            write_dataframe(out / text_set / "swaps.csv", frames[text_set][1])
+            write_dataframe(out / text_set / LENS_TABLE, lens_stats.frame(**labels))
+            write_dataframe(out / text_set / SWAPS_TABLE, swap_stats.result().frame(**labels))
         write_json(out / "summary.json", summary)
-        plot_lens_swaps(frames, spec["model_name"], spec["figure"])
         provenance.extra["summary"] = summary
-        provenance.write(out / "provenance.json", sidecar_path(spec["figure"]))
+        provenance.write(out / "provenance.json")
     return summary

@@ -1,0 +1,27 @@
+# Untrained twins: each model trained here that a claim compares with its initialisation, rebuilt
+# from its seed and measured with the trained model's own measures (depthlab.stages.twins); the
+# claims read the tables.
+
+
+rule measure_twin:
+    input:
+        unpack(lambda wildcards: RESOLVED.inputs_for("measure_twin", wildcards)),
+    output:
+        twin=directory(PATHS.twin("{model}")),
+    params:
+        script=script("measure_twin.py"),
+        code=code_version("measure_twin.py"),
+        spec=job_spec("measure_twin"),
+    wildcard_constraints:
+        model=wildcard_alternatives(jobs("measure_twin")),
+    log:
+        log_file("measure_twin", "{model}"),
+    benchmark:
+        benchmark_file("measure_twin", "{model}")
+    conda:
+        ENVIRONMENT
+    threads: stage_threads("analysis")
+    resources:
+        **job_resources("measure_twin"),
+    shell:
+        "python {params.script:q} --spec {params.spec:q} --threads {threads:q} > {log:q} 2>&1"
