@@ -47,10 +47,11 @@ def checkout(finished_test_checkout):
             PRUNING_READERS,
         ),
         # an analysis setting: both analyses, their figure, the pruning that reads the angular
-        # distances (and what reads it), the claims table
+        # distances (and what reads it), the untrained twins measured on the same documents, the
+        # claims table
         (
             "analysis={max_samples: 10}",
-            ANALYSIS_READERS,
+            ANALYSIS_READERS | {"measure_twin"},
         ),
     ],
 )
@@ -99,15 +100,15 @@ def spec_change_lines(result) -> list[str]:
         # a measurement setting: every job whose spec it changes is named with the key
         (
             "pruning={val: {windows: 5}}",
-            PRUNING_READERS,
+            PRUNING_READERS | {"measure_twin"},
             [
                 "heal_pruned[lns/angular_n2]: val.windows 4 -> 5",
                 "heal_pruned[lns/angular_n2_full]: val.windows 4 -> 5",
                 "heal_pruned[lns/angular_n2_qlora]: val.windows 4 -> 5",
                 # the untrained twins are scored on the same windows (pre_ln, not pruned, on
                 # the stage's default ones)
-                "make_claims[claims]: initial.lns.val.windows 4 -> 5",
-                "make_claims[claims]: initial.pre_ln.val.windows 4 -> 5",
+                "measure_twin[lns]: val.windows 4 -> 5",
+                "measure_twin[pre_ln]: val.windows 4 -> 5",
                 "prune_model[lns]: val.windows 4 -> 5",
             ],
         ),

@@ -53,6 +53,7 @@ GPU_RULES = {
     "evaluate_pruned",
     "skip_interventions",
     "linear_maps",
+    "measure_twin",
     "train_toy",
     "finetune_model",
     "evaluate_finetuned",

@@ -154,7 +154,7 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
         # the pruning stage)
         (
             "stages/analysis/measures.py",
-            ANALYSIS_READERS,
+            ANALYSIS_READERS | {"measure_twin"},
         ),
         # the generic power-law fitter, imported through scaling_fits.py and toy_fit.py: both fit
         # stages, the sweep collector (scaling_fits.py) and the fit figures; never toy training
@@ -167,7 +167,7 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
         # trained on it
         (
             "stages/depth_use/interventions.py",
-            {"skip_interventions", "plot_depth_use", "make_claims", "all"},
+            {"skip_interventions", "measure_twin", "plot_depth_use", "make_claims", "all"},
         ),
         # the residual-stream hooks: every model-reading job and what reads them; never training
         (
@@ -178,6 +178,8 @@ LIBRARY = Path("workflow_scripts") / "depthlab"
                 "linear_maps",
                 "plot_depth_use",
                 "lens_swaps",
+                "plot_lens_swaps",
+                "measure_twin",
                 "make_claims",
                 "all",
             },

@@ -103,7 +103,9 @@ def test_a_folder_or_a_missing_file_is_named(tmp_path):
 def test_a_dotted_override_sets_the_nested_key_and_a_bad_value_names_it(default_config):
     config = apply_overrides(default_config, {"pretrain.steps": "64"})
     assert config["pretrain"]["steps"] == 64 and config["pretrain"]["lr"] == 0.003
-    with pytest.raises(ConfigError, match=r"^pretrain\.steps: 'abc' is not of type 'integer'$"):
+    with pytest.raises(
+        ConfigError, match=r"^pretrain\.steps: 'abc' is not of type 'integer' \(in --config\)$"
+    ):
         resolve(apply_overrides(default_config, {"pretrain.steps": "abc"}), ROOT)
 
 
