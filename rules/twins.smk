@@ -1,23 +1,23 @@
 # Untrained twins: each model trained here that a claim compares with its initialisation, rebuilt
-# from its seed and measured with the trained model's own measures (depthlab.stages.twins); the
-# claims read the tables.
+# from its seed and measured with the trained model's own measures (depthlab.stages.twins), one
+# job per seed group; the claims read the tables.
 
 
 rule measure_twin:
     input:
         unpack(lambda wildcards: RESOLVED.inputs_for("measure_twin", wildcards)),
     output:
-        twin=directory(PATHS.twin("{model}")),
+        twins=directory(PATHS.twins("{group}")),
     params:
         script=script("measure_twin.py"),
         code=code_version("measure_twin.py"),
         spec=job_spec("measure_twin"),
     wildcard_constraints:
-        model=wildcard_alternatives(jobs("measure_twin")),
+        group=wildcard_alternatives(jobs("measure_twin")),
     log:
-        log_file("measure_twin", "{model}"),
+        log_file("measure_twin", "{group}"),
     benchmark:
-        benchmark_file("measure_twin", "{model}")
+        benchmark_file("measure_twin", "{group}")
     conda:
         ENVIRONMENT
     threads: stage_threads("analysis")

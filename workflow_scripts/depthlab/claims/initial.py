@@ -40,7 +40,7 @@ def _table(folder: Path, name: str) -> pd.DataFrame | None:
 
 
 def read_twin(folder: str | Path) -> InitialStatistics:
-    """One `measure_twin` job's folder as the claims read it (a table the job did not measure
+    """One twin's folder of a `measure_twin` job (<out>/<model>/) as the claims read it (a table the job did not measure
     stays None)."""
     folder = Path(folder)
     stats = InitialStatistics()

@@ -45,9 +45,13 @@ class RunPaths:
     def analysis(self, text_set: str, model: str) -> str:
         return f"{self.root}/analysis/{text_set}/{model}"
 
-    def twin(self, model: str) -> str:
-        """A model's untrained twin, measured (measure_twin)."""
-        return f"{self.root}/twins/{model}"
+    def twins(self, group: str) -> str:
+        """A seed group's untrained twins, measured (one measure_twin job)."""
+        return f"{self.root}/twins/{group}"
+
+    def twin(self, group: str, model: str) -> str:
+        """One model's untrained twin, in its seed group's measure_twin folder."""
+        return f"{self.twins(group)}/{model}"
 
     def lens_swaps(self, model: str) -> str:
         return f"{self.root}/lens_swaps/{model}"

@@ -225,9 +225,9 @@ FAMILIES: tuple[JobFamily, ...] = (
     ),
     JobFamily(
         "measure_twin", "twins", "analysis", gpu=True,
-        work=lambda j: twin_costs.twin_work(j.name, j.spec, j.shape),
-        models=lambda job, spec: (job,),
-        targets=("twin",),
+        work=lambda j: twin_costs.twins_work(j.names, j.spec["twins"], j.shapes),
+        models=lambda job, spec: tuple(spec["twins"]),
+        targets=("twins",),
     ),
     JobFamily("make_claims", "claims", "fits", targets=("table", "markdown")),
 )  # fmt: skip

@@ -1,6 +1,6 @@
-"""The cost of one measure_twin job (depthlab.stages.twins): the untrained twin of a model trained
-here through the trained model's measures, each part costed as its stage's job costs it
-(depthlab.plan.job_costs). Torch-free."""
+"""The cost of one measure_twin job (depthlab.stages.twins): the untrained twins of a seed group,
+one after another, each through its trained model's measures, each part costed as its stage's job
+costs it (depthlab.plan.job_costs). Torch-free."""
 
 from __future__ import annotations
 
@@ -58,5 +58,24 @@ def twin_work(name: str, spec: dict, shape: Shape) -> Work:
         weights=shape.parameters * b,
         weights_what=_what(name, shape, "float32"),
         host=shape.parameters * 4,  # built on the host in float32 first
+        disk=0.0,
+    )
+
+
+def twins_work(names, specs: dict, shapes) -> Work:
+    """measure_twin: a seed group's twins (`specs`: {model: its twin}), measured one after
+    another in one process: their work adds up, the memory is the largest twin's."""
+    works = [twin_work(name, specs[name], shape) for name, shape in zip(names, shapes)]
+    flops: dict = {}
+    for work in works:
+        for key, value in work.flops.items():
+            flops[key] = flops.get(key, 0.0) + value
+    largest = max(works, key=lambda work: work.weights)
+    return Work(
+        flops=flops,
+        phases=[phase for work in works for phase in work.phases],
+        weights=largest.weights,
+        weights_what=largest.weights_what,
+        host=max(work.host for work in works),
         disk=0.0,
     )

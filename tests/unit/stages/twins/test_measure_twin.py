@@ -9,6 +9,7 @@ import pytest
 import torch
 from depthlab.claims.initial import read_twin
 from depthlab.config import resolve
+from depthlab.core.errors import DataError
 from depthlab.stages.twins.measure import TWIN_FILES, run, untrained_model
 
 
@@ -22,17 +23,23 @@ def _local(value, data_dir):
 
 
 @pytest.fixture(scope="module")
-def twin(tmp_path_factory, data_dir, test_config):
-    spec = resolve(test_config).jobs("measure_twin")["pre_ln"]
-    spec = _local(spec, data_dir)
-    spec.update(
-        tokenizer=str(data_dir / "tokenizer"),
-        removals=True,
-        n_values=[1, 2],
-        out=str(tmp_path_factory.mktemp("twin") / "pre_ln"),
-    )
+def job(tmp_path_factory, data_dir, test_config):
+    """The test config's pre_ln twin job, run with a second twin of the same declaration (seed 1)
+    beside it, as a seed group's job measures its members."""
+    spec = _local(resolve(test_config).jobs("measure_twin")["pre_ln"], data_dir)
+    first = {**spec["twins"]["pre_ln"], "tokenizer": str(data_dir / "tokenizer"),
+             "removals": True, "n_values": [1, 2]}  # fmt: skip
+    second = {**first, "model_name": "pre_ln_seed1", "seed": 1, "lens_swaps": None}
+    spec.update(twins={"pre_ln": first, "pre_ln_seed1": second},
+                out=str(tmp_path_factory.mktemp("twins") / "pre_ln"))  # fmt: skip
     written = run(spec, log=lambda message: None)
-    return spec, written, read_twin(spec["out"])
+    return spec, written
+
+
+@pytest.fixture(scope="module")
+def twin(job):
+    spec, written = job
+    return spec["twins"]["pre_ln"], written["pre_ln"], read_twin(Path(spec["out"], "pre_ln"))
 
 
 def test_twin_tables_are_the_engines_measures_of_the_initial_model(twin):
@@ -68,19 +75,48 @@ def test_twin_tables_are_the_engines_measures_of_the_initial_model(twin):
     assert written["losses"] == len(stats.losses)
 
 
-def test_twin_lens_and_provenance(twin):
+def test_twin_lens_and_provenance(job, twin):
     spec, written, stats = twin
     assert written["lens_swaps"] == len(spec["lens_swaps"]["text_sets"]) == len(stats.lens_swaps)
     lens, swaps = stats.lens_swaps[0]
     assert len(lens) and len(swaps)
     assert stats.skip_effects is None  # the trained model has no skip job: no table
-    record = json.loads((Path(spec["out"]) / "provenance.json").read_text())
-    assert record["config"]["model_name"] == "pre_ln"
-    assert not (Path(spec["out"]) / TWIN_FILES["skip_effects"]).exists()
+    out = Path(job[0]["out"])
+    record = json.loads((out / "provenance.json").read_text())
+    assert list(record["config"]["twins"]) == ["pre_ln", "pre_ln_seed1"]
+    assert not (out / "pre_ln" / TWIN_FILES["skip_effects"]).exists()
+
+
+def test_each_member_of_a_group_is_its_own_seeds_twin(job, twin):
+    """The second twin of the job is seed 1's model, measured alone: not the first one's."""
+    from depthlab.data.model_tokens import model_tokens
+    from depthlab.stages.pruning.layer_removal import model_loss
+    from depthlab.stages.pruning.strategies import validation_windows
+
+    spec, written = job
+    second = spec["twins"]["pre_ln_seed1"]
+    stats = read_twin(Path(spec["out"], "pre_ln_seed1"))
+    assert stats.lens_swaps is None and written["pre_ln_seed1"]["lens_swaps"] == 0
+    model = untrained_model(second["declaration"], 1, second["data"])
+    val = second["val"]
+    tokens, _ = model_tokens(second["data"], "val")
+    windows = validation_windows(tokens, val["windows"], val["seq_len"], val["batch_size"])
+    assert stats.losses["full"] == model_loss(model, windows)
+    assert stats.losses["full"] != twin[2].losses["full"]
+
+
+def test_a_failed_twin_leaves_no_folder(tmp_path, job):
+    spec, _ = job
+    broken = {**spec["twins"]["pre_ln_seed1"], "data": str(tmp_path / "missing")}
+    out = tmp_path / "twins"
+    with pytest.raises(DataError, match="no meta.json"):
+        run({**spec, "twins": {**spec["twins"], "broken": broken}, "out": str(out)},
+            log=lambda message: None)  # fmt: skip
+    assert not out.exists()
 
 
 def test_a_pure_bf16_twin_is_rounded(data_dir, test_config):
-    spec = resolve(test_config).jobs("measure_twin")["pre_ln"]
+    spec = resolve(test_config).jobs("measure_twin")["pre_ln"]["twins"]["pre_ln"]
     declaration = {**spec["declaration"], "train": {**spec["declaration"]["train"],
                                                     "precision": "pure_bf16"}}  # fmt: skip
     rounded = untrained_model(declaration, spec["seed"], data_dir)

@@ -336,7 +336,7 @@ def _claims_inputs(resolved: Resolved, spec: dict, sources: dict) -> dict:
         + list(sources["maps"].values())
         + list(sources["finetune"].get("scores", {}).values())
         + list(dict.fromkeys(spec["out"] for spec in resolved.jobs("lens_swaps").values()))
-        + list(sources["initial"].values())
+        + list(dict.fromkeys(spec["out"] for spec in resolved.jobs("measure_twin").values()))
     )
     files = [fit["fit"] for fit in sources["fits"].values()] + ([toy["out_json"]] if toy else [])
     return {"folders": folders, "files": files}

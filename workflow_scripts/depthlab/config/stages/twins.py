@@ -77,19 +77,19 @@ def twin_sources(
 
 
 def add_twin_jobs(resolved: Resolved, twins: dict) -> dict:
-    """One measure_twin job per twin of `twins` (twin_sources); {model: the job's folder}."""
+    """The measure_twin jobs of `twins` (twin_sources): one per seed group, its members' twins
+    measured in one process, as the seeds of a declared model share their declaration (a toy
+    twin's measures take a fraction of the job's torch start-up); {model: its twin's folder}."""
     paths, config = resolved.paths, resolved.config
-    folders = {}
+    groups: dict[str, dict] = {}
     for m, twin in twins.items():
         model = resolved.models[m]
-        sources = twin.pop("sources")
-        inputs = {"data": [data_folder(resolved, m)], "model": [paths.model(m)]}
-        for family, job in sources:  # the text files the trained model's jobs read
-            for key, values in resolved.inputs[family][job].items():
-                values = [v for v in values if v != paths.model(m)]
-                if values:
-                    inputs[f"{family}_{key}"] = values
-        spec = {
+        group = model.get("seed_group", m)
+        job = groups.setdefault(group, {"twins": {}, "inputs": {}})
+        inputs = job["inputs"]
+        for key, values in _twin_inputs(resolved, m, twin.pop("sources")).items():
+            inputs[key] = list(dict.fromkeys(inputs.get(key, []) + values))
+        job["twins"][m] = {
             "model_name": m,
             "declaration": {
                 "architecture": model["architecture"],
@@ -100,10 +100,29 @@ def add_twin_jobs(resolved: Resolved, twins: dict) -> dict:
             "data": data_folder(resolved, m),
             "tokenizer": paths.model(m),  # the trained model's own tokenizer, as its jobs read
             **twin,
-            "device": (config.get("analysis") or {}).get("device", "auto"),
-            "out": paths.twin(m),
         }
-        resolved.add("measure_twin", m, spec, outputs=[paths.twin(m)], inputs=inputs,
-                     wildcards={"model": m})  # fmt: skip
-        folders[m] = paths.twin(m)
+    folders = {}
+    for group, job in groups.items():
+        spec = {
+            "group": group,
+            "twins": job["twins"],
+            "device": (config.get("analysis") or {}).get("device", "auto"),
+            "out": paths.twins(group),
+        }
+        resolved.add("measure_twin", group, spec, outputs=[paths.twins(group)],
+                     inputs=job["inputs"], wildcards={"group": group})  # fmt: skip
+        folders.update({m: paths.twin(group, m) for m in job["twins"]})
     return folders
+
+
+def _twin_inputs(resolved: Resolved, m: str, sources: list) -> dict:
+    """What one twin reads: its data and trained model folders (the tokenizer) and the text
+    files the trained model's jobs read (`sources`: [(family, job)])."""
+    paths = resolved.paths
+    inputs = {"data": [data_folder(resolved, m)], "model": [paths.model(m)]}
+    for family, job in sources:
+        for key, values in resolved.inputs[family][job].items():
+            values = [v for v in values if v != paths.model(m)]
+            if values:
+                inputs[f"{family}_{key}"] = values
+    return inputs

@@ -5,14 +5,16 @@ with the stages' own engines on the trained model's own inputs, so the claims ca
 value beside the initialisation's (depthlab.claims.rows.against_initialisation).
 
 No training: one forward pass over the analysis stage's documents (the same text set, tokens and
-batches as the trained model's analysis), the pruning stage's validation windows once per removal
+batches as the trained model's analysis), the pruning stage's validation windows for every removal
 set (full model, each single layer, the angular and the deepest block at every n of the claims'
-range), the skip stage's future-token skips on its texts, and the tuned lens and layer swaps (the
+range; its loss sweep, as the trained model's are scored), the skip stage's future-token skips on its texts, and the tuned lens and layer swaps (the
 lens's few Adam steps train a probe, not the model). A 12 x 64 model costs about a second.
 
 Composes the analysis, pruning, depth_use and lens_swaps engines: the one stage package that
-imports its siblings (pyproject.toml's import contract). Writes into spec["out"], atomically, the
-tables TWIN_FILES names, and provenance.json.
+imports its siblings (pyproject.toml's import contract). One job measures a seed group's twins
+(the seeds of one declared model, as they share a declaration): each twin's tables, as
+TWIN_FILES names them, go into <out>/<model>/, with the job's provenance.json in <out>, all
+written at once.
 """
 
 from __future__ import annotations
@@ -107,23 +109,19 @@ def _removal_losses(
 ) -> dict:
     """Mean validation loss of the full model and (removals) every single-layer removal and the
     angular and deepest blocks at each n (the pruning stage's strategies on the twin's own
-    last-token distance matrix)."""
-    from depthlab.models.architectures import adapt
-    from depthlab.stages.pruning.layer_removal import model_loss, pruned_view
-    from depthlab.stages.pruning.strategies import angular_removal, deepest_removal
+    last-token distance matrix), through the pruning stage's own loss sweep (LossSweep: the
+    states below a removed layer computed once, bit for bit model_loss of each pruned view)."""
+    from depthlab.stages.pruning.strategies import LossSweep, angular_removal, deepest_removal
 
-    num_layers = adapt(model).num_layers
+    sweep = LossSweep(model, windows)
+    num_layers = sweep.num_layers
     sets = {"full": ()}
     if removals:
         sets.update({f"single:{l}": (l,) for l in range(num_layers)})
     for n in n_values if removals and distance_last is not None else []:
         sets[f"angular:{n}"] = angular_removal(distance_last, n)
         sets[f"deepest:{n}"] = deepest_removal(num_layers, n)
-    losses = {}
-    for key, removed in sets.items():
-        with pruned_view(model, removed) as view:
-            losses[key] = model_loss(view, windows)
-    return losses
+    return dict(zip(sets, sweep.losses(list(sets.values()))))
 
 
 def _skip_effects(model, tokenizer, skip: dict) -> pd.DataFrame:
@@ -149,49 +147,75 @@ def _lens_swaps_frames(model, tokenizer, job: dict) -> list:
     return [(lens.frame(), swaps.result().frame()) for lens, swaps in evaluations.values()]
 
 
-def run(spec: dict, device: str = "cpu", log=print) -> dict:
-    """One `measure_twin` job (spec keys: workflow_scripts/measure_twin.py) on `device`; returns
-    what it wrote as {table: rows}. The twin is built on the CPU, as pretraining builds it (the
+def measure(twin: dict, device: str = "cpu"):
+    """One model's untrained twin (`twin`: one entry of the job's `twins`, spec keys:
+    workflow_scripts/measure_twin.py), measured on `device`: (tables, losses or None, lens and
+    swaps frames per text set). The twin is built on the CPU, as pretraining builds it (the
     CPU generator draws its weights), then moved."""
     import torch
 
-    from depthlab.core.atomic_files import atomic_path, write_dataframe, write_json
-    from depthlab.core.provenance import Provenance
     from depthlab.data.model_tokens import model_tokens
     from depthlab.models.loading import load_tokenizer
     from depthlab.stages.pruning.strategies import validation_windows
 
-    provenance = Provenance(
-        "twins", config=spec, inputs=[spec["data"], spec["tokenizer"]], seed=spec["seed"]
-    )
     torch.manual_seed(0)  # nothing below draws, but a stray draw would not move the twin's weights
-    model = untrained_model(spec["declaration"], spec["seed"], spec["data"]).to(device)
-    tokenizer = load_tokenizer(spec["tokenizer"])
+    model = untrained_model(twin["declaration"], twin["seed"], twin["data"]).to(device)
+    tokenizer = load_tokenizer(twin["tokenizer"])
     tables, losses, frames, distance_last = {}, None, [], None
-    if spec["analysis"]:
-        analysis, distance_last = _analysis_tables(model, tokenizer, spec["analysis"])
+    if twin["analysis"]:
+        analysis, distance_last = _analysis_tables(model, tokenizer, twin["analysis"])
         tables.update(analysis)
-    if spec["lens_swaps"]:
-        frames = _lens_swaps_frames(model, tokenizer, spec["lens_swaps"])
-    if spec["skip"]:
-        tables["skip_effects"] = _skip_effects(model, tokenizer, spec["skip"])
-    if spec["val"]:
-        val = spec["val"]
-        tokens, _ = model_tokens(spec["data"], "val")
+    if twin["lens_swaps"]:
+        frames = _lens_swaps_frames(model, tokenizer, twin["lens_swaps"])
+    if twin["skip"]:
+        tables["skip_effects"] = _skip_effects(model, tokenizer, twin["skip"])
+    if twin["val"]:
+        val = twin["val"]
+        tokens, _ = model_tokens(twin["data"], "val")
         windows = validation_windows(tokens, val["windows"], val["seq_len"], val["batch_size"])
-        losses = _removal_losses(model, windows, distance_last, spec["n_values"], spec["removals"])
+        losses = _removal_losses(model, windows, distance_last, twin["n_values"], twin["removals"])
+    return tables, losses, frames
+
+
+def _write_twin(folder, tables: dict, losses: dict | None, frames: list) -> None:
+    from depthlab.core.atomic_files import write_dataframe, write_json
+
+    folder.mkdir(parents=True)
+    for name, frame in tables.items():
+        write_dataframe(folder / TWIN_FILES[name], frame)
+    if losses is not None:
+        write_json(folder / TWIN_FILES["losses"], losses)
+    for index, (lens, swaps) in enumerate(frames):
+        lens_folder = folder / TWIN_FILES["lens_swaps"] / str(index)
+        lens_folder.mkdir(parents=True)
+        write_dataframe(lens_folder / "lens.csv", lens)
+        write_dataframe(lens_folder / "swaps.csv", swaps)
+
+
+def run(spec: dict, device: str = "cpu", log=print) -> dict:
+    """One `measure_twin` job: the twins of one seed group (spec keys:
+    workflow_scripts/measure_twin.py), one after another in one process (the torch and
+    transformers start-up, not the measures, is most of a toy twin's time). Writes each twin's
+    tables into <out>/<model>/ and the job's provenance.json, all at once (atomically: a failed
+    twin leaves no folder); returns {model: {table: rows}}."""
+    from depthlab.core.atomic_files import atomic_path
+    from depthlab.core.provenance import Provenance
+
+    twins = spec["twins"]
+    provenance = Provenance(
+        "twins",
+        config=spec,
+        inputs=list(dict.fromkeys(p for t in twins.values() for p in (t["data"], t["tokenizer"]))),
+    )  # each twin's seed is in its entry of the config
+    measured, written = {}, {}
+    for name, twin in twins.items():
+        tables, losses, frames = measure(twin, device)
+        measured[name] = tables, losses, frames
+        written[name] = {table: len(frame) for table, frame in tables.items()}
+        written[name].update({"losses": len(losses or {}), "lens_swaps": len(frames)})
+        log(json.dumps({"model": name, **written[name]}))
     with atomic_path(spec["out"], is_dir=True) as out:
-        for name, frame in tables.items():
-            write_dataframe(out / TWIN_FILES[name], frame)
-        if losses is not None:
-            write_json(out / TWIN_FILES["losses"], losses)
-        for index, (lens, swaps) in enumerate(frames):
-            folder = out / TWIN_FILES["lens_swaps"] / str(index)
-            folder.mkdir(parents=True)
-            write_dataframe(folder / "lens.csv", lens)
-            write_dataframe(folder / "swaps.csv", swaps)
+        for name, (tables, losses, frames) in measured.items():
+            _write_twin(out / name, tables, losses, frames)
         provenance.write(out / "provenance.json")
-    written = {name: len(frame) for name, frame in tables.items()}
-    written.update({"losses": len(losses or {}), "lens_swaps": len(frames)})
-    log(json.dumps({"model": spec["model_name"], **written}))
     return written
