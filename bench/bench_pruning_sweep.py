@@ -64,7 +64,8 @@ def inputs(args):
 
 def sweep_requests(num_layers, distance, losses_of, n_values=None, greedy_max_n=None):
     """The stage's requests in order; returns every distinct removal set asked for."""
-    from depthlab.stages.pruning.strategies import angular_removal, deepest_removal, greedy_path
+    from depthlab.stages.pruning.blocks import angular_removal, deepest_removal
+    from depthlab.stages.pruning.strategies import greedy_path
 
     asked = []
 

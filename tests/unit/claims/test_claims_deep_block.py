@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from depthlab.claims import RunData, build_claims
 from depthlab.claims.verdicts import NOT_REPRODUCED, REPRODUCED
-from depthlab.stages.pruning.strategies import angular_block_choice
+from depthlab.stages.pruning.blocks import angular_block_choice
 from test_claims import _measures_frame
 
 LAYERS = 8

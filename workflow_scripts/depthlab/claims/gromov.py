@@ -151,7 +151,7 @@ def deep_block_position(measures: pd.DataFrame, max_fraction: float) -> float:
     layers with the smallest last-token d(x^l, x^(l+n)) (the pruning stage's angular choice: the
     first minimum) of an analysis measures.csv frame: 0 when every block sits at the front, 1
     when it ends at the last layer; NaN without the distances."""
-    from depthlab.stages.pruning.strategies import angular_block_choice
+    from depthlab.stages.pruning.blocks import angular_block_choice
 
     rows = measures[measures["measure"] == "angular_distance_last"]
     if rows.empty:

@@ -20,6 +20,12 @@ import transformers as tf
 import yaml
 from depthlab.core.errors import PruningError
 from depthlab.models.architectures import adapt
+from depthlab.stages.pruning.blocks import (
+    angular_block_choice,
+    angular_removal,
+    block_choice_table,
+    deepest_removal,
+)
 from depthlab.stages.pruning.layer_removal import (
     config_updates,
     export_pruned,
@@ -31,14 +37,10 @@ from depthlab.stages.pruning.layer_removal import (
 )
 from depthlab.stages.pruning.strategies import (
     LossSweep,
-    angular_block_choice,
-    angular_removal,
     auto_depth,
-    block_choice_table,
     block_influence_removal,
     block_influence_table,
     check_prunable,
-    deepest_removal,
     greedy_path,
     greedy_steps,
     read_cos_adjacent,

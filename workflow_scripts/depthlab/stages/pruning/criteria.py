@@ -56,11 +56,10 @@ from depthlab.settings.pruning import (
     protected_layers,
     strategy_max_n,
 )
+from depthlab.stages.pruning.blocks import angular_removal, deepest_removal
 from depthlab.stages.pruning.strategies import (
     LossSweep,
-    angular_removal,
     block_influence_removal,
-    deepest_removal,
     greedy_path,
     greedy_steps,
 )

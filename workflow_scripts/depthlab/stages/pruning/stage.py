@@ -75,6 +75,7 @@ from depthlab.models.architectures import adapt, load_model, load_tokenizer
 from depthlab.settings.block_criteria import CRITERIA as BLOCK_CRITERIA
 from depthlab.settings.pruning import CALIBRATED_STRATEGIES, grid, validate_pruning_settings
 from depthlab.stages.lm_tasks import check_task_folder
+from depthlab.stages.pruning.blocks import block_choice_table
 from depthlab.stages.pruning.criteria import (
     CriteriaResult,
     Ranking,
@@ -86,7 +87,6 @@ from depthlab.stages.pruning.pruned_tasks import TaskEvaluator
 from depthlab.stages.pruning.speed import measure_exports
 from depthlab.stages.pruning.strategies import (
     LossSweep,
-    block_choice_table,
     block_influence_table,
     check_prunable,
     read_cos_adjacent,

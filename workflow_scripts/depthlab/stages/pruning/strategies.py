@@ -8,8 +8,10 @@ Unreasonable Ineffectiveness of the Deeper Layers"; block_influence from Men et 
 "ShortGPT: Layers in Large Language Models are More Redundant Than You Expect"):
 
   angular          the block [l*, l*+n) with l* = argmin_l d(x^l, x^{l+n}), d from the analysis
-                   stage's (L+1) x (L+1) matrix `angular_distance_last.csv` (ties: the smallest l)
-  deepest          the n deepest layers except the last: [L-1-n, L-1) (the paper's baseline)
+                   stage's (L+1) x (L+1) matrix `angular_distance_last.csv` (ties: the smallest l;
+                   depthlab.stages.pruning.blocks, torch-free, as the claims read it)
+  deepest          the n deepest layers except the last: [L-1-n, L-1) (the paper's baseline;
+                   depthlab.stages.pruning.blocks)
   greedy           non-contiguous: n times, remove the layer whose removal raises the validation
                    loss least (ties: the smallest index); the path grows to the grid's largest
                    n, or stops at pruning.greedy_max_n (no greedy set beyond it)
@@ -87,36 +89,6 @@ def read_distance_matrix(path: str | Path) -> np.ndarray:
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.shape[0] < 2:
         raise PruningError(f"{path}: expected a square (L+1) x (L+1) matrix, got {matrix.shape}")
     return matrix
-
-
-def angular_block_choice(distance: np.ndarray, n: int) -> tuple[int, float]:
-    """(l*, d): the block [l*, l*+n) minimising d(x^l, x^{l+n}) (the smallest l on ties)."""
-    num_layers = distance.shape[0] - 1
-    if not 1 <= n < num_layers:
-        raise PruningError(f"block size {n} is outside 1..{num_layers - 1}")
-    candidates = [distance[l, l + n] for l in range(num_layers - n + 1)]
-    best = int(np.argmin(candidates))  # the first minimum
-    return best, float(candidates[best])
-
-
-def block_choice_table(distance: np.ndarray, n_values: Sequence[int]):
-    """The paper's "optimal block" curve: one row (n, l*, d) per block size."""
-    import pandas as pd
-
-    rows = [(n, *angular_block_choice(distance, n)) for n in n_values]
-    return pd.DataFrame(rows, columns=["n", "l_star", "distance"])
-
-
-def angular_removal(distance: np.ndarray, n: int) -> tuple[int, ...]:
-    start, _ = angular_block_choice(distance, n)
-    return tuple(range(start, start + n))
-
-
-def deepest_removal(num_layers: int, n: int) -> tuple[int, ...]:
-    """The n deepest layers except the last one: [L-1-n, L-1)."""
-    if not 1 <= n < num_layers:
-        raise PruningError(f"block size {n} is outside 1..{num_layers - 1}")
-    return tuple(range(num_layers - 1 - n, num_layers - 1))
 
 
 def read_cos_adjacent(path: str | Path, num_layers: int) -> np.ndarray:

@@ -111,7 +111,8 @@ def _removal_losses(
     angular and deepest blocks at each n (the pruning stage's strategies on the twin's own
     last-token distance matrix), through the pruning stage's own loss sweep (LossSweep: the
     states below a removed layer computed once, bit for bit model_loss of each pruned view)."""
-    from depthlab.stages.pruning.strategies import LossSweep, angular_removal, deepest_removal
+    from depthlab.stages.pruning.blocks import angular_removal, deepest_removal
+    from depthlab.stages.pruning.strategies import LossSweep
 
     sweep = LossSweep(model, windows)
     num_layers = sweep.num_layers
