@@ -1,6 +1,6 @@
 # Untrained twins: each model trained here that a claim compares with its initialisation, rebuilt
 # from its seed and measured with the trained model's own measures (depthlab.stages.twins), one
-# job per seed group; the claims read the tables.
+# job per shape and data set (depthlab.config.stages.twins.twin_group); the claims read the tables.
 
 
 rule measure_twin:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""The untrained twins of one seed group (the seeds of one declared model trained here),
-measured: each model rebuilt as it was before its first step (same architecture, norm scheme, seed
-and training precision) through the trained model's own measures, so the claims can set each
-trained value beside the initialisation's. The stage is depthlab/stages/twins/measure.py.
+"""The untrained twins of the models trained here at one shape on one data set, measured: each
+model rebuilt as it was before its first step (same architecture, norm scheme, seed and training
+precision) through the trained model's own measures, so the claims can set each trained value
+beside the initialisation's. The stage is depthlab/stages/twins/stage.py.
 
 Writes into spec["out"] (atomically) one folder per twin, <model>/ (a table only where the trained
 model has that job): states.csv (state, h_var), layers.csv (layer, distance d(l, l+1) over all
@@ -11,7 +11,7 @@ validation loss}: full, single:<l>, angular:<n>, deepest:<n>), skip_effects.csv 
 layer_future rows), lens_swaps/<i>/{lens,swaps}.csv (per text set); and provenance.json.
 
 Spec keys:
-  group                 the seed group
+  group                 the shape and data set: <data>_l<layers>_h<width>
   twins                 {model: its twin}, each (null where marked):
     model_name            the trained model
     declaration           {architecture, norm_scheme, train: {seq_len, init_std, precision}}
@@ -28,7 +28,7 @@ Spec keys:
   device                auto | cpu | cuda
   out                   output folder (results/<run>/twins/<group>)
 
-Example (default run): --config config/default.yaml --job lns
+Example (default run): --config config/default.yaml --job problems_l4_h64
 """
 
 from depthlab.cli import main_guard, resolve_device, start_job
@@ -37,7 +37,7 @@ from depthlab.cli import main_guard, resolve_device, start_job
 def main() -> None:
     _, spec = start_job(__doc__, "measure_twin")
 
-    from depthlab.stages.twins.measure import run
+    from depthlab.stages.twins.stage import run
 
     run(spec, device=resolve_device(spec["device"]))
 

@@ -107,8 +107,8 @@ def spec_change_lines(result) -> list[str]:
                 "heal_pruned[lns/angular_n2_qlora]: val.windows 4 -> 5",
                 # the untrained twins are scored on the same windows (pre_ln, not pruned, on
                 # the stage's default ones)
-                "measure_twin[lns]: twins.lns.val.windows 4 -> 5",
-                "measure_twin[pre_ln]: twins.pre_ln.val.windows 4 -> 5",
+                "measure_twin[corpus_l4_h32]: twins.lns.val.windows 4 -> 5",
+                "measure_twin[corpus_l4_h32]: twins.pre_ln.val.windows 4 -> 5",
                 "prune_model[lns]: val.windows 4 -> 5",
             ],
         ),

@@ -23,7 +23,7 @@ from depthlab.claims.verdicts import (
     SIZE_NOT_REPRODUCED,
     SIZE_REPRODUCED,
 )
-from depthlab.stages.twins.measure import untrained_model
+from depthlab.stages.twins.stage import untrained_model
 
 LAYERS = 8
 

@@ -1,5 +1,5 @@
 """The untrained twins' tables, read back for the claims: what the `measure_twin` jobs measured of
-each model trained here before its first step (depthlab.stages.twins.measure). The claims about
+each model trained here before its first step (depthlab.stages.twins.stage). The claims about
 models trained here set the trained value beside this one, so that an effect the initialisation
 already has (LNS's 1/sqrt(l) shrinks deep updates before any training) is not read as the paper's
 effect (depthlab.claims.rows.against_initialisation)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from depthlab.stages.twins.measure import TWIN_FILES
+from depthlab.stages.twins.stage import TWIN_FILES
 
 
 @dataclass

@@ -46,11 +46,11 @@ class RunPaths:
         return f"{self.root}/analysis/{text_set}/{model}"
 
     def twins(self, group: str) -> str:
-        """A seed group's untrained twins, measured (one measure_twin job)."""
+        """One measure_twin job's untrained twins (`group`: their shape and data set)."""
         return f"{self.root}/twins/{group}"
 
     def twin(self, group: str, model: str) -> str:
-        """One model's untrained twin, in its seed group's measure_twin folder."""
+        """One model's untrained twin, in its measure_twin job's folder."""
         return f"{self.twins(group)}/{model}"
 
     def lens_swaps(self, model: str) -> str:

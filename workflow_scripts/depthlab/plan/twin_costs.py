@@ -1,4 +1,4 @@
-"""The cost of one measure_twin job (depthlab.stages.twins): the untrained twins of a seed group,
+"""The cost of one measure_twin job (depthlab.stages.twins): the untrained twins of one shape,
 one after another, each through its trained model's measures, each part costed as its stage's job
 costs it (depthlab.plan.job_costs). Torch-free."""
 
@@ -63,7 +63,7 @@ def twin_work(name: str, spec: dict, shape: Shape) -> Work:
 
 
 def twins_work(names, specs: dict, shapes) -> Work:
-    """measure_twin: a seed group's twins (`specs`: {model: its twin}), measured one after
+    """measure_twin: the twins of one shape (`specs`: {model: its twin}), measured one after
     another in one process: their work adds up, the memory is the largest twin's."""
     works = [twin_work(name, specs[name], shape) for name, shape in zip(names, shapes)]
     flops: dict = {}

@@ -871,6 +871,9 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
     assert set(single["task"]) == {"depthlab_word_order", "depthlab_continuation"}
     speed = pd.read_csv(out / "speed.csv")
     assert sorted(speed["n"]) == [0, 1, 2] and (speed["prefill_tokens_per_s"] > 0).all()
+    assert (speed["prefill_speedup_low"] <= speed["prefill_speedup"]).all()
+    assert (speed["generation_speedup"] <= speed["generation_speedup_high"]).all()
+    assert list(speed.sort_values("n")["ideal_speedup"]) == [1.0, L / (L - 1), L / (L - 2)]
     # pruning.sublayer (config/test.yaml): the sub-layer path travels to the gathered folder
     path = pd.read_csv(out / "sublayer_path.csv", keep_default_na=False)
     steps = spec["sublayer"]["max_units"]

@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from depthlab.stages.pruning.speed import measure_exports
+from depthlab.stages.pruning.speed import measure, measure_exports, speedup_range
 from tiny_models import build
 
 SETTINGS = {"batch_size": 2, "prompt_length": 8, "new_tokens": 4, "repeats": 1}
@@ -35,3 +35,24 @@ def test_the_default_dtype_is_the_models_own(tmp_path):
     model = build("llama", dtype=torch.bfloat16).eval()
     measured = measure_exports(model, {"n1": (0,)}, **SETTINGS, work_dir=tmp_path)
     assert {result["dtype"] for result in measured.values()} == {"bfloat16"}
+
+
+def test_each_time_is_the_median_of_its_rounds_with_their_range(monkeypatch):
+    """Planted round times: the reported seconds are their median, min and max (the warm-up
+    round left out), and the speed-up's range is full's fastest over the variant's slowest round
+    and full's slowest over the variant's fastest."""
+    from depthlab.stages.pruning import speed
+
+    planted = iter([9.0, 9.0, 0.30, 0.12, 0.20, 0.10, 0.25, 0.11, 0.50, 0.2])
+    monkeypatch.setattr(speed, "_time_prefill", lambda model, ids: next(planted))
+    monkeypatch.setattr(speed, "_time_generation", lambda model, ids, new_tokens: next(planted))
+    model = build("llama").eval()
+    result = measure({"m": model}, batch_size=2, prompt_length=8, new_tokens=4, repeats=4)["m"]
+    assert result["prefill_seconds"] == pytest.approx(0.275)  # median of 0.30, 0.20, 0.25, 0.50
+    assert (result["prefill_seconds_min"], result["prefill_seconds_max"]) == (0.20, 0.50)
+    assert result["generation_seconds"] == pytest.approx(0.115)  # median of 0.12, 0.10, 0.11, 0.2
+    assert (result["generation_seconds_min"], result["generation_seconds_max"]) == (0.10, 0.2)
+    assert result["prefill_tokens_per_s"] == pytest.approx(16 / 0.275)
+    variant = {"prefill_seconds_min": 0.1, "prefill_seconds_max": 0.4}
+    low, high = speedup_range(result, variant, "prefill")
+    assert (low, high) == pytest.approx((0.20 / 0.4, 0.50 / 0.1))

@@ -10,7 +10,7 @@ import torch
 from depthlab.claims.initial import read_twin
 from depthlab.config import resolve
 from depthlab.core.errors import DataError
-from depthlab.stages.twins.measure import TWIN_FILES, run, untrained_model
+from depthlab.stages.twins.stage import TWIN_FILES, run, untrained_model
 
 
 def _local(value, data_dir):
@@ -22,11 +22,17 @@ def _local(value, data_dir):
     return value
 
 
+def _job_of(model: str, config: dict) -> dict:
+    """The measure_twin job that measures `model`'s twin."""
+    (spec,) = [s for s in resolve(config).jobs("measure_twin").values() if model in s["twins"]]
+    return spec
+
+
 @pytest.fixture(scope="module")
 def job(tmp_path_factory, data_dir, test_config):
-    """The test config's pre_ln twin job, run with a second twin of the same declaration (seed 1)
-    beside it, as a seed group's job measures its members."""
-    spec = _local(resolve(test_config).jobs("measure_twin")["pre_ln"], data_dir)
+    """The test config's pre_ln twin, run with a second twin of the same declaration (seed 1)
+    beside it, as one job measures the twins of one shape."""
+    spec = _local(_job_of("pre_ln", test_config), data_dir)
     first = {**spec["twins"]["pre_ln"], "tokenizer": str(data_dir / "tokenizer"),
              "removals": True, "n_values": [1, 2]}  # fmt: skip
     second = {**first, "model_name": "pre_ln_seed1", "seed": 1, "lens_swaps": None}
@@ -116,7 +122,7 @@ def test_a_failed_twin_leaves_no_folder(tmp_path, job):
 
 
 def test_a_pure_bf16_twin_is_rounded(data_dir, test_config):
-    spec = resolve(test_config).jobs("measure_twin")["pre_ln"]["twins"]["pre_ln"]
+    spec = _job_of("pre_ln", test_config)["twins"]["pre_ln"]
     declaration = {**spec["declaration"], "train": {**spec["declaration"]["train"],
                                                     "precision": "pure_bf16"}}  # fmt: skip
     rounded = untrained_model(declaration, spec["seed"], data_dir)

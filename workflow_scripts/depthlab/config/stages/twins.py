@@ -76,15 +76,26 @@ def twin_sources(
     return twins
 
 
+def twin_group(model: dict) -> str:
+    """The measure_twin job of a model's twin: one per shape and data set
+    (<data>_l<layers>_h<width>). The twins of one shape differ only in norm scheme and seed, so
+    one process measures them one after another: a toy twin's measures take a fraction of the
+    job's torch start-up, and a large model's twins still get a job per size."""
+    architecture = model["architecture"]
+    return (
+        f"{model.get('data', 'corpus')}_l{architecture['num_layers']}"
+        f"_h{architecture['hidden_size']}"
+    )
+
+
 def add_twin_jobs(resolved: Resolved, twins: dict) -> dict:
-    """The measure_twin jobs of `twins` (twin_sources): one per seed group, its members' twins
-    measured in one process, as the seeds of a declared model share their declaration (a toy
-    twin's measures take a fraction of the job's torch start-up); {model: its twin's folder}."""
+    """The measure_twin jobs of `twins` (twin_sources), one per twin_group; {model: its twin's
+    folder}."""
     paths, config = resolved.paths, resolved.config
     groups: dict[str, dict] = {}
     for m, twin in twins.items():
         model = resolved.models[m]
-        group = model.get("seed_group", m)
+        group = twin_group(model)
         job = groups.setdefault(group, {"twins": {}, "inputs": {}})
         inputs = job["inputs"]
         for key, values in _twin_inputs(resolved, m, twin.pop("sources")).items():

@@ -229,17 +229,24 @@ def plot_speedup(speed: pd.DataFrame, labels: dict[str, str], run_name: str):
             )
             if frame.empty:
                 continue
-            ax.plot(
+            value = frame[f"{kind}_speedup"]
+            # the rounds' spread (speed.speedup_range); tables written before it have none
+            low = frame.get(f"{kind}_speedup_low", value)
+            high = frame.get(f"{kind}_speedup_high", value)
+            ax.errorbar(
                 frame["fraction"],
-                frame[f"{kind}_speedup"],
+                value,
+                # clipped at 0: a single round's range is the value, up to rounding
+                yerr=np.clip([value - low, high - value], 0, None),
                 marker="o",
+                capsize=3,
                 color=colours[model],
                 label=labels[model],
             )
         grid = np.linspace(0, 0.9, 50)
         ax.plot(grid, 1 / (1 - grid), ":", color="gray", label="ideal L/(L-n)")
         ax.set_xlabel("fraction of layers removed")
-        ax.set_ylabel(f"{kind} tokens/s, pruned / full")
+        ax.set_ylabel(f"{kind} tokens/s, pruned / full (median; bars: rounds' range)")
         ax.set_title(kind)
         ax.legend(fontsize=7)
     strategies = ", ".join(sorted(speed["strategy"].unique())) if not speed.empty else "none"

@@ -12,7 +12,13 @@ Two throughputs per variant:
 
 `measure` times the models it is given in rounds that interleave them (round r times every
 model once), so a machine whose load changes slows every model alike; the median over rounds is
-reported after one untimed warm-up round. The stage gives it one model at a time (memory).
+reported after one untimed warm-up round, with the fastest and slowest round beside it. The stage
+gives it one model at a time (memory), so a speed-up is a ratio of medians taken minutes apart:
+`speedup_range` bounds it by the rounds' spread. A toy model's prefill takes ~10 ms on a CPU, so
+one slow round of the full model (a neighbouring job, the allocator growing) can lift a ratio
+above the ideal L/(L-n), which fewer layers cannot reach (the embeddings, head and `generate`'s
+own work do not shrink): such a point's range reaches back below the ideal, and the figure draws
+the range.
 """
 
 from __future__ import annotations
@@ -98,6 +104,11 @@ def measure(
             "generation_tokens_per_s": batch_size * new_tokens / generation,
             "prefill_seconds": prefill,
             "generation_seconds": generation,
+            # the spread of the timed rounds (the median above is the value reported)
+            "prefill_seconds_min": float(np.min(measured["prefill"])),
+            "prefill_seconds_max": float(np.max(measured["prefill"])),
+            "generation_seconds_min": float(np.min(measured["generation"])),
+            "generation_seconds_max": float(np.max(measured["generation"])),
             "batch_size": batch_size,
             "prompt_length": prompt_length,
             "new_tokens": new_tokens,
@@ -142,3 +153,13 @@ def measure_exports(
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     return results
+
+
+def speedup_range(full: dict, variant: dict, kind: str) -> tuple[float, float]:
+    """(low, high) of a variant's `kind` (prefill | generation) speed-up over the full model from
+    the spread of both's timed rounds: full's fastest over the variant's slowest round, full's
+    slowest over the variant's fastest."""
+    return (
+        full[f"{kind}_seconds_min"] / variant[f"{kind}_seconds_max"],
+        full[f"{kind}_seconds_max"] / variant[f"{kind}_seconds_min"],
+    )

@@ -84,7 +84,7 @@ from depthlab.stages.pruning.criteria import (
     ranking_function,
 )
 from depthlab.stages.pruning.pruned_tasks import TaskEvaluator
-from depthlab.stages.pruning.speed import measure_exports
+from depthlab.stages.pruning.speed import measure_exports, speedup_range
 from depthlab.stages.pruning.strategies import (
     LossSweep,
     block_influence_table,
@@ -453,6 +453,12 @@ def measure_speed(planned: Plan, spec: dict, device: str, work_dir: Path) -> pd.
                 "prefill_speedup": result["prefill_tokens_per_s"] / full["prefill_tokens_per_s"],
                 "generation_speedup": result["generation_tokens_per_s"]
                 / full["generation_tokens_per_s"],
+                **{
+                    f"{kind}_speedup_{end}": value
+                    for kind in ("prefill", "generation")
+                    for end, value in zip(("low", "high"), speedup_range(full, result, kind))
+                },
+                "ideal_speedup": L / (L - n),
             }
         )
     return pd.DataFrame(rows)

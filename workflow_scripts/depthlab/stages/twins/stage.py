@@ -11,10 +11,9 @@ range; its loss sweep, as the trained model's are scored), the skip stage's futu
 lens's few Adam steps train a probe, not the model). A 12 x 64 model costs about a second.
 
 Composes the analysis, pruning, depth_use and lens_swaps engines: the one stage package that
-imports its siblings (pyproject.toml's import contract). One job measures a seed group's twins
-(the seeds of one declared model, as they share a declaration): each twin's tables, as
-TWIN_FILES names them, go into <out>/<model>/, with the job's provenance.json in <out>, all
-written at once.
+imports its siblings (pyproject.toml's import contract). One job measures the twins of one shape
+and data set (depthlab.config.stages.twins.twin_group): each twin's tables, as TWIN_FILES names
+them, go into <out>/<model>/, with the job's provenance.json in <out>, all written at once.
 """
 
 from __future__ import annotations
@@ -194,7 +193,7 @@ def _write_twin(folder, tables: dict, losses: dict | None, frames: list) -> None
 
 
 def run(spec: dict, device: str = "cpu", log=print) -> dict:
-    """One `measure_twin` job: the twins of one seed group (spec keys:
+    """One `measure_twin` job: the twins of one shape and data set (spec keys:
     workflow_scripts/measure_twin.py), one after another in one process (the torch and
     transformers start-up, not the measures, is most of a toy twin's time). Writes each twin's
     tables into <out>/<model>/ and the job's provenance.json, all at once (atomically: a failed
