@@ -7,8 +7,10 @@ value beside the initialisation's (depthlab.claims.rows.against_initialisation).
 No training: one forward pass over the analysis stage's documents (the same text set, tokens and
 batches as the trained model's analysis), the pruning stage's validation windows for every removal
 set (full model, each single layer, the angular and the deepest block at every n of the claims'
-range; its loss sweep, as the trained model's are scored), the skip stage's future-token skips on its texts, and the tuned lens and layer swaps (the
-lens's few Adam steps train a probe, not the model). A 12 x 64 model costs about a second.
+range; its loss sweep, as the trained model's are scored), the skip stage's future-token skips on
+its texts, and the tuned lens and layer swaps (the lens's few Adam steps train a probe, not the
+model). A 12 x 64 twin's measures take 0.5 to 8 s on one CPU thread; torch's start-up, about 3 s,
+is paid once per job.
 
 Composes the analysis, pruning, depth_use and lens_swaps engines: the one stage package that
 imports its siblings (pyproject.toml's import contract). One job measures the twins of one shape
