@@ -40,8 +40,8 @@ def _table(folder: Path, name: str) -> pd.DataFrame | None:
 
 
 def read_twin(folder: str | Path) -> InitialStatistics:
-    """One twin's folder of a `measure_twin` job (<out>/<model>/) as the claims read it (a table the job did not measure
-    stays None)."""
+    """One twin's folder of a `measure_twin` job (<out>/<model>/) as the claims read it (a table
+    the job did not measure stays None)."""
     folder = Path(folder)
     stats = InitialStatistics()
     states, layers, updates = (_table(folder, n) for n in ("states", "layers", "updates"))
