@@ -873,6 +873,8 @@ def test_prune_model_script_end_to_end(tmp_path, pruning_spec, test_config):
     assert sorted(speed["n"]) == [0, 1, 2] and (speed["prefill_tokens_per_s"] > 0).all()
     assert (speed["prefill_speedup_low"] <= speed["prefill_speedup"]).all()
     assert (speed["generation_speedup"] <= speed["generation_speedup_high"]).all()
+    # a toy model's variants fit in memory together: timed in the same rounds
+    assert speed["paired"].all() and (speed.query("n == 0")["prefill_speedup"] == 1.0).all()
     assert list(speed.sort_values("n")["ideal_speedup"]) == [1.0, L / (L - 1), L / (L - 2)]
     # pruning.sublayer (config/test.yaml): the sub-layer path travels to the gathered folder
     path = pd.read_csv(out / "sublayer_path.csv", keep_default_na=False)

@@ -230,7 +230,7 @@ def plot_speedup(speed: pd.DataFrame, labels: dict[str, str], run_name: str):
             if frame.empty:
                 continue
             value = frame[f"{kind}_speedup"]
-            # the rounds' spread (speed.speedup_range); tables written before it have none
+            # the rounds' spread (speed.speedups); tables written before it have none
             low = frame.get(f"{kind}_speedup_low", value)
             high = frame.get(f"{kind}_speedup_high", value)
             ax.errorbar(
@@ -243,17 +243,18 @@ def plot_speedup(speed: pd.DataFrame, labels: dict[str, str], run_name: str):
                 color=colours[model],
                 label=labels[model],
             )
-        grid = np.linspace(0, 0.9, 50)
+        # the ideal up to a little past the largest fraction measured, not to the axis' 10x
+        largest = speed["fraction"].max() if not speed.empty else 0.5
+        grid = np.linspace(0, min(0.9, largest + 0.1), 50)
         ax.plot(grid, 1 / (1 - grid), ":", color="gray", label="ideal L/(L-n)")
         ax.set_xlabel("fraction of layers removed")
-        ax.set_ylabel(f"{kind} tokens/s, pruned / full (median; bars: rounds' range)")
+        ax.set_ylabel(f"{kind} speed-up, pruned / full\n(median of rounds; bars: range)")
         ax.set_title(kind)
         ax.legend(fontsize=7)
     strategies = ", ".join(sorted(speed["strategy"].unique())) if not speed.empty else "none"
     fig.suptitle(
         f"Measured speed-up of exported pruned models vs the full model ({strategies} "
-        f"removal; Gromov et al. report none), {run_name} run, measured on this "
-        f"machine",
+        f"removal; Gromov et al. report none)\n{run_name} run, measured on this machine",
         fontsize=9,
     )
     fig.tight_layout()

@@ -84,7 +84,7 @@ from depthlab.stages.pruning.criteria import (
     ranking_function,
 )
 from depthlab.stages.pruning.pruned_tasks import TaskEvaluator
-from depthlab.stages.pruning.speed import measure_exports, speedup_range
+from depthlab.stages.pruning.speed import measure_exports
 from depthlab.stages.pruning.strategies import (
     LossSweep,
     block_influence_table,
@@ -437,7 +437,6 @@ def measure_speed(planned: Plan, spec: dict, device: str, work_dir: Path) -> pd.
         dtype=spec["dtype"],
         work_dir=work_dir,
     )
-    full = measured["full"]
     rows = []
     for key, result in measured.items():
         n = 0 if key == "full" else int(key[1:])
@@ -450,14 +449,6 @@ def measure_speed(planned: Plan, spec: dict, device: str, work_dir: Path) -> pd.
                 "fraction": n / L,
                 "removed": removed_label(removed),
                 **result,
-                # the time ratio (the same tokens): inside speedup_range's bounds exactly
-                "prefill_speedup": full["prefill_seconds"] / result["prefill_seconds"],
-                "generation_speedup": full["generation_seconds"] / result["generation_seconds"],
-                **{
-                    f"{kind}_speedup_{end}": value
-                    for kind in ("prefill", "generation")
-                    for end, value in zip(("low", "high"), speedup_range(full, result, kind))
-                },
                 "ideal_speedup": L / (L - n),
             }
         )
