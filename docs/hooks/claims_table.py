@@ -29,7 +29,9 @@ OPEN, CLOSE = '<div class="claims-reference" markdown>', "</div>"
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    from depthlab.claims.results_page import markdown_cell
+
+    return markdown_cell(" ".join(text.split()))
 
 
 def render(claims) -> str:
@@ -73,13 +75,15 @@ def _breakable_id(match) -> str:
 
 
 def break_ids(html: str) -> str:
-    """The page's HTML with the ids in the table's first cells breakable at their words."""
+    """The page's HTML with the ids in the table's first cells breakable at their words: every
+    id, a templated one too (`cod_deep_identity:<LM>`, `liu_toy_tied_exceeds:T=<temperature>`:
+    their escaped brackets are no `_` or `:`), which the browser otherwise cut mid-word."""
     start = html.find('<div class="claims-reference">')
     if start < 0:
         return html
     end = html.find("</table>", start)
     cells = re.sub(
-        r"<td><code>([a-z0-9_:]+)</code></td>",
+        r"<td><code>([^<]+)</code></td>",
         lambda m: f"<td>{_breakable_id(m)}</td>",
         html[start:end],
     )

@@ -16,9 +16,10 @@ import re
 import struct
 from pathlib import Path
 
-# Wider than this many pixels (a figure at 150-200 dpi wider than about 12 inches), a figure
-# squeezed into the column falls below a third of its size, where its tick labels cannot be read
-WIDE_PX = 2200
+# Wider than this many pixels, a figure squeezed into the ~700 px column falls below half its
+# size, where its panel titles and tick labels cannot be read (1400-2200 px figures such as
+# depth_use/skip_effects.png were shown at 39-48%); at SCALE it is then at least the column's width
+WIDE_PX = 1400
 # ... so it is shown at half its pixels: the figures are drawn at 150-200 dpi, half is about
 # a screen's 96 dpi, their labels at the size they were drawn
 SCALE = 0.5

@@ -36,15 +36,18 @@ def test_png_size_reads_the_header(tmp_path):
 
 def test_every_figure_links_to_itself_and_a_wide_one_scrolls_at_half_size():
     figures = hook("figures")
-    sizes = {"wide.png": (3530, 335), "narrow.png": (1548, 523)}
+    # a 1548 px figure (pruning/sweep.png) squeezed into the column was shown at 45%
+    sizes = {"wide.png": (3530, 335), "narrow.png": (1300, 523), "mid.png": (1548, 523)}
     html = (
         '<p><a href="wide.png"><img alt="w" src="wide.png" /></a></p>\n'
+        '<p><img alt="m" src="mid.png" /></p>\n'
         '<p><img alt="n" src="narrow.png" /></p>\n'
         '<p><img alt="x" src="https://example.org/x.png" /></p>'
     )
     out = figures.lay_out(html, sizes.get)
-    wide, narrow, external = out.split("\n")
+    wide, mid, narrow, external = out.split("\n")
     assert wide.startswith('<p><span class="figure-wide"><a href="wide.png">')
+    assert mid.startswith('<p><span class="figure-wide">') and "width: 774px" in mid
     assert '<img style="width: 1765px" alt="w" src="wide.png" />' in wide
     assert wide.count("<a ") == 1  # already a link: not wrapped twice
     assert narrow == (
@@ -61,11 +64,29 @@ def test_the_claims_table_fits_six_columns_and_its_ids_break_between_words():
     assert '<div class="claims-reference" markdown>\n\nTABLE\n' in filled
     html = (
         '<div class="claims-reference"><table><tr><td><code>gromov_block_choice:smollm2</code>'
-        "</td><td><code>not_an_id</code> in prose</td></tr></table></div><p><code>a_b</code></p>"
+        "</td><td><code>not_an_id</code> in prose</td></tr>"
+        "<tr><td><code>cod_deep_identity:&lt;LM&gt;</code></td></tr></table></div>"
+        "<p><code>a_b</code></p>"
     )
     out = claims.break_ids(html)
     assert (
         '<td><code class="claim-id">gromov_<wbr>block_<wbr>choice:<wbr>smollm2</code></td>' in out
     )
+    # a templated id (its brackets escaped) breaks at its words too
+    assert '<code class="claim-id">cod_<wbr>deep_<wbr>identity:<wbr>&lt;LM&gt;</code>' in out
     assert "<code>not_an_id</code> in prose" in out  # only a cell that is an id
     assert out.endswith("<p><code>a_b</code></p>")  # outside the table: untouched
+
+
+def test_a_docstrings_indented_table_is_fenced_and_its_prose_stays_markdown():
+    """The stage reference read docstrings as Markdown: the measure table of
+    depthlab.stages.analysis.measures, indented two spaces, joined into one paragraph."""
+    preformat = hook("griffe_preformatted").preformat
+    text = (
+        "Measures:\n\n  Gromov\n    angular   d(x, y)\n\n    h_norm    ||h||\n\nMore prose\n"
+        "- a list item\n  its continuation"
+    )
+    assert preformat(text) == (
+        "Measures:\n\n```text\n  Gromov\n    angular   d(x, y)\n\n    h_norm    ||h||\n```\n\n"
+        "More prose\n- a list item\n  its continuation"
+    )

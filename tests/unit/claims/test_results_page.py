@@ -473,3 +473,16 @@ def test_every_verdict_the_claims_write_has_a_kind():
         and name not in ("TOO_WIDE", "INIT_SHOWS_IT", "INIT_CONTRADICTS_IT", "ONE_LAYER_DECIDES")
     }
     assert written <= set(page.VERDICT_KINDS), written - set(page.VERDICT_KINDS)
+
+
+def test_an_arithmetic_star_stays_a_star_and_emphasis_stays_emphasis():
+    """gromov_deep_block's `l*(n) / (L - n), l*(n) the start` rendered as italics between the
+    two stars; the cell now escapes them, and leaves the claims' own *italics* alone."""
+    import markdown
+    from depthlab.claims.results_page import markdown_cell
+
+    cell = markdown_cell("mean of l*(n) / (L - n), l*(n) the start, 2*sqrt(2) (*seeds*) |x|")
+    html = markdown.markdown(cell)
+    assert "l*(n) / (L - n), l*(n) the start, 2*sqrt(2)" in html
+    assert "<em>seeds</em>" in html and html.count("<em>") == 1
+    assert "\\|x\\|" in cell

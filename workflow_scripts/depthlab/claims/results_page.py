@@ -188,9 +188,16 @@ def _value(value: float, low: float, high: float) -> str:
     return text
 
 
-def _cell(text) -> str:
-    # a bare | would end the cell (claims such as |gap before| - |gap after|)
-    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
+# a * between a word (or `)`) and a word (or `(`) is arithmetic (l*(n), 2*sqrt(2)), never the
+# start or end of emphasis, which Markdown would otherwise read it as
+ARITHMETIC_STAR = re.compile(r"(?<=[\w)])\*(?=[\w(])")
+
+
+def markdown_cell(text) -> str:
+    """A table cell's text as Markdown shows it: a bare | would end the cell (claims such as
+    |gap before| - |gap after|), an arithmetic * would start italics."""
+    text = str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
+    return ARITHMETIC_STAR.sub(r"\\*", text)
 
 
 def _size_text(row: dict) -> str:
@@ -271,7 +278,9 @@ def claims_table(rows: list[dict]) -> str:
             verdict_html(row["verdict"]),
         ]
         moved = training_moved_text(row)
-        lines.append("| " + " | ".join(_cell(c) for c in [*cells, shown_size, moved]) + " |")
+        lines.append(
+            "| " + " | ".join(markdown_cell(c) for c in [*cells, shown_size, moved]) + " |"
+        )
         statement = row.get("claim") or "(no statement)"
         parts = [statement if statement.endswith(".") else f"{statement}."]
         if row.get("interval") and measured != "-":
@@ -345,7 +354,7 @@ def real_lm_table(rows: list[dict]) -> str:
         verdicts = [per_model[m]["verdict"] if m in per_model else "-" for m in models]
         agree = _families(verdicts)
         cells = [_claim_id(key), *(verdict_html(v) if v != "-" else v for v in verdicts), agree]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(markdown_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -550,7 +559,7 @@ def render_page(run: Run) -> str:
         "",
         "| fact | value |",
         "|---|---|",
-        *(f"| {key} | {_cell(value)} |" for key, value in facts),
+        *(f"| {key} | {markdown_cell(value)} |" for key, value in facts),
         "",
         MACHINE_NOTE,
         "",
