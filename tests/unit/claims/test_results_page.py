@@ -486,3 +486,14 @@ def test_an_arithmetic_star_stays_a_star_and_emphasis_stays_emphasis():
     assert "l*(n) / (L - n), l*(n) the start, 2*sqrt(2)" in html
     assert "<em>seeds</em>" in html and html.count("<em>") == 1
     assert "\\|x\\|" in cell
+
+
+def test_the_angular_distance_caption_names_the_text_sets_own_models():
+    """The caption said "Rows: the norm schemes, the depth x width sweep, hub models" on a run
+    of one user's model too."""
+    config = {"run_name": "mine", "analysis": {"models": ["a", "b"], "text_sets": {"s": {}}}}
+    caption = page.caption_markdown(Path("analysis/s/angular_distance.png"), config)
+    assert "one panel per model of the text set: a, b." in caption and "norm schemes" not in caption
+    config["analysis"]["text_sets"]["s"] = {"models": ["mine"]}
+    caption = page.caption_markdown(Path("analysis/s/angular_distance.png"), config)
+    assert "one panel per model of the text set: mine." in caption

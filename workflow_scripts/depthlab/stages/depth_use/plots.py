@@ -60,11 +60,13 @@ def _titled(fig, title: str, fontsize: int):
     return fig
 
 
-def _integer_ticks(ax, axes="xy"):
+def _integer_ticks(ax, axes="xy", most: int = 6):
+    """Integer layer ticks, at most `most` + 1 per axis: matplotlib's default of 10 ran a
+    30-layer model's two-digit labels together under a 3.6-inch panel."""
     from matplotlib.ticker import MaxNLocator
 
     for name in axes:
-        getattr(ax, f"{name}axis").set_major_locator(MaxNLocator(integer=True))
+        getattr(ax, f"{name}axis").set_major_locator(MaxNLocator(nbins=most, integer=True))
 
 
 def read_skip_results(folders):
@@ -328,7 +330,8 @@ def plot_linear_maps(frame, summaries):
         ax.plot(best, sources, "r*", markersize=9, label="best target layer")
         _integer_ticks(ax)
         ax.set_xlabel(f"target layer j ({summary['target']}, L={L_b})")
-        ax.set_ylabel(f"source layer i ({summary['source']}, L={L_a})")
+        # on two lines: one would reach past the short panel into the title above it
+        ax.set_ylabel(f"source layer i\n({summary['source']}, L={L_a})")
         what = (
             r"$\|\hat y-y\|/\|y-\bar y\|$" if column == "centred_error" else r"$\|\hat y-y\|/\|y\|$"
         )
