@@ -274,7 +274,7 @@ PROBES = {
     ),
     "hf dataset name": (
         lambda c: c["data"].update(source="hf_dataset", hf_dataset={"name": None}),
-        r"^data\.hf_dataset\.name: None is not of type 'string'",
+        r"^data\.hf_dataset\.name: null is not of type 'string'",
     ),
     "lm_eval grid word": (
         lambda c: c["pruning"]["lm_eval"].__setitem__("n_grid", "all"),

@@ -164,3 +164,42 @@ def test_plan_prints_one_line_without_a_traceback(tmp_path, case):
     assert first_line(result.stderr).startswith(f"error: {expected.format(file=path)}"), (
         result.stderr
     )
+
+
+# Values YAML read as something else than the user meant, and a key's own name: the message says
+# what YAML read, in YAML's spelling, and how to write it (the hostile-input list of issue 51)
+READ_AS_ELSE = {
+    "--config seed=": (
+        None, ["seed="], "invalid config: seed: null is not of type 'integer' (in --config)"
+    ),
+    "steps: true": (
+        "pretrain:\n  steps: true\n", [], "pretrain.steps: true is not of type 'integer' (in {file}:2)"
+    ),
+    "--config pretrain={steps: 3": (
+        None,
+        ["pretrain={steps: 3"],
+        "pretrain: '{{steps: 3' is not of type 'object' (YAML could not read it as a mapping or a"
+        " list, so it stayed text: check its brackets, commas and quotes) (in --config)",
+    ),
+    "run_name of digits": (
+        "run_name: 2024\n",
+        [],
+        "run_name: 2024 is not of type 'string' (YAML read a number: quote it to keep it text,"
+        ' e.g. "0123") (in {file}:1)',
+    ),
+    "a model name with a space": (
+        "models:\n  my model:\n    kind: hf\n    path: x/y\n",
+        [],
+        "models: 'my model' is not a safe name (letters, digits, _ . -; no '..', separators or"
+        " shell characters) (in {file}:2)",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(READ_AS_ELSE))
+def test_a_value_yaml_read_otherwise_is_named_as_written_with_the_fix(tmp_path, case):
+    text, entries, expected = READ_AS_ELSE[case]
+    files, path = case_files(tmp_path, text)
+    with pytest.raises(ConfigError) as raised:
+        workflow_config(files, parse_config(entries), ROOT)
+    assert expected.format(file=path) in first_line(str(raised.value))

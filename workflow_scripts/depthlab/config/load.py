@@ -239,7 +239,10 @@ def apply_overrides(config: dict, overrides: dict) -> dict:
     for key, value in overrides.items():
         parts = key.split(".")
         if not all(parts):
-            raise ConfigError(f"--config {key}: an empty part in a dotted key")
+            raise ConfigError(
+                f"--config {key}={value}: the key {key!r} is empty or has an empty part"
+                f" (KEY=VALUE, e.g. pretrain.steps=100)"
+            )
         nested = merge(
             nested, functools.reduce(lambda inner, part: {part: inner}, parts[::-1], value)
         )
@@ -309,7 +312,38 @@ def validate_schema(config: dict) -> None:
                 f"{error.instance!r} is not a safe name (letters, digits, _ . -; no "
                 f"'..', separators or shell characters)"
             )
+            if "propertyNames" in error.schema_path:
+                # a key's name: its own line, not the mapping's (merged from several files)
+                source = source_of(config, (*error.absolute_path, error.instance))
+                raise ConfigError(f"{where}: {message}" + (f" (in {source})" if source else ""))
+        if error.validator == "type":
+            message = _type_message(error)
         raise ConfigError(with_source(config, f"{where}: {message}"))
+
+
+def _type_message(error) -> str:
+    """A type error as the user wrote the value: YAML's null / true / false (not Python's None /
+    True / False), and a hint where YAML read something other than what was meant: a `{...}` or
+    `[...]` it could not parse (so it stayed a string), a number where text is expected (a
+    checksum or an id of digits)."""
+    value, expected = error.instance, error.validator_value
+    expected = [expected] if isinstance(expected, str) else list(expected)
+    message = error.message
+    if value is None or isinstance(value, bool):
+        spelled = {None: "null", True: "true", False: "false"}[value]
+        message = spelled + message.removeprefix(repr(value))
+    if (
+        isinstance(value, str)
+        and value.lstrip()[:1] in ("{", "[")
+        and ({"object", "array"} & set(expected))
+    ):
+        message += (
+            " (YAML could not read it as a mapping or a list, so it stayed text: check its"
+            " brackets, commas and quotes)"
+        )
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and expected == ["string"]:
+        message += ' (YAML read a number: quote it to keep it text, e.g. "0123")'
+    return message
 
 
 def _unknown_key(config, error) -> str:
@@ -332,6 +366,13 @@ def _unknown_key(config, error) -> str:
     close = difflib.get_close_matches(str(unknown[0]), known, n=1)
     hint = f", did you mean {close[0]!r}?" if close else ""
     source = source_of(config, (*error.absolute_path, unknown[0]))
-    return f"{where}: unknown key {unknown[0]!r}{hint} ({error.message})" + (
+    # jsonschema's "'bogus' does not match any of the regexes: '^x-'" names the free-form keys
+    # as a regex; said plainly
+    why = (
+        f"not a key of this section; free-form keys match {' or '.join(patterns)}"
+        if patterns
+        else error.message
+    )
+    return f"{where}: unknown key {unknown[0]!r}{hint} ({why})" + (
         f" (in {source})" if source else ""
     )

@@ -99,17 +99,27 @@ def check_numbers(data, where=lambda path: None) -> None:
 
 def find_node(node, path):
     """The YAML node at key path `path` under `node` (merge keys `<<` followed), or None."""
+    found = _find_entry(node, path)
+    return found[1] if found is not None else None
+
+
+def _find_entry(node, path):
+    """(key node or None, value node) of the entry at key path `path` under `node`: the key
+    node where the last part is a mapping's key; None where no such entry is."""
+    key = None
     for part in path:
-        node = _child(node, part)
-        if node is None:
+        found = _child(node, part)
+        if found is None:
             return None
-    return node
+        key, node = found
+    return key, node
 
 
 def _child(node, part):
+    """(key node or None, value node) of `node`'s child `part`, or None."""
     if isinstance(node, yaml.SequenceNode):
         ok = isinstance(part, int) and 0 <= part < len(node.value)
-        return node.value[part] if ok else None
+        return (None, node.value[part]) if ok else None
     if not isinstance(node, yaml.MappingNode) or isinstance(part, int):
         return None
     merged = []
@@ -119,7 +129,7 @@ def _child(node, part):
                 value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
             )
         elif isinstance(key_node, yaml.ScalarNode) and key_node.value == str(part):
-            return value_node
+            return key_node, value_node
     for mapping in merged:  # explicit keys win over merged ones
         found = _child(mapping, part)
         if found is not None:
@@ -148,16 +158,19 @@ def _same(a, b) -> bool:
 
 
 def file_line(file: Path, path) -> tuple[int, object] | None:
-    """(line, value) of the value at key path `path` in the YAML file `file`, or None."""
+    """(line, value) of the entry at key path `path` in the YAML file `file` (the line of its
+    key; of the item, in a list), or None."""
     try:
         text = Path(file).read_text(encoding="utf-8")
-        node = find_node(yaml.compose(text, Loader=yaml.SafeLoader), path)
+        found = _find_entry(yaml.compose(text, Loader=yaml.SafeLoader), path)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
-    if node is None:
+    if found is None:
         return None
+    # the key's line: a mapping or a list under its key starts on the next line
+    key, node = found
     value = _lookup(yaml.safe_load(text), path)
-    return node.start_mark.line + 1, value
+    return (key or node).start_mark.line + 1, value
 
 
 def value_source(config, path) -> str | None:
