@@ -114,3 +114,14 @@ def test_variants_that_do_not_fit_together_are_timed_one_at_a_time(tmp_path, mon
     assert measured["n1"]["generation_speedup"] == pytest.approx(3 / 2)
     monkeypatch.setattr(speed, "_free_memory", lambda device: 4 * weights)
     assert speed.fits_together(model, {"n1": (2,)}, torch.float32, "cpu", tmp_path)
+
+
+def test_a_run_without_speed_measurements_says_so_instead_of_drawing_the_ideal_alone():
+    """config/your_model.yaml switches speed off: the figure showed the ideal curve on empty axes
+    titled "(none removal)", as if measured."""
+    import pandas as pd
+    from depthlab.stages.pruning.plots import plot_speedup
+
+    fig = plot_speedup(pd.DataFrame(), {"mine": "mine"}, "your_model")
+    assert fig.axes == []
+    assert [t.get_text() for t in fig.texts][0].startswith("speed-up not measured")

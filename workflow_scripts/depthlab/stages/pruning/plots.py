@@ -221,6 +221,19 @@ def plot_speedup(speed: pd.DataFrame, labels: dict[str, str], run_name: str):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), squeeze=False)
+    if speed.empty:
+        # an axis with only the ideal curve read as a measurement ("none removal")
+        fig.set_size_inches(5.5, 1.6)
+        fig.clf()
+        fig.text(
+            0.5,
+            0.5,
+            f"speed-up not measured in the {run_name} run\n(pruning.speed.enabled is false"
+            " for every pruned model)",
+            ha="center",
+            va="center",
+        )
+        return fig
     colours = label_colours(labels)
     for ax, kind in zip(axes[0], ("prefill", "generation")):
         for model in labels:
@@ -244,14 +257,14 @@ def plot_speedup(speed: pd.DataFrame, labels: dict[str, str], run_name: str):
                 label=labels[model],
             )
         # the ideal up to a little past the largest fraction measured, not to the axis' 10x
-        largest = speed["fraction"].max() if not speed.empty else 0.5
+        largest = speed["fraction"].max()
         grid = np.linspace(0, min(0.9, largest + 0.1), 50)
         ax.plot(grid, 1 / (1 - grid), ":", color="gray", label="ideal L/(L-n)")
         ax.set_xlabel("fraction of layers removed")
         ax.set_ylabel(f"{kind} speed-up, pruned / full\n(median of rounds; bars: range)")
         ax.set_title(kind)
         ax.legend(fontsize=7)
-    strategies = ", ".join(sorted(speed["strategy"].unique())) if not speed.empty else "none"
+    strategies = ", ".join(sorted(speed["strategy"].unique()))
     fig.suptitle(
         f"Measured speed-up of exported pruned models vs the full model ({strategies} "
         f"removal; Gromov et al. report none)\n{run_name} run, measured on this machine",
