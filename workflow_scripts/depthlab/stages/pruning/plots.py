@@ -228,8 +228,8 @@ def plot_speedup(speed: pd.DataFrame, labels: dict[str, str], run_name: str):
         fig.text(
             0.5,
             0.5,
-            f"speed-up not measured in the {run_name} run\n(pruning.speed.enabled is false"
-            " for every pruned model)",
+            f"speed-up not measured in the {run_name} run\n(no pruned model's speed table has"
+            " a row: see pruning.speed)",
             ha="center",
             va="center",
         )
