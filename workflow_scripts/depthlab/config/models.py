@@ -311,12 +311,18 @@ def local_file(path: str, base_dir: Path, key: str) -> str:
     return local
 
 
+def training_data(model: dict) -> str:
+    """What a declared model trains on: `corpus` (the data stage; the schema's default) or
+    `problems` (depth_use.problems)."""
+    return model.get("data", "corpus")
+
+
 def data_folder(resolved: Resolved, name: str) -> str | None:
     """The data folder a declared pretrain model trains on (None for hf models)."""
     model = resolved.models[name]
     if model["kind"] != "pretrain":
         return None
-    if model.get("data", "corpus") == "problems":
+    if training_data(model) == "problems":
         problems = (resolved.config.get("depth_use") or {}).get("problems")
         if not problems:
             raise ConfigError(f"models.{name}.data: 'problems' needs depth_use.problems")
@@ -334,7 +340,7 @@ def data_folder(resolved: Resolved, name: str) -> str | None:
 
 def corpus_models(resolved: Resolved) -> list:
     """Declared models that read the corpus (every model except those trained on problems)."""
-    return [name for name, m in resolved.models.items() if m.get("data", "corpus") == "corpus"]
+    return [name for name, m in resolved.models.items() if training_data(m) == "corpus"]
 
 
 def undeclared_model(resolved: Resolved, key: str, name: str) -> ConfigError:

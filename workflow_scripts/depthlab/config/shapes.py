@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from depthlab.config.models import declared_checkpoint_folder, gguf_sources
+from depthlab.config.models import declared_checkpoint_folder, gguf_sources, training_data
 from depthlab.core.errors import ConfigError
 from depthlab.plan.job_costs import PRECISION_DTYPE
 from depthlab.plan.model_shapes import Shape, folder_shape, gguf_shape, hub_shape, pretrain_shape
@@ -21,7 +21,7 @@ def model_shape(resolved: Resolved, name: str, base_dir: Path) -> Shape | None:
     model = resolved.models[name]
     if model["kind"] == "pretrain":
         train = model["train"]
-        if model.get("data", "corpus") == "problems":
+        if training_data(model) == "problems":
             from depthlab.data.problem_sets import VOCABULARY
 
             vocab = len(VOCABULARY)

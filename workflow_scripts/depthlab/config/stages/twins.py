@@ -5,7 +5,7 @@ like every other model job, and make_claims only reads their tables."""
 
 from __future__ import annotations
 
-from depthlab.config.models import corpus_models, data_folder
+from depthlab.config.models import corpus_models, data_folder, training_data
 from depthlab.config.resolved import Resolved
 
 # What the twin reads of the trained model's jobs: the same documents, windows and settings
@@ -82,10 +82,7 @@ def twin_group(model: dict) -> str:
     one process measures them one after another: a toy twin's measures take a fraction of the
     job's torch start-up, and a large model's twins still get a job per size."""
     architecture = model["architecture"]
-    return (
-        f"{model.get('data', 'corpus')}_l{architecture['num_layers']}"
-        f"_h{architecture['hidden_size']}"
-    )
+    return f"{training_data(model)}_l{architecture['num_layers']}_h{architecture['hidden_size']}"
 
 
 def add_twin_jobs(resolved: Resolved, twins: dict) -> dict:
