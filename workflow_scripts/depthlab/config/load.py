@@ -314,8 +314,9 @@ def validate_schema(config: dict) -> None:
             )
             if "propertyNames" in error.schema_path:
                 # a key's name: its own line, not the mapping's (merged from several files)
-                source = source_of(config, (*error.absolute_path, error.instance))
-                raise ConfigError(f"{where}: {message}" + (f" (in {source})" if source else ""))
+                raise ConfigError(
+                    f"{where}: {message}" + _key_source(config, error, error.instance)
+                )
         if error.validator == "type":
             message = _type_message(error)
         raise ConfigError(with_source(config, f"{where}: {message}"))
@@ -365,7 +366,6 @@ def _unknown_key(config, error) -> str:
         return f"{where}: unknown key ({error.message})"
     close = difflib.get_close_matches(str(unknown[0]), known, n=1)
     hint = f", did you mean {close[0]!r}?" if close else ""
-    source = source_of(config, (*error.absolute_path, unknown[0]))
     # jsonschema's "'bogus' does not match any of the regexes: '^x-'" names the free-form keys
     # as a regex; said plainly
     why = (
@@ -373,6 +373,13 @@ def _unknown_key(config, error) -> str:
         if patterns
         else error.message
     )
-    return f"{where}: unknown key {unknown[0]!r}{hint} ({why})" + (
-        f" (in {source})" if source else ""
+    return f"{where}: unknown key {unknown[0]!r}{hint} ({why})" + _key_source(
+        config, error, unknown[0]
     )
+
+
+def _key_source(config, error, key) -> str:
+    """` (in file:line)` of the key `key` inside the mapping an error is about (the mapping
+    itself merges several files, so only the key's own line names one); '' where none."""
+    source = source_of(config, (*error.absolute_path, key))
+    return f" (in {source})" if source else ""

@@ -97,15 +97,10 @@ def check_numbers(data, where=lambda path: None) -> None:
 # ---- where a value came from
 
 
-def find_node(node, path):
-    """The YAML node at key path `path` under `node` (merge keys `<<` followed), or None."""
-    found = _find_entry(node, path)
-    return found[1] if found is not None else None
-
-
 def _find_entry(node, path):
-    """(key node or None, value node) of the entry at key path `path` under `node`: the key
-    node where the last part is a mapping's key; None where no such entry is."""
+    """(key node or None, value node) of the entry at key path `path` under `node` (merge keys
+    `<<` followed): the key node where the last part is a mapping's key; None where no such
+    entry is."""
     key = None
     for part in path:
         found = _child(node, part)
