@@ -14,31 +14,22 @@ import griffe
 
 
 def preformat(text: str) -> str:
-    """`text` with every indented block that follows a blank line fenced as ```text."""
-    lines, out, block = text.split("\n"), [], []
-
-    def flush():
-        if block:
-            out.extend(["```text", *block, "```"])
-            block.clear()
-
-    for i, line in enumerate(lines):
-        indented = line.startswith("  ") and line.strip()
-        starts = indented and (i == 0 or not lines[i - 1].strip())
-        if block and (indented or not line.strip()) or starts:
-            block.append(line)
-            continue
-        trailing = []
-        while block and not block[-1].strip():  # blank lines after a block stay outside it
-            trailing.append(block.pop())
-        flush()
-        out.extend(trailing)
-        out.append(line)
-    trailing = []
-    while block and not block[-1].strip():
-        trailing.append(block.pop())
-    flush()
-    return "\n".join(out + trailing)
+    """`text` with every indented block that follows a blank line fenced as ```text (blank lines
+    inside it kept, those after it left outside)."""
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        if lines[i].startswith("  ") and lines[i].strip() and (i == 0 or not lines[i - 1].strip()):
+            end = i + 1
+            while end < len(lines) and (lines[end].startswith("  ") or not lines[end].strip()):
+                end += 1
+            while not lines[end - 1].strip():
+                end -= 1
+            out += ["```text", *lines[i:end], "```"]
+            i = end
+        else:
+            out.append(lines[i])
+            i += 1
+    return "\n".join(out)
 
 
 class PreformattedBlocks(griffe.Extension):

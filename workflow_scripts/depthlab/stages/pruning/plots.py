@@ -220,11 +220,9 @@ def plot_sweep(
 def plot_speedup(speed: pd.DataFrame, labels: dict[str, str], run_name: str):
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), squeeze=False)
     if speed.empty:
         # an axis with only the ideal curve read as a measurement ("none removal")
-        fig.set_size_inches(5.5, 1.6)
-        fig.clf()
+        fig = plt.figure(figsize=(5.5, 1.6))
         fig.text(
             0.5,
             0.5,
@@ -234,12 +232,11 @@ def plot_speedup(speed: pd.DataFrame, labels: dict[str, str], run_name: str):
             va="center",
         )
         return fig
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), squeeze=False)
     colours = label_colours(labels)
     for ax, kind in zip(axes[0], ("prefill", "generation")):
         for model in labels:
-            frame = (
-                speed[speed["model"] == model].sort_values("fraction") if not speed.empty else speed
-            )
+            frame = speed[speed["model"] == model].sort_values("fraction")
             if frame.empty:
                 continue
             value = frame[f"{kind}_speedup"]
