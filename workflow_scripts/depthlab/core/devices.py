@@ -48,3 +48,11 @@ def resolve_dtype(dtype: str, device) -> str:
     if dtype != "auto":
         return dtype
     return "bfloat16" if native_bf16(device) else "float32"
+
+
+def torch_dtype(dtype, device):
+    """A dtype name (`auto` resolved for `device`, as resolve_dtype) or a torch.dtype, as a
+    torch.dtype."""
+    import torch
+
+    return dtype if isinstance(dtype, torch.dtype) else getattr(torch, resolve_dtype(dtype, device))

@@ -54,7 +54,7 @@ def load_model(
     from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-    from depthlab.core.devices import resolve_dtype
+    from depthlab.core.devices import torch_dtype
     from depthlab.core.placement import (
         check_device_map,
         check_max_memory,
@@ -68,8 +68,7 @@ def load_model(
     path = str(folder) if folder is not None else resolve_model_path(path)
     if folder is not None:
         check_model_files(folder)
-    if isinstance(dtype, str):
-        dtype = getattr(torch, resolve_dtype(dtype, device))
+    dtype = torch_dtype(dtype, device)
     try:
         config = AutoConfig.from_pretrained(path, revision=revision)
     except (OSError, ValueError, KeyError) as error:

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from depthlab.core.devices import torch_dtype
 from depthlab.models.architectures import load_model
 from depthlab.stages.pruning.layer_removal import export_pruned
 
@@ -191,12 +192,6 @@ def fits_together(model, removal_sets: dict, dtype, device: str, work_dir) -> bo
     return 2 * need <= min(_free_memory(device), disk)
 
 
-def _dtype(name: str | torch.dtype, device: str) -> torch.dtype:
-    from depthlab.core.devices import resolve_dtype
-
-    return name if isinstance(name, torch.dtype) else getattr(torch, resolve_dtype(name, device))
-
-
 def measure_exports(
     model,
     removal_sets: dict[str, Sequence[int]],
@@ -219,7 +214,7 @@ def measure_exports(
     `paired` (default: `fits_together`): all variants loaded at once and timed in the same
     rounds; else one variant at a time, freed with its folder before the next, each with its
     own warm-up round and `repeats` timed rounds."""
-    dtype = _dtype(dtype or next(model.parameters()).dtype, device)
+    dtype = torch_dtype(dtype or next(model.parameters()).dtype, device)
     variants = {"full": (), **removal_sets}
     if paired is None:
         paired = fits_together(model, removal_sets, dtype, device, work_dir)
